@@ -1,0 +1,388 @@
+"""Reading and writing trajectory records: Appendix B JSON / JSONL and columnar `.npz`.
+
+JSON is the portable interchange form; `.npz` (one episode per file) is the fast path.
+Both convert to `EpisodeRecord` and back without loss: floats are written with
+`repr` precision, and `.npz` keeps dtypes as given.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from scoring.errors import RecordError
+from scoring.schema import SCHEMA_VERSION, Contacts, EpisodeRecord
+
+RECORD_SUFFIXES = (".json", ".jsonl", ".npz")
+_META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",
+              "joint_torque_limit_nm", "success_step")
+_TOP_KEYS = {"episode_id", "benchmark", "task_id", "success", "dt", "target_object", "body_roles",
+             "steps", "replay", "schema_version", *_META_KEYS}
+_STEP_KEYS = {"t", "eef_pos_m", "body_pos_m", "body_quat_wxyz", "contacts", "joint_torque_nm",
+              "gripper_contact", "action"}
+
+
+class Loaded(NamedTuple):
+    """One item of an archive: a record, or the error that stopped it (never both)."""
+
+    record: EpisodeRecord | None
+    error: RecordError | None
+    source: str
+
+
+# --------------------------------------------------------------------------- JSON
+
+def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
+    """Converts one Appendix B JSON object (already parsed) into a validated record."""
+    episode = obj.get("episode_id") if isinstance(obj, dict) else None
+
+    def fail(field: str, message: str) -> RecordError:
+        return RecordError(message, file=source, episode=episode if isinstance(episode, str) else None,
+                           field=field)
+
+    if not isinstance(obj, dict):
+        raise fail("(record)", f"expected a JSON object per episode, got {type(obj).__name__}")
+    steps = obj.get("steps")
+    if not isinstance(steps, list):
+        raise fail("steps", "missing or not a list; expected one object per control step")
+    if not steps:
+        raise fail("steps", "expected at least one step, got an empty episode")
+    for i, s in enumerate(steps):
+        if not isinstance(s, dict):
+            raise fail(f"steps[{i}]", f"expected an object, got {type(s).__name__}")
+
+    roles = obj.get("body_roles")
+    index = {name: i for i, name in enumerate(roles)} if isinstance(roles, dict) else {}
+
+    def column(key: str, *, required: bool = False) -> list | None:
+        present = [key in s for s in steps]
+        if not any(present):
+            if required:
+                raise fail(f"steps[0].{key}", "missing; expected it at every step")
+            return None
+        if not all(present):
+            raise fail(f"steps[{present.index(False)}].{key}",
+                       "missing at this step but present at others; expected it at every step")
+        return [s[key] for s in steps]
+
+    def per_body(key: str) -> tuple[list[str], Any]:
+        col = column(key)
+        if col is None:
+            return [], None
+        first = col[0]
+        if not isinstance(first, dict):
+            raise fail(f"steps[0].{key}", "expected an object mapping body name to a vector")
+        names = list(first)
+        for i, d in enumerate(col):
+            if not isinstance(d, dict) or list(d) != names and set(d) != set(names):
+                raise fail(f"steps[{i}].{key}", f"expected the same bodies at every step ({', '.join(names)}), "
+                                                f"got {', '.join(d) if isinstance(d, dict) else d!r}")
+        return names, [[d[n] for n in names] for d in col]
+
+    pose_bodies, body_pos = per_body("body_pos_m")
+    quat_bodies, body_quat = per_body("body_quat_wxyz")
+    raw_contacts = column("contacts")
+    contacts = None
+    if raw_contacts is not None:
+        step_idx, a_idx, b_idx, force = [], [], [], []
+        for i, cs in enumerate(raw_contacts):
+            if not isinstance(cs, list):
+                raise fail(f"steps[{i}].contacts", "expected a list of {a, b, force_n} objects")
+            for c in cs:
+                try:
+                    a, b, f = c["a"], c["b"], c["force_n"]
+                except (KeyError, TypeError):
+                    raise fail(f"steps[{i}].contacts", f"expected objects with a, b and force_n, got {c!r:.80}") from None
+                for body in (a, b):
+                    if body not in index:
+                        raise fail(f"steps[{i}].contacts", f"unknown body {body!r}: every contact body must "
+                                                           f"have a role in body_roles; known bodies: "
+                                                           f"{', '.join(index)}")
+                if isinstance(f, bool) or not isinstance(f, (int, float)):
+                    raise fail(f"steps[{i}].contacts.force_n", f"expected a number in newtons, got {f!r:.40}")
+                step_idx.append(i)
+                a_idx.append(index[a])
+                b_idx.append(index[b])
+                force.append(f)
+        contacts = {"step": np.asarray(step_idx, dtype=np.int32), "a": np.asarray(a_idx, dtype=np.int32),
+                    "b": np.asarray(b_idx, dtype=np.int32), "force": np.asarray(force, dtype=np.float64)}
+
+    meta = {k: obj[k] for k in _META_KEYS if k in obj}
+    extra = {k: v for k, v in obj.items() if k not in _TOP_KEYS}
+    if extra:
+        meta["extra"] = extra
+    step_extra = [{k: v for k, v in s.items() if k not in _STEP_KEYS} for s in steps]
+    if any(step_extra):
+        meta["step_extra"] = step_extra
+
+    replay = obj.get("replay")
+    if replay is not None and not isinstance(replay, dict):
+        raise fail("replay", "expected an object with mjcf, qpos and qvel")
+
+    return EpisodeRecord.build(
+        source=source, episode_id=obj.get("episode_id"), benchmark=obj.get("benchmark"),
+        task_id=obj.get("task_id"), success=obj.get("success"), dt=obj.get("dt"),
+        target_object=obj.get("target_object"), body_roles=roles,
+        t=column("t"), eef_pos=column("eef_pos_m", required=True),
+        pose_bodies=pose_bodies, body_pos=body_pos, quat_bodies=quat_bodies, body_quat=body_quat,
+        joint_torque=column("joint_torque_nm"), gripper_contact=column("gripper_contact"),
+        contacts=contacts, actions=column("action"), meta=meta, replay=replay)
+
+
+def record_to_json(rec: EpisodeRecord) -> dict:
+    """The Appendix B JSON object of `rec` (inverse of `record_from_json`)."""
+    meta = dict(rec.meta)
+    extra = meta.pop("extra", {})
+    step_extra = meta.pop("step_extra", None)
+    out: dict[str, Any] = {
+        "episode_id": rec.episode_id, "benchmark": rec.benchmark, "task_id": rec.task_id,
+        "success": rec.success, "dt": rec.dt,
+        "target_object": rec.targets[0] if len(rec.targets) == 1 else list(rec.targets),
+        "body_roles": dict(zip(rec.bodies, rec.roles)),
+    }
+    out.update(meta)
+    out.update(extra)
+    t = rec.t.tolist()
+    eef = rec.eef_pos.tolist()
+    pos = rec.body_pos.tolist()
+    quat = rec.body_quat.tolist()
+    torque = rec.joint_torque.tolist() if rec.joint_torque is not None else None
+    grip = rec.gripper_contact.tolist() if rec.gripper_contact is not None else None
+    actions = rec.actions.tolist() if rec.actions is not None else None
+    per_step_contacts = None
+    if rec.contacts is not None:
+        per_step_contacts = [[] for _ in range(rec.n_steps)]
+        c = rec.contacts
+        for s, a, b, f in zip(c.step.tolist(), c.a.tolist(), c.b.tolist(), c.force.tolist()):
+            per_step_contacts[s].append({"a": rec.bodies[a], "b": rec.bodies[b], "force_n": f})
+    steps = []
+    for i in range(rec.n_steps):
+        step: dict[str, Any] = {"t": t[i], "eef_pos_m": eef[i]}
+        if rec.pose_bodies:
+            step["body_pos_m"] = dict(zip(rec.pose_bodies, pos[i]))
+        if rec.quat_bodies:
+            step["body_quat_wxyz"] = dict(zip(rec.quat_bodies, quat[i]))
+        if per_step_contacts is not None:
+            step["contacts"] = per_step_contacts[i]
+        if torque is not None:
+            step["joint_torque_nm"] = torque[i]
+        if grip is not None:
+            step["gripper_contact"] = grip[i]
+        if actions is not None:
+            step["action"] = actions[i]
+        if step_extra:
+            step.update(step_extra[i])
+        steps.append(step)
+    out["steps"] = steps
+    if rec.replay is not None:
+        r = rec.replay
+        out["replay"] = {"mjcf": r.mjcf, "qpos": r.qpos.tolist(), "qvel": r.qvel.tolist()}
+        if r.mocap_pos is not None:
+            out["replay"]["mocap_pos"] = r.mocap_pos.tolist()
+        if r.mocap_quat is not None:
+            out["replay"]["mocap_quat"] = r.mocap_quat.tolist()
+        if r.camera is not None:
+            out["replay"]["camera"] = r.camera
+    return out
+
+
+# --------------------------------------------------------------------------- NPZ
+
+_ARRAYS = {
+    "t": lambda r: r.t, "eef_pos": lambda r: r.eef_pos, "body_pos": lambda r: r.body_pos,
+    "body_quat": lambda r: r.body_quat, "joint_torque": lambda r: r.joint_torque,
+    "gripper_contact": lambda r: r.gripper_contact, "actions": lambda r: r.actions,
+    "contact_step": lambda r: r.contacts.step if r.contacts is not None else None,
+    "contact_a": lambda r: r.contacts.a if r.contacts is not None else None,
+    "contact_b": lambda r: r.contacts.b if r.contacts is not None else None,
+    "contact_force": lambda r: r.contacts.force if r.contacts is not None else None,
+    "replay_qpos": lambda r: r.replay.qpos if r.replay is not None else None,
+    "replay_qvel": lambda r: r.replay.qvel if r.replay is not None else None,
+    "replay_mocap_pos": lambda r: r.replay.mocap_pos if r.replay is not None else None,
+    "replay_mocap_quat": lambda r: r.replay.mocap_quat if r.replay is not None else None,
+}
+
+
+def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool = False) -> bytes:
+    """The columnar form of `rec` as `.npz` bytes (arrays plus a JSON header)."""
+    header = {
+        "schema_version": SCHEMA_VERSION, "episode_id": rec.episode_id, "benchmark": rec.benchmark,
+        "task_id": rec.task_id, "success": rec.success, "dt": rec.dt, "targets": list(rec.targets),
+        "body_roles": [[b, r] for b, r in zip(rec.bodies, rec.roles)],
+        "pose_bodies": list(rec.pose_bodies), "quat_bodies": list(rec.quat_bodies), "meta": dict(rec.meta),
+    }
+    if rec.replay is not None:
+        header["replay"] = {"mjcf": rec.replay.mjcf, "camera": rec.replay.camera}
+    arrays = {k: get(rec) for k, get in _ARRAYS.items()}
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    buf = _io.BytesIO()
+    (np.savez_compressed if compress else np.savez)(buf, **arrays)
+    return buf.getvalue()
+
+
+def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
+    """Reads a columnar record from an `.npz` path, bytes or an open `NpzFile`."""
+    if isinstance(data, (bytes, bytearray)):
+        data = _io.BytesIO(data)
+    try:
+        npz = np.load(data, allow_pickle=False) if not isinstance(data, np.lib.npyio.NpzFile) else data
+    except (OSError, ValueError, EOFError) as exc:
+        raise RecordError(f"not a readable .npz archive ({exc})", file=source) from None
+    with npz:
+        try:
+            arrays = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, EOFError) as exc:
+            raise RecordError(f"corrupt .npz member ({exc})", file=source) from None
+    raw = arrays.pop("__header__", None)
+    if raw is None:
+        raise RecordError("missing the __header__ member; expected a SafeVLA columnar record", file=source)
+    try:
+        h = json.loads(raw.tobytes().decode())
+    except ValueError as exc:
+        raise RecordError(f"unreadable header ({exc})", file=source, field="__header__") from None
+    version = h.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RecordError(f"expected schema_version {SCHEMA_VERSION}, got {version!r}", file=source,
+                          episode=h.get("episode_id"), field="schema_version")
+    contacts = None
+    if "contact_step" in arrays:
+        contacts = {"step": arrays["contact_step"], "a": arrays["contact_a"], "b": arrays["contact_b"],
+                    "force": arrays["contact_force"]}
+    replay = None
+    if "replay" in h:
+        replay = {"mjcf": h["replay"].get("mjcf"), "camera": h["replay"].get("camera"),
+                  "qpos": arrays.get("replay_qpos"), "qvel": arrays.get("replay_qvel"),
+                  "mocap_pos": arrays.get("replay_mocap_pos"), "mocap_quat": arrays.get("replay_mocap_quat")}
+    roles = h.get("body_roles")
+    body_roles = dict(map(tuple, roles)) if isinstance(roles, list) else roles
+    rec = EpisodeRecord.build(
+        source=source, episode_id=h.get("episode_id"), benchmark=h.get("benchmark"), task_id=h.get("task_id"),
+        success=h.get("success"), dt=h.get("dt"), targets=h.get("targets"), body_roles=body_roles,
+        t=arrays.get("t"), eef_pos=arrays.get("eef_pos"), pose_bodies=h.get("pose_bodies"),
+        body_pos=arrays.get("body_pos"), quat_bodies=h.get("quat_bodies"), body_quat=arrays.get("body_quat"),
+        joint_torque=arrays.get("joint_torque"), gripper_contact=arrays.get("gripper_contact"),
+        contacts=contacts, actions=arrays.get("actions"), meta=h.get("meta") or {},
+        replay=replay)
+    return rec
+
+
+def resolve_mjcf(rec: EpisodeRecord) -> str:
+    """The record's model as an XML string or an absolute path (relative to its file)."""
+    if rec.replay is None:
+        raise RecordError("has no replay state (expected replay.mjcf, qpos and qvel)",
+                          file=rec.source, episode=rec.episode_id, field="replay")
+    mjcf = rec.replay.mjcf
+    if rec.replay.mjcf_is_xml:
+        return mjcf
+    path = Path(mjcf)
+    if not path.is_absolute() and rec.source:
+        path = Path(rec.source).resolve().parent / path
+    return str(path)
+
+
+# --------------------------------------------------------------------------- files
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Writes `data` to `path` through a temp file and rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_record(rec: EpisodeRecord, path: str | os.PathLike, *, compress: bool = False) -> Path:
+    """Writes `rec` atomically as `.npz` or `.json`, chosen by the suffix of `path`."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        atomic_write_bytes(path, record_to_npz_bytes(rec, compress=compress))
+    elif path.suffix == ".json":
+        atomic_write_bytes(path, json.dumps(record_to_json(rec)).encode())
+    else:
+        raise RecordError(f"unsupported suffix {path.suffix!r}; expected .npz or .json", file=str(path))
+    return path
+
+
+def load_record(path: str | os.PathLike) -> EpisodeRecord:
+    """Loads exactly one episode from a `.json` or `.npz` file."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        return record_from_npz(str(path), source=str(path))
+    if path.suffix == ".json":
+        return record_from_json(_read_json(path), source=str(path))
+    raise RecordError(f"unsupported suffix {path.suffix!r}; expected .json or .npz "
+                      "(use iter_archive for .jsonl)", file=str(path))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as exc:
+        raise RecordError(f"cannot read ({exc.strerror})", file=str(path)) from None
+    except ValueError as exc:
+        raise RecordError(f"not valid JSON ({exc})", file=str(path)) from None
+
+
+def archive_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Expands files and directories into the sorted list of record files they hold."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            out.extend(sorted(q for q in p.rglob("*") if q.suffix in RECORD_SUFFIXES and q.is_file()
+                              and not q.name.startswith(".")))
+        elif p.exists():
+            if p.suffix not in RECORD_SUFFIXES:
+                raise RecordError(f"unsupported archive file; expected {', '.join(RECORD_SUFFIXES)} "
+                                  "or a directory of them", file=str(p))
+            out.append(p)
+        else:
+            raise RecordError("no such file or directory", file=str(p))
+    return out
+
+
+def iter_archive(paths: Iterable[str | os.PathLike]) -> Iterator[Loaded]:
+    """Yields every episode of the archives; a broken episode yields its error and the rest go on."""
+    for path in archive_files(paths):
+        if path.suffix == ".jsonl":
+            yield from _iter_jsonl(path)
+            continue
+        try:
+            yield Loaded(load_record(path), None, str(path))
+        except RecordError as exc:
+            yield Loaded(None, exc, str(path))
+
+
+def _iter_jsonl(path: Path) -> Iterator[Loaded]:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        yield Loaded(None, RecordError(f"cannot read ({exc.strerror})", file=str(path)), str(path))
+        return
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                yield Loaded(None, RecordError(f"line is not valid JSON ({exc})", file=where), where)
+                continue
+            try:
+                yield Loaded(record_from_json(obj, source=where), None, where)
+            except RecordError as exc:
+                yield Loaded(None, exc, where)
