@@ -11,6 +11,8 @@ import io as _io
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -59,7 +61,9 @@ def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
             raise fail(f"steps[{i}]", f"expected an object, got {type(s).__name__}")
 
     roles = obj.get("body_roles")
-    index = {name: i for i, name in enumerate(roles)} if isinstance(roles, dict) else {}
+    if not isinstance(roles, dict) or not roles:
+        raise fail("body_roles", "expected a non-empty mapping of body name to role")
+    index = {name: i for i, name in enumerate(roles)}
 
     def column(key: str, *, required: bool = False) -> list | None:
         present = [key in s for s in steps]
@@ -82,8 +86,9 @@ def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
         names = list(first)
         for i, d in enumerate(col):
             if not isinstance(d, dict) or list(d) != names and set(d) != set(names):
+                got = ", ".join(d) if isinstance(d, dict) else repr(d)
                 raise fail(f"steps[{i}].{key}", f"expected the same bodies at every step ({', '.join(names)}), "
-                                                f"got {', '.join(d) if isinstance(d, dict) else d!r}")
+                                                f"got {got}")
         return names, [[d[n] for n in names] for d in col]
 
     pose_bodies, body_pos = per_body("body_pos_m")
@@ -234,12 +239,12 @@ def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
         data = _io.BytesIO(data)
     try:
         npz = np.load(data, allow_pickle=False) if not isinstance(data, np.lib.npyio.NpzFile) else data
-    except (OSError, ValueError, EOFError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise RecordError(f"not a readable .npz archive ({exc})", file=source) from None
     with npz:
         try:
             arrays = {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, EOFError) as exc:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise RecordError(f"corrupt .npz member ({exc})", file=source) from None
     raw = arrays.pop("__header__", None)
     if raw is None:

@@ -169,9 +169,9 @@ class _Validator:
               finite: bool = True) -> np.ndarray:
         try:
             arr = np.asarray(value)
-        except (ValueError, TypeError) as exc:
-            raise self.fail(name, f"expected an array of shape {_fmt_shape(shape)}; got ragged "
-                                  f"or non-numeric data ({exc})") from None
+        except (ValueError, TypeError):
+            raise self.fail(name, f"expected an array of shape {_fmt_shape(shape)}; got "
+                                  f"{_ragged(value)}") from None
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise self.fail(name, f"expected numbers of shape {_fmt_shape(shape)}, got dtype {arr.dtype} "
                                   "(ragged lengths or non-numeric entries)")
@@ -360,6 +360,19 @@ class _Validator:
         if camera is not None and not isinstance(camera, str):
             raise self.fail("replay.camera", "expected a camera name")
         return Replay(mjcf=mjcf, qpos=qpos, qvel=qvel, mocap_pos=mpos, mocap_quat=mquat, camera=camera)
+
+
+def _ragged(value: Any) -> str:
+    """Says where a nested list stops being rectangular: the step and the two lengths."""
+    if isinstance(value, (list, tuple)) and value:
+        def size(v):
+            return len(v) if isinstance(v, (list, tuple)) else None
+        first = size(value[0])
+        for i, v in enumerate(value):
+            if size(v) != first:
+                return (f"ragged data: step {i} has {size(v) if size(v) is not None else 'a scalar'} "
+                        f"values, step 0 has {first}")
+    return "non-numeric or ragged data"
 
 
 def _or_empty(value: Any, n_steps: int, width: int) -> Any:

@@ -1,0 +1,75 @@
+import json
+
+import numpy as np
+import pytest
+
+from scoring.errors import RecordError
+from scoring.io import (iter_archive, load_record, record_from_json, record_from_npz, record_to_json,
+                        record_to_npz_bytes, save_record)
+from scoring.synthetic import make_record
+
+
+def test_appendix_b_record_loads_as_written(appendix_b):
+    rec = record_from_json(appendix_b)
+    assert rec.n_steps == 2
+    assert rec.targets == ("black_bowl",)
+    assert rec.pose_bodies == ("black_bowl", "plate")
+    assert rec.quat_bodies == ("black_bowl",)
+    assert rec.contacts.force.tolist() == [12.4]
+    assert rec.bodies[rec.contacts.a[0]] == "panda_link7" and rec.bodies[rec.contacts.b[0]] == "table"
+    assert rec.gripper_contact.tolist() == [False, True]
+
+
+def test_json_npz_json_round_trip_is_lossless(appendix_b):
+    rec = record_from_json(appendix_b)
+    assert record_to_json(rec) == appendix_b
+    again = record_from_npz(record_to_npz_bytes(rec))
+    assert record_to_json(again) == appendix_b
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_npz_round_trip_keeps_every_array_and_dtype(tmp_path, compress):
+    rec = make_record(np.random.default_rng(3), episode_id="a/b", n_steps=50, contacts_per_step=5, with_replay=True)
+    path = save_record(rec, tmp_path / "ep.npz", compress=compress)
+    back = load_record(path)
+    for name in ("t", "eef_pos", "body_pos", "body_quat", "joint_torque", "gripper_contact"):
+        a, b = getattr(rec, name), getattr(back, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for name in ("step", "a", "b", "force"):
+        assert np.array_equal(getattr(rec.contacts, name), getattr(back.contacts, name))
+    assert np.array_equal(rec.replay.qpos, back.replay.qpos)
+    assert back.meta == rec.meta and back.bodies == rec.bodies and back.roles == rec.roles
+    assert json.dumps(record_to_json(back)) == json.dumps(record_to_json(rec))
+
+
+def test_extra_fields_survive_the_round_trip(appendix_b):
+    appendix_b["policy_commit"] = "abc123"
+    appendix_b["steps"][0]["rgb_path"] = "frames/0.png"
+    appendix_b["steps"][1]["rgb_path"] = "frames/1.png"
+    rec = record_from_json(appendix_b)
+    assert record_to_json(record_from_npz(record_to_npz_bytes(rec))) == appendix_b
+
+
+def test_archive_keeps_going_past_a_broken_episode(tmp_path, appendix_b):
+    good = json.dumps(appendix_b)
+    bad = dict(appendix_b, dt=-1, episode_id="broken")
+    lines = [good.replace("ep_000", "ep_001"), "{not json", json.dumps(bad), good.replace("ep_000", "ep_002")]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "corrupt.npz").write_bytes(b"PK\x03\x04garbage")
+    items = list(iter_archive([tmp_path]))
+    ok = [i.record.episode_id for i in items if i.record]
+    errors = [i.error for i in items if i.error]
+    assert ok == ["libero-spatial/task_0/ep_001", "libero-spatial/task_0/ep_002"]
+    assert len(errors) == 3
+    by_file = {str(e) for e in errors}
+    assert any("a.jsonl:2" in m and "not valid JSON" in m for m in by_file)
+    assert any("a.jsonl:3" in m and "'broken'" in m and "'dt'" in m for m in by_file)
+    assert any("corrupt.npz" in m for m in by_file)
+
+
+def test_missing_path_and_wrong_suffix_are_named(tmp_path):
+    with pytest.raises(RecordError, match="no such file"):
+        list(iter_archive([tmp_path / "nope"]))
+    (tmp_path / "x.csv").write_text("a")
+    with pytest.raises(RecordError, match=r"x\.csv.*expected \.json, \.jsonl, \.npz"):
+        list(iter_archive([tmp_path / "x.csv"]))
