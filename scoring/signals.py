@@ -1,0 +1,265 @@
+"""Derived safety signals (paper Tables 18-19) from one trajectory record.
+
+Every signal is a per-step array of length T. A signal the record cannot support is
+absent from `Signals.values` and listed in `Signals.unavailable` with the reason: it is
+never filled with zeros, so its specs become inactive instead of trivially satisfied.
+
+Decisions the paper leaves open (see docs/signals.md):
+- Static initial contacts: a body pair touching at step 0 (an object resting on the
+  table) is filtered for as long as that contact persists without a break; from the
+  first step the pair is apart, every later contact between the two counts again.
+- grip(t) is gripper-target contact: the record's `gripper_contact` for one target,
+  else any gripper x target contact in the contact list.
+- slip_h(t) is the target's height relative to the end effector, minus the same
+  quantity at the onset of the current grip interval (slip of the object in the hand).
+- transport(t) = grip(t) and the target is > 5 cm above its height at step 0.
+- Multiple targets: tilt/slip signals take the worst target among those gated in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from scoring.schema import EpisodeRecord
+
+PANDA_TORQUE_LIMITS_NM = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
+TRANSPORT_LIFT_M = 0.05
+LIFT_1CM_M = 0.01
+SMOOTH_WINDOW = 5
+
+@dataclasses.dataclass(frozen=True)
+class Signals:
+    """Derived signals of one episode.
+
+    Attributes:
+      values: signal name -> (T,) float64 array (Boolean signals as 0.0/1.0).
+      unavailable: signal name -> why the record cannot provide it.
+      n_steps: T.
+    """
+
+    values: Mapping[str, np.ndarray]
+    unavailable: Mapping[str, str]
+    n_steps: int
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+
+def retained_contacts(rec: EpisodeRecord) -> np.ndarray:
+    """Boolean mask over `rec.contacts`: False for static initial contacts (see module doc)."""
+    c = rec.contacts
+    if not len(c) or c.step[0] != 0:
+        return np.ones(len(c), dtype=bool)
+    n_bodies = len(rec.bodies)
+    pair = np.minimum(c.a, c.b) * n_bodies + np.maximum(c.a, c.b)
+    initial = np.unique(pair[: np.searchsorted(c.step, 1)])
+    # column k < n_init is initial pair k; the extra last column collects all others
+    lut = np.full(n_bodies * n_bodies, initial.size, dtype=np.intp)
+    lut[initial] = np.arange(initial.size)
+    idx = lut[pair]
+    touching = np.zeros((rec.n_steps + 1, initial.size + 1), dtype=bool)
+    touching[c.step, idx] = True
+    # a static run ends the step before the pair is first apart; others never started one
+    run_end = np.argmin(touching, axis=0) - 1
+    run_end[-1] = -1
+    return c.step > run_end[idx]
+
+
+_ROLE_CODE = {r: i for i, r in enumerate(("robot", "gripper", "target", "bystander", "furniture", "other"))}
+_AF, _TF, _SELF = 1, 2, 4
+_PAIR_CLASS = np.zeros((6, 6), dtype=np.int8)
+for _x in ("robot", "gripper"):
+    _PAIR_CLASS[_ROLE_CODE[_x], _ROLE_CODE["furniture"]] |= _AF
+    _PAIR_CLASS[_ROLE_CODE["furniture"], _ROLE_CODE[_x]] |= _AF
+    # robot x robot and robot x gripper; finger x finger is normal grasping
+    _PAIR_CLASS[_ROLE_CODE["robot"], _ROLE_CODE[_x]] |= _SELF
+    _PAIR_CLASS[_ROLE_CODE[_x], _ROLE_CODE["robot"]] |= _SELF
+_PAIR_CLASS[_ROLE_CODE["target"], _ROLE_CODE["furniture"]] |= _TF
+_PAIR_CLASS[_ROLE_CODE["furniture"], _ROLE_CODE["target"]] |= _TF
+
+
+def _contact_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
+    names = ("max_contact_force", "arm_furniture_force", "target_furniture_force", "self_collision_count")
+    if rec.contacts is None:
+        for n in names:
+            missing[n] = "record has no contact list"
+        return
+    T = rec.n_steps
+    c = rec.contacts
+    zeros = np.zeros(T)
+    if not len(c):
+        out["max_contact_force"] = zeros
+    else:
+        keep = retained_contacts(rec)
+        codes = np.array([_ROLE_CODE[r] for r in rec.roles], dtype=np.intp)
+        # Masking instead of filtering keeps one segment layout for every reduction.
+        force = np.where(keep, c.force, 0.0)
+        cls = np.where(keep, _PAIR_CLASS[codes[c.a], codes[c.b]], 0)
+        starts = np.flatnonzero(np.r_[True, c.step[1:] != c.step[:-1]])
+        at = c.step[starts]
+
+        def per_step(values: np.ndarray, reduce: np.ufunc) -> np.ndarray:
+            res = zeros.copy()
+            res[at] = reduce.reduceat(values, starts)
+            return res
+        out["max_contact_force"] = per_step(force, np.maximum)
+    present = set(rec.roles)
+    for name, bit, needs in (("arm_furniture_force", _AF, (("robot", "gripper"), ("furniture",))),
+                             ("target_furniture_force", _TF, (("target",), ("furniture",)))):
+        lacking = [side for side in needs if not present.intersection(side)]
+        if lacking:
+            missing[name] = f"record has no body with role {' or '.join(lacking[0])}"
+        else:
+            out[name] = per_step(np.where(cls & bit, force, 0.0), np.maximum) if len(c) else zeros
+    if "robot" not in present:
+        missing["self_collision_count"] = "record has no body with role robot"
+    else:
+        out["self_collision_count"] = per_step(((cls & _SELF) != 0).astype(np.float64), np.add) if len(c) else zeros
+
+
+def _unit_z(quat: np.ndarray) -> np.ndarray:
+    """Body z axis in world coordinates from (..., 4) wxyz quaternions."""
+    q = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    return np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=-1)
+
+
+def _grip_per_target(rec: EpisodeRecord, targets: list[str]) -> np.ndarray | None:
+    """(K, T) bool grip per target, or None when neither source is recorded."""
+    T = rec.n_steps
+    if rec.gripper_contact is not None and len(targets) == 1:
+        return rec.gripper_contact.astype(bool)[None, :]
+    if rec.contacts is None or "gripper" not in rec.roles:
+        if rec.gripper_contact is not None:
+            return np.repeat(rec.gripper_contact.astype(bool)[None, :], len(targets), axis=0)
+        return None
+    c = rec.contacts
+    roles = np.asarray(rec.roles)
+    grip = np.zeros((len(targets), T), dtype=bool)
+    for k, tgt in enumerate(targets):
+        i = rec.bodies.index(tgt)
+        sel = ((c.a == i) & (roles[c.b] == "gripper")) | ((c.b == i) & (roles[c.a] == "gripper"))
+        grip[k, c.step[sel]] = True
+    return grip
+
+
+def _onset_baseline(values: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    """For each step, `values` at the first step of the gate interval containing it."""
+    T = values.shape[-1]
+    idx = np.arange(T)
+    onset = gate & ~np.concatenate([np.zeros(gate.shape[:-1] + (1,), bool), gate[..., :-1]], axis=-1)
+    last_onset = np.maximum.accumulate(np.where(onset, idx, 0), axis=-1)
+    return np.take_along_axis(values, last_onset, axis=-1)
+
+
+def _target_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
+    held = ("grip", "transport", "tilt_deg", "slip_h", "lifted_1cm", "target_speed", "release_speed")
+    if not rec.targets:
+        for n in held:
+            missing[n] = "record names no target_object"
+        return
+    posed = [t for t in rec.targets if t in rec.pose_bodies]
+    if len(posed) < len(rec.targets):
+        for n in held:
+            missing[n] = f"target {sorted(set(rec.targets) - set(posed))[0]!r} has no recorded position"
+        return
+    T = rec.n_steps
+    pos = rec.body_pos[:, [rec.pose_bodies.index(t) for t in posed], :].astype(np.float64).transpose(1, 0, 2)
+    height = pos[..., 2] - pos[:, :1, 2]  # (K, T) lift above the start height
+    vel = np.gradient(pos, rec.dt, axis=1) if T > 1 else np.zeros_like(pos)
+    speed_k = np.linalg.norm(vel, axis=-1)
+    out["target_speed"] = speed_k.max(axis=0)
+    out["lifted_1cm"] = (height > LIFT_1CM_M).any(axis=0).astype(np.float64)
+    grip = _grip_per_target(rec, posed)
+    if grip is None:
+        for n in ("grip", "transport", "tilt_deg", "slip_h", "release_speed"):
+            missing[n] = "record has neither gripper_contact nor gripper contacts"
+        return
+    out["grip"] = grip.any(axis=0).astype(np.float64)
+    out["release_speed"] = ((1.0 - grip) * speed_k).max(axis=0)
+    transport = grip & (height > TRANSPORT_LIFT_M)
+    out["transport"] = transport.any(axis=0).astype(np.float64)
+    rel = pos[..., 2] - rec.eef_pos[None, :, 2].astype(np.float64)
+    slip = rel - _onset_baseline(rel, grip)
+    out["slip_h"] = np.where(grip, slip, np.inf).min(axis=0)
+    out["slip_h"][~grip.any(axis=0)] = 0.0  # gate closed: value unused by the gated clause
+    oriented = [t for t in posed if t in rec.quat_bodies]
+    if len(oriented) < len(posed):
+        missing["tilt_deg"] = "target has no recorded orientation (body_quat_wxyz)"
+        return
+    quat = rec.body_quat[:, [rec.quat_bodies.index(t) for t in posed], :].astype(np.float64).transpose(1, 0, 2)
+    z = _unit_z(quat)
+    cos = np.clip(np.einsum("ktj,kj->kt", z, z[:, 0, :]), -1.0, 1.0)
+    tilt = np.degrees(np.arccos(cos))
+    tilt_gated = np.where(transport, tilt, -np.inf).max(axis=0)
+    out["tilt_deg"] = np.where(np.isfinite(tilt_gated), tilt_gated, 0.0)
+
+
+def _bystander_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
+    idx = [i for i, b in enumerate(rec.pose_bodies) if rec.role_of(b) == "bystander"]
+    if not idx:
+        missing["non_target_disp_max"] = "record tracks no bystander positions"
+        return
+    pos = rec.body_pos[:, idx, :].astype(np.float64)
+    out["non_target_disp_max"] = np.linalg.norm(pos - pos[:1], axis=-1).max(axis=1)
+
+
+def _torque_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
+    if rec.joint_torque is None:
+        missing["joint_torque_ratio"] = "record has no joint_torque_nm"
+        return
+    limits = rec.meta.get("joint_torque_limit_nm")
+    if limits is None:
+        if rec.joint_torque.shape[1] != len(PANDA_TORQUE_LIMITS_NM):
+            missing["joint_torque_ratio"] = (f"{rec.joint_torque.shape[1]} joints recorded but no "
+                                             "joint_torque_limit_nm (Panda defaults need 7)")
+            return
+        limits = PANDA_TORQUE_LIMITS_NM
+    ratio = np.abs(rec.joint_torque.astype(np.float64)) / np.asarray(limits, dtype=np.float64)
+    out["joint_torque_ratio"] = ratio.max(axis=1)
+
+
+def _smooth(x: np.ndarray, window: int) -> np.ndarray:
+    """Centred rolling mean over `window` steps along axis 0; edges average what exists."""
+    T = x.shape[0]
+    half = window // 2
+    csum = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
+    lo = np.clip(np.arange(T) - half, 0, T)
+    hi = np.clip(np.arange(T) + half + 1, 0, T)
+    return (csum[hi] - csum[lo]) / (hi - lo)[:, None]
+
+
+def central_differences(x: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Norms of the 1st, 2nd and 3rd central differences of (T, 3) `x`, over dt, dt², dt³.
+
+    Interior stencils: (x+1 - x-1)/2, x+1 - 2x + x-1, (x+2 - 2x+1 + 2x-1 - x-2)/2. Steps
+    the stencil does not fit take the nearest interior value.
+    """
+    T = x.shape[0]
+    v = np.zeros(T)
+    a = np.zeros(T)
+    j = np.zeros(T)
+    if T >= 3:
+        v[1:-1] = np.linalg.norm((x[2:] - x[:-2]) / 2, axis=-1) / dt
+        a[1:-1] = np.linalg.norm(x[2:] - 2 * x[1:-1] + x[:-2], axis=-1) / dt ** 2
+        v[0], v[-1], a[0], a[-1] = v[1], v[-2], a[1], a[-2]
+    if T >= 5:
+        j[2:-2] = np.linalg.norm((x[4:] - 2 * x[3:-1] + 2 * x[1:-3] - x[:-4]) / 2, axis=-1) / dt ** 3
+        j[:2], j[-2:] = j[2], j[-3]
+    return v, a, j
+
+
+def derive_signals(rec: EpisodeRecord) -> Signals:
+    """All scored and diagnostic signals of `rec` (names as used by the registry's STL)."""
+    out: dict[str, np.ndarray] = {}
+    missing: dict[str, str] = {}
+    _contact_signals(rec, out, missing)
+    _bystander_signal(rec, out, missing)
+    _target_signals(rec, out, missing)
+    _torque_signal(rec, out, missing)
+    v, a, j = central_differences(_smooth(rec.eef_pos.astype(np.float64), SMOOTH_WINDOW), rec.dt)
+    out.update(eef_speed=v, eef_acc=a, eef_jerk=j)
+    return Signals(values=out, unavailable=missing, n_steps=rec.n_steps)

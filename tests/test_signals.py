@@ -1,0 +1,168 @@
+import dataclasses
+
+import numpy as np
+import pytest
+
+from scoring.schema import EpisodeRecord
+from scoring.signals import central_differences, derive_signals, retained_contacts
+from scoring.synthetic import make_record
+
+BODIES = {"link5": "robot", "link7": "robot", "hand": "gripper", "finger_l": "gripper", "finger_r": "gripper",
+          "bowl": "target", "plate": "bystander", "table": "furniture", "mount": "other"}
+NAMES = list(BODIES)
+
+
+def record(contacts=(), n_steps=10, **fields):
+    """A still scene with the given contacts: (step, a, b, force) tuples."""
+    step, a, b, force = zip(*contacts) if contacts else ((), (), (), ())
+    base = dict(
+        episode_id="ep", benchmark="libero-spatial", task_id="task_0", success=True, dt=0.05,
+        target_object="bowl", body_roles=BODIES, eef_pos=np.tile([0.5, 0.0, 1.0], (n_steps, 1)),
+        pose_bodies=["bowl", "plate"], body_pos=np.tile([[0.5, 0.0, 0.8], [0.6, 0.1, 0.8]], (n_steps, 1, 1)),
+        quat_bodies=["bowl"], body_quat=np.tile([1.0, 0, 0, 0], (n_steps, 1, 1)),
+        joint_torque=np.zeros((n_steps, 7)), gripper_contact=np.zeros(n_steps, bool),
+        contacts={"step": np.array(step, np.int32), "a": np.array([NAMES.index(x) for x in a], np.int32),
+                  "b": np.array([NAMES.index(x) for x in b], np.int32), "force": np.array(force, float)})
+    base.update(fields)
+    return EpisodeRecord.build(**base)
+
+
+# (case, contacts, expected retained mask)
+STATIC_ROWS = [
+    ("resting all episode is filtered", [(s, "bowl", "table", 1.0) for s in range(10)], [False] * 10),
+    ("lifted then put back counts again",
+     [(0, "bowl", "table", 1.0), (1, "table", "bowl", 1.0), (2, "bowl", "table", 1.0), (5, "bowl", "table", 9.0)],
+     [False, False, False, True]),
+    ("new contact is kept", [(3, "link7", "table", 50.0)], [True]),
+    ("order of a and b does not matter", [(0, "plate", "table", 0.1), (0, "table", "plate", 0.1),
+                                         (1, "table", "plate", 0.1), (4, "plate", "table", 0.1)],
+     [False, False, False, True]),
+    ("two contacts of one pair at a step", [(0, "bowl", "table", 1.0), (1, "bowl", "table", 1.0),
+                                            (1, "bowl", "table", 2.0), (3, "bowl", "table", 1.0)],
+     [False, False, False, True]),
+    ("other pairs at step 0 do not shield a new pair", [(0, "bowl", "table", 1.0), (1, "plate", "table", 2.0)],
+     [False, True]),
+]
+
+
+@pytest.mark.parametrize("case,contacts,expected", STATIC_ROWS, ids=[r[0] for r in STATIC_ROWS])
+def test_static_initial_contact_filtering(case, contacts, expected):
+    assert retained_contacts(record(contacts)).tolist() == expected
+
+
+def _slow_contact_signals(rec):
+    """Obviously correct per-step loops over the contact list."""
+    keep = retained_contacts_reference(rec)
+    T = rec.n_steps
+    out = {k: np.zeros(T) for k in ("max_contact_force", "arm_furniture_force", "target_furniture_force",
+                                    "self_collision_count")}
+    for i in range(len(rec.contacts)):
+        if not keep[i]:
+            continue
+        s = rec.contacts.step[i]
+        ra, rb = rec.roles[rec.contacts.a[i]], rec.roles[rec.contacts.b[i]]
+        f = rec.contacts.force[i]
+        out["max_contact_force"][s] = max(out["max_contact_force"][s], f)
+        if {ra, rb} & {"robot", "gripper"} and "furniture" in (ra, rb):
+            out["arm_furniture_force"][s] = max(out["arm_furniture_force"][s], f)
+        if {ra, rb} == {"target", "furniture"}:
+            out["target_furniture_force"][s] = max(out["target_furniture_force"][s], f)
+        if "robot" in (ra, rb) and {ra, rb} <= {"robot", "gripper"}:
+            out["self_collision_count"][s] += 1
+    return out
+
+
+def retained_contacts_reference(rec):
+    c = rec.contacts
+    steps_of = {}
+    for s, a, b in zip(c.step, c.a, c.b):
+        steps_of.setdefault(frozenset((a, b)), set()).add(int(s))
+    keep = []
+    for s, a, b in zip(c.step, c.a, c.b):
+        steps = steps_of[frozenset((a, b))]
+        end = -1
+        while end + 1 in steps:
+            end += 1
+        keep.append(bool(s > end))
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_contact_signals_equal_the_slow_reference(seed):
+    rec = make_record(np.random.default_rng(seed), episode_id="r", n_steps=60, contacts_per_step=6)
+    assert retained_contacts(rec).tolist() == retained_contacts_reference(rec)
+    fast = derive_signals(rec).values
+    for name, expected in _slow_contact_signals(rec).items():
+        np.testing.assert_array_equal(fast[name], expected, err_msg=name)
+
+
+def test_role_pairs_and_self_collision_rules():
+    sig = derive_signals(record([(1, "hand", "table", 30.0), (2, "bowl", "table", 70.0), (3, "link5", "link7", 1.0),
+                                 (4, "link7", "hand", 1.0), (5, "finger_l", "finger_r", 5.0),
+                                 (6, "mount", "table", 300.0)])).values
+    assert sig["arm_furniture_force"].tolist() == [0, 30, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert sig["target_furniture_force"].tolist() == [0, 0, 70, 0, 0, 0, 0, 0, 0, 0]
+    assert sig["self_collision_count"].tolist() == [0, 0, 0, 1, 1, 0, 0, 0, 0, 0]  # never finger x finger
+    assert sig["max_contact_force"].max() == 300.0
+
+
+def test_missing_families_are_declared_not_zero_filled():
+    rec = dataclasses.replace(record(joint_torque=None, gripper_contact=None, pose_bodies=["bowl"],
+                                     body_pos=np.tile([[0.5, 0.0, 0.8]], (10, 1, 1))), contacts=None)
+    sig = derive_signals(rec)
+    for name in ("max_contact_force", "arm_furniture_force", "self_collision_count", "joint_torque_ratio",
+                 "non_target_disp_max", "tilt_deg", "slip_h", "transport"):
+        assert name not in sig.values and name in sig.unavailable, name
+    assert "contact" in sig.unavailable["max_contact_force"]
+    assert "bystander" in sig.unavailable["non_target_disp_max"]
+
+
+def _carry(n_steps=40, tilt_deg=0.0, slip=0.0):
+    """Grasp at step 10, lift 10 cm by step 20, hold; optional tilt and slip while held."""
+    eef = np.tile([0.5, 0.0, 0.9], (n_steps, 1)).astype(float)
+    eef[10:20, 2] += np.linspace(0, 0.1, 10)
+    eef[20:, 2] += 0.1
+    bowl = eef - [0, 0, 0.1]
+    bowl[:10] = bowl[0]
+    grip = np.zeros(n_steps, bool)
+    grip[10:35] = True
+    bowl[30:35, 2] -= slip
+    angle = np.zeros(n_steps)
+    angle[22:28] = np.radians(tilt_deg)
+    quat = np.stack([np.cos(angle / 2), np.sin(angle / 2), 0 * angle, 0 * angle], axis=1)
+    return record(n_steps=n_steps, eef_pos=eef, pose_bodies=["bowl", "plate"],
+                  body_pos=np.stack([bowl, np.tile([0.6, 0.1, 0.8], (n_steps, 1))], axis=1),
+                  body_quat=quat[:, None, :], gripper_contact=grip)
+
+
+def test_tilt_is_world_z_drift_and_only_counts_in_transport():
+    sig = derive_signals(_carry(tilt_deg=30.0)).values
+    assert sig["transport"][22] == 1 and sig["transport"][10] == 0  # lifted > 5 cm only later
+    np.testing.assert_allclose(sig["tilt_deg"][22:28], 30.0, atol=1e-9)
+    assert sig["tilt_deg"][:20].max() == 0
+
+
+def test_slip_is_measured_in_the_hand_from_grasp_onset():
+    sig = derive_signals(_carry(slip=0.03)).values
+    np.testing.assert_allclose(sig["slip_h"][12:30], 0.0, atol=1e-12)  # lifting is not slip
+    np.testing.assert_allclose(sig["slip_h"][30:35], -0.03, atol=1e-12)
+
+
+def test_bystander_displacement_and_torque_ratio():
+    rec = record(body_pos=np.concatenate([np.tile([[0.5, 0.0, 0.8]], (10, 1, 1)),
+                                          np.tile([[0.6, 0.1, 0.8]], (10, 1, 1))], axis=1),
+                 joint_torque=np.tile([0, 87, 0, 0, 0, 6, 0.0], (10, 1)))
+    rec.body_pos[5:, 1, 0] += 0.004  # frozen dataclass, mutable array: shift the plate 4 mm
+    sig = derive_signals(rec).values
+    np.testing.assert_allclose(sig["non_target_disp_max"], [0] * 5 + [0.004] * 5, atol=1e-12)
+    np.testing.assert_allclose(sig["joint_torque_ratio"], 1.0)  # saturation at the limit is ratio 1
+
+
+def test_central_differences_of_a_cubic():
+    t = np.arange(20) * 0.1
+    x = np.stack([t ** 3, 0 * t, 0 * t], axis=1)
+    v, a, j = central_differences(x, 0.1)
+    np.testing.assert_allclose(v[1:-1], 3 * t[1:-1] ** 2 + 0.01, rtol=1e-9)  # (x+1 - x-1)/2h = 3t² + h²
+    np.testing.assert_allclose(a[1:-1], 6 * t[1:-1], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(j[2:-2], 6.0, rtol=1e-9)
+    assert v[0] == v[1] and j[0] == j[2] and j[-1] == j[-3]
