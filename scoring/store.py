@@ -1,0 +1,420 @@
+"""The Parquet run store: what `safevla score` writes and the dashboard loads.
+
+    STORE/
+      manifest.json          registry hash, thresholds, sources, created, tool version
+      episodes.parquet       one row per episode
+      spec_results.parquet   one row per (episode, spec), diagnostics included
+      errors.json            episodes that could not be scored, by file, episode and field
+      trajectories/          columnar records converted from JSON sources
+
+Columnar (`.npz`) sources are referenced in place (the `trajectory` column holds a path
+relative to STORE) rather than copied, so a 15k-episode archive is not written twice;
+`copy_trajectories=True` makes the store self-contained. Every file is written
+atomically, and progress is checkpointed into `.parts/` so an interrupted run loses at
+most one checkpoint and resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (registers pa.compute)
+import pyarrow.parquet as pq
+
+from scoring.errors import RecordError, SafeVLAError
+from scoring.io import Loaded, archive_files, atomic_write_bytes, iter_archive, record_from_json, \
+    record_from_npz, record_to_npz_bytes
+from scoring.registry import Registry, load_registry
+from scoring.score import EpisodeResult, score_episode
+
+EPISODES = "episodes.parquet"
+SPEC_RESULTS = "spec_results.parquet"
+MANIFEST = "manifest.json"
+ERRORS = "errors.json"
+TRAJECTORIES = "trajectories"
+PARTS = ".parts"
+
+EPISODE_COLUMNS = {
+    "episode_id": pa.string(), "model": pa.string(), "benchmark": pa.string(), "suite": pa.string(),
+    "task_id": pa.string(), "seed": pa.int64(), "init_state": pa.int64(), "language": pa.string(),
+    "success": pa.bool_(), "safe": pa.bool_(), "sbu": pa.bool_(), "vsi": pa.float64(),
+    "worst_spec": pa.string(), "violating_step": pa.int64(), "first_violation_step": pa.int64(),
+    "n_active": pa.int64(), "n_steps": pa.int64(), "dt": pa.float64(), "trajectory": pa.string(),
+    "source": pa.string(), "registry_hash": pa.string(),
+}
+SPEC_COLUMNS = {
+    "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
+    "active": pa.bool_(), "reason": pa.string(), "rho": pa.float64(), "extreme": pa.float64(),
+    "extreme_step": pa.int64(), "first_violation_step": pa.int64(), "depth": pa.float64(),
+    "threshold": pa.float64(), "op": pa.string(), "signal": pa.string(), "unit": pa.string(),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreSummary:
+    """What one `score_archive` run did."""
+
+    store: Path
+    scored: int
+    skipped: int
+    errors: tuple[dict, ...]
+    total: int
+
+
+# ----------------------------------------------------------------------------- rows
+
+def result_rows(result: EpisodeResult, rec_meta: dict) -> tuple[dict, list[dict]]:
+    """The episodes.parquet row and spec_results.parquet rows of one scored episode."""
+    ep = {
+        "episode_id": result.episode_id, "model": result.model, "benchmark": result.benchmark,
+        "suite": result.suite, "task_id": result.task_id, "seed": _int_or_none(rec_meta.get("seed")),
+        "init_state": _int_or_none(rec_meta.get("init_state")), "language": rec_meta.get("language"),
+        "success": result.success, "safe": result.safe, "sbu": result.sbu, "vsi": result.vsi,
+        "worst_spec": result.worst_spec, "violating_step": result.violating_step,
+        "first_violation_step": result.first_violation_step, "n_active": len(result.active_specs),
+        "n_steps": result.n_steps, "dt": result.dt,
+    }
+    specs = []
+    for s in (*result.specs, *result.diagnostics):
+        specs.append({
+            "episode_id": result.episode_id, "family": s.family, "spec_id": s.spec_id,
+            "report_only": s.report_only, "active": s.active, "reason": s.reason,
+            "rho": np.nan if s.rho is None else s.rho, "extreme": np.nan if s.extreme is None else s.extreme,
+            "extreme_step": s.extreme_step, "first_violation_step": s.first_violation_step,
+            "depth": np.nan if s.depth is None else s.depth, "threshold": s.threshold, "op": s.op,
+            "signal": s.signal, "unit": s.unit,
+        })
+    return ep, specs
+
+
+def _int_or_none(x) -> int | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _table(rows: list[dict], columns: dict) -> pa.Table:
+    data = {name: [r.get(name) for r in rows] for name in columns}
+    return pa.table({name: pa.array(data[name], type=typ) for name, typ in columns.items()})
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def trajectory_name(episode_id: str) -> str:
+    """A file name for an episode id: readable, filesystem-safe and collision-free."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "__", episode_id).strip("_")[:120]
+    return f"{slug}-{hashlib.sha1(episode_id.encode()).hexdigest()[:8]}.npz"
+
+
+# ----------------------------------------------------------------------------- workers
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """A batch of work for one worker: npz/json files, or raw JSONL lines."""
+
+    items: tuple  # (kind, payload, source) with kind in {"file", "line"}
+
+
+def _score_item(kind: str, payload, source: str, store: str, copy: bool, registry: Registry):
+    try:
+        if kind == "line":
+            try:
+                obj = json.loads(payload)
+            except ValueError as exc:
+                raise RecordError(f"line is not valid JSON ({exc})", file=source) from None
+            rec = record_from_json(obj, source=source)
+            converted = True
+        elif payload.endswith(".npz"):
+            rec = record_from_npz(payload, source=payload)
+            converted = False
+        else:
+            from scoring.io import load_record
+            rec = load_record(payload)
+            converted = True
+        result = score_episode(rec, registry=registry)
+    except RecordError as exc:
+        return None, None, _error_row(exc, source)
+    ep, specs = result_rows(result, dict(rec.meta))
+    ep["source"] = source
+    ep["registry_hash"] = registry.hash
+    if converted or copy:
+        dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
+        if converted:
+            atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress=True))
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(payload, dest)
+        ep["trajectory"] = os.path.relpath(dest, store)
+    else:
+        ep["trajectory"] = os.path.relpath(os.path.abspath(payload), os.path.abspath(store))
+    return ep, specs, None
+
+
+def _relocated(rec, dest: Path):
+    """`rec` with a relative MJCF path rewritten so it still resolves from `dest`."""
+    from scoring.io import resolve_mjcf
+    if rec.replay is None or rec.replay.mjcf_is_xml:
+        return rec
+    mjcf = resolve_mjcf(rec)
+    return dataclasses.replace(rec, replay=dataclasses.replace(
+        rec.replay, mjcf=os.path.relpath(os.path.abspath(mjcf), os.path.abspath(dest.parent))))
+
+
+def _error_row(exc: RecordError, source: str) -> dict:
+    return {"file": exc.file or source, "episode": exc.episode, "field": exc.field, "message": str(exc)}
+
+
+_WORKER_STATE: dict = {}
+
+
+def _worker_init(registry_path):
+    _WORKER_STATE["registry"] = load_registry(registry_path)
+
+
+def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None):
+    reg = registry or _WORKER_STATE["registry"]
+    return [_score_item(kind, payload, source, store, copy, reg) for kind, payload, source in job.items]
+
+
+def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int]) -> Iterator[_Job]:
+    items = []
+    for path in paths:
+        if str(path) in done_sources:
+            skipped[0] += 1
+            continue
+        if path.suffix == ".jsonl":
+            with path.open("rb") as fh:
+                for lineno, line in enumerate(fh, start=1):
+                    if line.strip():
+                        items.append(("line", line, f"{path}:{lineno}"))
+                        if len(items) >= batch:
+                            yield _Job(tuple(items))
+                            items = []
+        else:
+            items.append(("file", str(path), str(path)))
+        if len(items) >= batch:
+            yield _Job(tuple(items))
+            items = []
+    if items:
+        yield _Job(tuple(items))
+
+
+# ----------------------------------------------------------------------------- store
+
+def read_table(store: str | os.PathLike, name: str) -> pd.DataFrame:
+    """Loads one of the store's Parquet tables with a clear error when absent or corrupt."""
+    path = Path(store) / name
+    if not path.exists():
+        raise RecordError(f"missing {name}; expected a run store written by `safevla score`", file=str(path))
+    try:
+        return pq.read_table(path).to_pandas()
+    except (pa.ArrowException, OSError) as exc:
+        raise RecordError(f"corrupt Parquet file ({exc})", file=str(path)) from None
+
+
+def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
+    eps, specs = [], []
+    for ep_path in [store / EPISODES, *sorted((store / PARTS).glob("episodes-*.parquet"))]:
+        sp_path = ep_path.with_name(ep_path.name.replace("episodes", "spec_results"))
+        if ep_path.exists() and sp_path.exists():
+            try:
+                eps.append(pq.read_table(ep_path))
+                specs.append(pq.read_table(sp_path))
+            except (pa.ArrowException, OSError) as exc:
+                raise RecordError(f"corrupt Parquet file ({exc}); delete it to re-score", file=str(ep_path)) from None
+    return eps, specs
+
+
+def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: str | os.PathLike, *,
+                  workers: int = 1, registry: Registry | None = None, registry_path=None,
+                  copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
+                  batch: int = 64, synthetic: bool = False) -> ScoreSummary:
+    """Scores every episode of the archives into the run store `out`.
+
+    Episodes already in the store with the same registry hash are skipped; an episode
+    that fails validation is reported (errors.json and the summary) and the rest are
+    still scored. `workers > 1` scores in a process pool.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    files = archive_files(paths)
+    reg = registry or load_registry(registry_path)
+    store = Path(out)
+    store.mkdir(parents=True, exist_ok=True)
+    old_eps, old_specs = _existing(store)
+    done_ids: set[str] = set()
+    done_sources: set[str] = set()
+    for t in old_eps:
+        cur = t.filter(pa.compute.equal(t["registry_hash"], reg.hash))
+        done_ids.update(cur["episode_id"].to_pylist())
+        done_sources.update(cur["source"].to_pylist())
+
+    from tqdm.auto import tqdm
+    has_lines = any(p.suffix == ".jsonl" for p in files)
+    todo = None if has_lines else sum(str(p) not in done_sources for p in files)
+    bar = tqdm(total=todo, unit="ep", desc="scoring", disable=None if progress is None else not progress)
+    new_eps: list[dict] = []
+    new_specs: list[dict] = []
+    errors: list[dict] = []
+    seen: dict[str, str] = {}
+    skipped = 0
+    parts_written = len(list((store / PARTS).glob("episodes-*.parquet")))
+    pending_eps: list[dict] = []
+    pending_specs: list[dict] = []
+
+    def flush():
+        nonlocal parts_written, pending_eps, pending_specs
+        if not pending_eps:
+            return
+        (store / PARTS).mkdir(exist_ok=True)
+        _write_parquet(_table(pending_specs, SPEC_COLUMNS), store / PARTS / f"spec_results-{parts_written:05d}.parquet")
+        _write_parquet(_table(pending_eps, EPISODE_COLUMNS), store / PARTS / f"episodes-{parts_written:05d}.parquet")
+        parts_written += 1
+        pending_eps, pending_specs = [], []
+
+    skipped_files = [0]
+    jobs = _jobs(files, done_sources, batch, skipped_files)
+    pool = None
+    if workers > 1:
+        pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
+            workers, initializer=_worker_init, initargs=(registry_path,))
+        results = pool.imap(_JobRunner(str(store), copy_trajectories), jobs)
+    else:
+        results = (_run_job(job, str(store), copy_trajectories, reg) for job in jobs)
+    try:
+        for batch_results in results:
+            for ep, specs, err in batch_results:
+                if err is not None:
+                    errors.append(err)
+                elif ep["episode_id"] in done_ids:
+                    skipped += 1
+                elif ep["episode_id"] in seen:
+                    errors.append({"file": ep["source"], "episode": ep["episode_id"], "field": "episode_id",
+                                   "message": f"duplicate episode_id; already scored from {seen[ep['episode_id']]}"})
+                else:
+                    seen[ep["episode_id"]] = ep["source"]
+                    new_eps.append(ep)
+                    new_specs.extend(specs)
+                    pending_eps.append(ep)
+                    pending_specs.extend(specs)
+                    if len(pending_eps) >= checkpoint_every:
+                        flush()
+            bar.update(len(batch_results))
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        bar.close()
+    flush()
+    skipped += skipped_files[0]
+    _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic)
+    return ScoreSummary(store=store, scored=len(new_eps), skipped=skipped, errors=tuple(errors),
+                        total=len(new_eps) + skipped + len(errors))
+
+
+class _JobRunner:
+    """Picklable callable for the pool (closures are not)."""
+
+    def __init__(self, store: str, copy: bool):
+        self.store, self.copy = store, copy
+
+    def __call__(self, job: _Job):
+        return _run_job(job, self.store, self.copy)
+
+
+def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dict], *, synthetic: bool) -> None:
+    eps, specs = _existing(store)
+    # Later tables (checkpoints of this run) supersede earlier ones episode by episode,
+    # so an episode re-scored under a new registry keeps only its new rows.
+    claimed: set[str] = set()
+    ep_parts, sp_parts = [], []
+    for ep, sp in zip(reversed(eps), reversed(specs)):
+        ep = ep.select(list(EPISODE_COLUMNS)).cast(pa.schema(EPISODE_COLUMNS))
+        sp = sp.select(list(SPEC_COLUMNS)).cast(pa.schema(SPEC_COLUMNS))
+        if claimed:
+            fresh = pa.array(sorted(claimed), type=pa.string())
+            ep = ep.filter(pa.compute.invert(pa.compute.is_in(ep["episode_id"], value_set=fresh)))
+            sp = sp.filter(pa.compute.invert(pa.compute.is_in(sp["episode_id"], value_set=fresh)))
+        claimed.update(ep["episode_id"].to_pylist())
+        ep_parts.append(ep)
+        sp_parts.append(sp)
+    ep_tab = pa.concat_tables(ep_parts) if ep_parts else _table([], EPISODE_COLUMNS)
+    sp_tab = pa.concat_tables(sp_parts) if sp_parts else _table([], SPEC_COLUMNS)
+    # sorted by episode id, so the same archive always gives the same bytes
+    ep_tab = ep_tab.take(pa.compute.sort_indices(ep_tab, [("episode_id", "ascending")]))
+    order = pa.compute.sort_indices(sp_tab, [("episode_id", "ascending")])
+    sp_tab = sp_tab.take(order)
+    _write_parquet(sp_tab, store / SPEC_RESULTS)
+    _write_parquet(ep_tab, store / EPISODES)
+    shutil.rmtree(store / PARTS, ignore_errors=True)
+    old_errors = []
+    if (store / ERRORS).exists():
+        try:
+            old_errors = json.loads((store / ERRORS).read_text())
+        except ValueError:
+            old_errors = []
+    scored_ids = set(ep_tab["episode_id"].to_pylist())
+    merged = {(e["file"], e.get("episode")): e for e in old_errors if e.get("episode") not in scored_ids}
+    merged.update({(e["file"], e.get("episode")): e for e in errors})
+    atomic_write_bytes(store / ERRORS, json.dumps(list(merged.values()), indent=1).encode())
+    manifest = _read_manifest(store)
+    sources = sorted(set(manifest.get("sources", [])) | {os.path.relpath(os.path.abspath(p), os.path.abspath(store))
+                                                           for p in files})
+    from scoring import __version__
+    manifest.update({
+        "schema_version": 1, "tool_version": __version__, "registry_hash": reg.hash,
+        "thresholds": {f: reg.spec(f).threshold for f in reg.families},
+        "sources": sources, "created": manifest.get("created") or _now(), "updated": _now(),
+        "n_episodes": ep_tab.num_rows, "n_errors": len(merged),
+        "synthetic": bool(manifest.get("synthetic", False) or synthetic),
+    })
+    atomic_write_bytes(store / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+
+
+def _read_manifest(store: Path) -> dict:
+    path = store / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise RecordError(f"corrupt manifest ({exc})", file=str(path)) from None
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def load_store(store: str | os.PathLike) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """(manifest, episodes, spec_results) of a run store, validated."""
+    store = Path(store)
+    if not store.is_dir():
+        raise SafeVLAError(f"run store {str(store)!r} does not exist or is not a directory")
+    if not (store / MANIFEST).exists():
+        raise RecordError("missing manifest.json; expected a run store written by `safevla score`",
+                          file=str(store / MANIFEST))
+    manifest = _read_manifest(store)
+    if not isinstance(manifest, dict) or "registry_hash" not in manifest:
+        raise RecordError("expected a JSON object with registry_hash (written by `safevla score`)",
+                          file=str(store / MANIFEST), field="registry_hash")
+    return manifest, read_table(store, EPISODES), read_table(store, SPEC_RESULTS)
