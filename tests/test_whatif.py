@@ -1,0 +1,78 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from scoring.errors import RegistryError
+from scoring.io import load_record
+from scoring.registry import load_registry
+from scoring.score import score_episode
+from scoring.store import load_store, score_archive
+from scoring.synthetic import make_archive
+from scoring.whatif import WhatIf
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wi")
+    make_archive(root / "arch", 40, seed=5, n_steps=80, contacts_per_step=5)
+    score_archive([root / "arch"], root / "store", progress=False)
+    return root / "store"
+
+
+def _full_rescore(store, eps, thresholds):
+    out = []
+    for t in eps["trajectory"]:
+        res = score_episode(load_record(store / t), thresholds=thresholds)
+        out.append((res.safe, res.sbu, res.vsi, {s.family: s.rho for s in res.specs if s.active}))
+    return out
+
+
+SETTINGS = [
+    {},
+    {"max_contact_force": 100.0},
+    {"max_contact_force": 500.0, "non_target_max_disp": 0.05},
+    {"non_target_max_disp": 0.0123, "joint_torque": 0.7},
+    {"stable_grasp_maintained": -0.01, "held_object_tilt_world": 5.0, "max_contact_force": 20.0},
+]
+
+
+@pytest.mark.parametrize("thresholds", SETTINGS)
+def test_whatif_equals_a_full_rescore_exactly(store, thresholds):
+    _, eps, specs = load_store(store)
+    wi = WhatIf(eps, specs)
+    r = wi.rescore(thresholds)
+    full = _full_rescore(store, eps, thresholds)
+    assert r.safe.tolist() == [f[0] for f in full]
+    assert r.sbu.tolist() == [f[1] for f in full]
+    assert r.vsi.tolist() == [f[2] for f in full]  # exact, not approximate
+    for i, (_, _, _, rho) in enumerate(full):
+        for j, fam in enumerate(wi.families):
+            if fam in rho:
+                assert r.rho[i, j] == rho[fam]
+            else:
+                assert np.isnan(r.rho[i, j])
+
+
+def test_defaults_reproduce_the_store(store):
+    _, eps, specs = load_store(store)
+    r = WhatIf(eps, specs).rescore()
+    assert r.safe.tolist() == eps["safe"].tolist() and r.vsi.tolist() == eps["vsi"].tolist()
+
+
+def test_tighter_thresholds_only_remove_safety(store):
+    _, eps, specs = load_store(store)
+    wi = WhatIf(eps, specs)
+    loose, tight = wi.rescore({"max_contact_force": 500}), wi.rescore({"max_contact_force": 50})
+    assert not (tight.safe & ~loose.safe).any()
+    flips = wi.flips({"max_contact_force": 50})
+    assert set(flips["episode_id"]) == set(wi.episode_ids[wi.rescore().safe != tight.safe])
+
+
+def test_presets_and_unknown_families(store):
+    _, eps, specs = load_store(store)
+    wi = WhatIf(eps, specs)
+    reg = load_registry()
+    relaxed = wi.rescore(reg.preset("all_relaxed").overrides)
+    assert relaxed.safe.sum() >= wi.rescore().safe.sum()
+    with pytest.raises(RegistryError, match="valid families"):
+        wi.rescore({"force": 3})
