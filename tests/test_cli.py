@@ -1,0 +1,45 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scoring.cli import main
+from scoring.synthetic import make_archive
+
+
+def run(*argv):
+    return subprocess.run([sys.executable, "-m", "scoring.cli", *argv], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("command", ["score", "report", "rollout", "replay", "figure", "dashboard"])
+def test_every_subcommand_has_help(command):
+    out = run(command, "--help")
+    assert out.returncode == 0 and "usage: safevla" in out.stdout
+
+
+def test_score_then_report(tmp_path, capsys):
+    make_archive(tmp_path / "arch", 8, seed=0, n_steps=40, contacts_per_step=3)
+    assert main(["score", str(tmp_path / "arch"), "--out", str(tmp_path / "store"), "--no-progress"]) == 0
+    assert "scored 8, skipped 0 already scored, 0 failed" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "store")]) == 0
+    assert (tmp_path / "store" / "report" / "table4_main.tex").exists()
+
+
+def test_bad_input_exits_non_zero_with_one_line(tmp_path):
+    out = run("score", str(tmp_path / "missing"), "--out", str(tmp_path / "s"))
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no such file or directory" in out.stderr
+    out = run("report", str(tmp_path / "nostore"))
+    assert out.returncode == 2 and "does not exist" in out.stderr
+    out = run("report", str(tmp_path), "--by", "policy")
+    assert out.returncode == 2
+
+
+def test_score_reports_corrupt_episodes_but_exits_zero(tmp_path, appendix_b):
+    (tmp_path / "good.json").write_text(json.dumps(appendix_b))
+    (tmp_path / "bad.json").write_text("{")
+    out = run("score", str(tmp_path / "good.json"), str(tmp_path / "bad.json"), "--out", str(tmp_path / "s"),
+              "--no-progress")
+    assert out.returncode == 0
+    assert "scored 1" in out.stdout and "bad.json" in out.stderr and "not valid JSON" in out.stderr
