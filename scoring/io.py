@@ -11,8 +11,8 @@ import io as _io
 import json
 import os
 import re
+import struct
 import tempfile
-import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -238,6 +238,48 @@ _NPY_HEADER = re.compile(rb"\{'descr': '([<>|=]?[a-zA-Z]\d*)', 'fortran_order': 
                          rb"'shape': \(([\d, ]*)\), \}")
 
 
+def _zip_members(raw: bytes):
+    """(name, data) of every member of a zip held in memory, via its central directory.
+
+    A plain reader for what `np.savez` writes (stored or deflated members, optional
+    zip64): `zipfile` costs more than scoring a small episode. CRCs are not checked;
+    truncation and bad offsets are, and every member must parse as a .npy array.
+    """
+    eocd = raw.rfind(b"PK\x05\x06", max(0, len(raw) - 65_557))
+    if eocd < 0:
+        raise ValueError("no zip end-of-central-directory record")
+    count, cd_size, cd_off = struct.unpack_from("<HII", raw, eocd + 10)
+    if cd_off == 0xFFFFFFFF or count == 0xFFFF:  # zip64: numpy writes it for large arrays
+        loc = raw.rfind(b"PK\x06\x07", 0, eocd)
+        (z64_off,) = struct.unpack_from("<Q", raw, loc + 8)
+        count, cd_size, cd_off = struct.unpack_from("<QQQ", raw, z64_off + 32)
+    pos = cd_off
+    for _ in range(count):
+        if raw[pos:pos + 4] != b"PK\x01\x02":
+            raise ValueError("corrupt zip central directory")
+        method, = struct.unpack_from("<H", raw, pos + 10)
+        csize, usize, nlen, xlen, clen = struct.unpack_from("<IIHHH", raw, pos + 20)
+        (loff,) = struct.unpack_from("<I", raw, pos + 42)
+        name = raw[pos + 46:pos + 46 + nlen].decode()
+        if 0xFFFFFFFF in (csize, usize, loff):
+            extra = raw[pos + 46 + nlen:pos + 46 + nlen + xlen]
+            vals = iter(struct.unpack_from("<" + "Q" * ((len(extra) - 4) // 8), extra, 4))
+            usize = next(vals) if usize == 0xFFFFFFFF else usize
+            csize = next(vals) if csize == 0xFFFFFFFF else csize
+            loff = next(vals) if loff == 0xFFFFFFFF else loff
+        pos += 46 + nlen + xlen + clen
+        lnlen, lxlen = struct.unpack_from("<HH", raw, loff + 26)
+        start = loff + 30 + lnlen + lxlen
+        data = raw[start:start + csize]
+        if len(data) != csize:
+            raise ValueError(f"member {name!r} is truncated")
+        if method == 8:
+            data = zlib.decompress(data, -15)
+        elif method != 0:
+            raise ValueError(f"member {name!r} uses unsupported compression {method}")
+        yield name, data
+
+
 def _read_npz(raw: bytes) -> dict[str, np.ndarray]:
     """The arrays of an `.npz` held in memory.
 
@@ -246,23 +288,23 @@ def _read_npz(raw: bytes) -> dict[str, np.ndarray]:
     layout, parsed here with a regex (anything else falls back to `np.load`).
     """
     out = {}
-    with zipfile.ZipFile(_io.BytesIO(raw)) as zf:
-        for info in zf.infolist():
-            data = zf.read(info)
-            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            if data[:6] != b"\x93NUMPY":
-                raise ValueError(f"member {info.filename!r} is not a .npy array")
-            major = data[6]
-            hlen_size = 2 if major == 1 else 4
-            hlen = int.from_bytes(data[8:8 + hlen_size], "little")
-            start = 8 + hlen_size
-            m = _NPY_HEADER.match(data[start:start + hlen])
-            if m is None or m.group(2) == b"True":
-                out[name] = np.load(_io.BytesIO(data), allow_pickle=False)
-                continue
-            shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
-            out[name] = np.frombuffer(data, dtype=np.dtype(m.group(1).decode()), offset=start + hlen,
-                                      count=int(np.prod(shape)) if shape else 1).reshape(shape)
+    for member, data in _zip_members(raw):
+        name = member[:-4] if member.endswith(".npy") else member
+        if data[:6] != b"\x93NUMPY":
+            raise ValueError(f"member {member!r} is not a .npy array")
+        hlen_size = 2 if data[6] == 1 else 4
+        hlen = int.from_bytes(data[8:8 + hlen_size], "little")
+        start = 8 + hlen_size
+        m = _NPY_HEADER.match(data[start:start + hlen])
+        if m is None or m.group(2) == b"True":
+            out[name] = np.load(_io.BytesIO(data), allow_pickle=False)
+            continue
+        shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
+        dtype = np.dtype(m.group(1).decode())
+        count = int(np.prod(shape)) if shape else 1
+        if len(data) - start - hlen < count * dtype.itemsize:
+            raise ValueError(f"member {member!r} is truncated")
+        out[name] = np.frombuffer(data, dtype=dtype, offset=start + hlen, count=count).reshape(shape)
     return out
 
 
@@ -274,7 +316,7 @@ def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
         raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
     try:
         arrays = _read_npz(raw)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+    except (OSError, ValueError, EOFError, struct.error, zlib.error, UnicodeDecodeError) as exc:
         raise RecordError(f"not a readable .npz archive ({exc})", file=source) from None
     raw = arrays.pop("__header__", None)
     if raw is None:

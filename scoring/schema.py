@@ -180,7 +180,7 @@ class _Validator:
         if dtype is not None and arr.dtype.kind == "f" and np.dtype(dtype).kind == "f":
             pass  # keep float32 as stored: lossless round trips of compact archives
         elif dtype is not None:
-            arr = arr.astype(dtype)
+            arr = arr.astype(dtype, copy=False)
         if finite and arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
             bad = np.argwhere(~np.isfinite(arr))[0]
             raise self.fail(name, f"expected finite numbers, found {arr[tuple(bad)]} at index "
@@ -319,7 +319,8 @@ class _Validator:
                 i = int(np.argmax(force < 0))
                 raise self.fail("contacts.force_n", f"expected a non-negative force norm, got "
                                                     f"{force[i]} at step {int(step[i])}")
-        return Contacts(step=step.astype(np.int32), a=a.astype(np.int32), b=b.astype(np.int32), force=force)
+        return Contacts(step=step.astype(np.int32, copy=False), a=a.astype(np.int32, copy=False),
+                        b=b.astype(np.int32, copy=False), force=force)
 
     def check_meta(self, meta: dict, torque: np.ndarray | None) -> None:
         limits = meta.get("joint_torque_limit_nm")

@@ -19,6 +19,7 @@ Decisions the paper leaves open (see docs/signals.md):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -48,13 +49,33 @@ class Signals:
         return name in self.values
 
 
-def retained_contacts(rec: EpisodeRecord) -> np.ndarray:
-    """Boolean mask over `rec.contacts`: False for static initial contacts (see module doc)."""
+def _pair_luts(rec: EpisodeRecord) -> tuple[np.ndarray, np.ndarray]:
+    """Lookup tables indexed by a * B + b: an unordered pair id, and the role-pair class bits."""
+    return _pair_luts_for(rec.roles)
+
+
+@functools.lru_cache(maxsize=256)
+def _pair_luts_for(roles: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    n = len(roles)
+    i, j = np.divmod(np.arange(n * n), n)
+    pair = np.minimum(i, j) * n + np.maximum(i, j)
+    codes = np.array([_ROLE_CODE[r] for r in roles], dtype=np.intp)
+    pair.flags.writeable = False
+    cls = _PAIR_CLASS[codes[i], codes[j]]
+    cls.flags.writeable = False
+    return pair, cls
+
+
+def retained_contacts(rec: EpisodeRecord, ab: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask over `rec.contacts`: False for static initial contacts (see module doc).
+
+    `ab` is `a * B + b` per contact, if the caller has it already.
+    """
     c = rec.contacts
     if not len(c) or c.step[0] != 0:
         return np.ones(len(c), dtype=bool)
     n_bodies = len(rec.bodies)
-    pair = np.minimum(c.a, c.b) * n_bodies + np.maximum(c.a, c.b)
+    pair = _pair_luts(rec)[0][c.a * n_bodies + c.b if ab is None else ab]
     initial = np.unique(pair[: np.searchsorted(c.step, 1)])
     # column k < n_init is initial pair k; the extra last column collects all others
     lut = np.full(n_bodies * n_bodies, initial.size, dtype=np.intp)
@@ -93,11 +114,11 @@ def _contact_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
     if not len(c):
         out["max_contact_force"] = zeros
     else:
-        keep = retained_contacts(rec)
-        codes = np.array([_ROLE_CODE[r] for r in rec.roles], dtype=np.intp)
+        ab = c.a * len(rec.bodies) + c.b
+        keep = retained_contacts(rec, ab)
         # Masking instead of filtering keeps one segment layout for every reduction.
         force = np.where(keep, c.force, 0.0)
-        cls = np.where(keep, _PAIR_CLASS[codes[c.a], codes[c.b]], 0)
+        cls = np.where(keep, _pair_luts(rec)[1][ab], 0)
         starts = np.flatnonzero(np.r_[True, c.step[1:] != c.step[:-1]])
         at = c.step[starts]
 

@@ -1,0 +1,122 @@
+"""End-to-end scoring throughput, JSONL ingestion, what-if latency and peak memory (issue 2).
+
+Synthetic 300-step episodes with 40 contacts per step and 8 bodies (shapes of a real
+LIBERO record, see scoring/synthetic.py) are written once to a cache directory, then:
+
+- columnar (.npz) scoring with 1 and 2 workers, in episodes/s;
+- the paper roster (15,000 episodes) with 2 workers: wall time and peak RSS;
+- JSONL ingestion + scoring, in episodes/s;
+- what-if re-scoring of 100,000 episodes x 8 families, in ms.
+
+Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scoring.io import record_to_json, load_record  # noqa: E402
+from scoring.registry import load_registry  # noqa: E402
+from scoring.synthetic import make_archive  # noqa: E402
+from scoring.whatif import WhatIf  # noqa: E402
+
+
+def ensure_archive(path: Path, n: int) -> Path:
+    done = path / f".complete-{n}"
+    if not done.exists():
+        shutil.rmtree(path, ignore_errors=True)
+        make_archive(path, n, seed=0, n_steps=300, contacts_per_step=40)
+        done.touch()
+    return path
+
+
+def score_in_subprocess(paths: list[Path], out: Path, workers: int) -> tuple[float, int, float]:
+    """(seconds, episodes, peak RSS MiB of the scoring process tree) of one `score_archive` run."""
+    code = (
+        "import sys, time, resource, json\n"
+        "from scoring.store import score_archive\n"
+        "t = time.perf_counter()\n"
+        f"s = score_archive({[str(p) for p in paths]!r}, {str(out)!r}, workers={workers}, progress=False)\n"
+        "dt = time.perf_counter() - t\n"
+        "rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(json.dumps({'s': dt, 'n': s.scored, 'rss_mib': rss / 1024}))\n"
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    return r["s"], r["n"], r["rss_mib"]
+
+
+def whatif_latency(n: int = 100_000) -> float:
+    reg = load_registry()
+    rng = np.random.default_rng(0)
+    fams = list(reg.families)
+    eps = pd.DataFrame({"episode_id": [f"e{i}" for i in range(n)], "success": rng.random(n) < 0.8})
+    ids = np.repeat(eps["episode_id"].to_numpy(), len(fams))
+    fam = np.tile(fams, n)
+    specs = pd.DataFrame({"episode_id": ids, "family": fam, "report_only": False,
+                          "active": rng.random(n * len(fams)) < 0.7,
+                          "extreme": rng.normal(0, 1, n * len(fams)) * 100})
+    wi = WhatIf(eps, specs, registry=reg)
+    wi.rescore({"max_contact_force": 300})  # warm-up
+    times = []
+    for value in np.linspace(100, 500, 15):
+        t = time.perf_counter()
+        wi.rescore({"max_contact_force": float(value), "non_target_max_disp": 0.01})
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--roster", type=int, default=15_000)
+    ap.add_argument("--sample", type=int, default=3_000, help="episodes for the 1- vs 2-worker comparison")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-cache"))
+    args = ap.parse_args()
+    cache = Path(args.cache)
+    roster = ensure_archive(cache / f"roster-{args.roster}", args.roster)
+    files = sorted(roster.glob("*.npz"))
+    sample_dir = cache / f"sample-{args.sample}"
+    if not sample_dir.exists():
+        sample_dir.mkdir(parents=True)
+        for f in files[: args.sample]:
+            os.link(f, sample_dir / f.name)
+    out = cache / "store"
+    s1, n1, _ = score_in_subprocess([sample_dir], out, 1)
+    s2, n2, _ = score_in_subprocess([sample_dir], out, 2)
+    sr, nr, rss = score_in_subprocess([roster], out, 2)
+    jsonl = cache / "ingest.jsonl"
+    if not jsonl.exists():
+        with jsonl.open("w") as fh:
+            for f in files[:300]:
+                fh.write(json.dumps(record_to_json(load_record(f))) + "\n")
+    sj, nj, _ = score_in_subprocess([jsonl], out, 2)
+    size = sum(f.stat().st_size for f in files[:100]) / 100
+    print(json.dumps({
+        "bench": "score", "steps": 300, "contacts_per_step": 40, "bodies": 8, "episode_bytes": int(size),
+        "npz_eps_per_s_1_worker": round(n1 / s1), "npz_eps_per_s_2_workers": round(n2 / s2),
+        "speedup_2_vs_1": round((n2 / s2) / (n1 / s1), 2),
+        "roster_episodes": nr, "roster_s": round(sr, 2), "roster_peak_rss_mib": round(rss),
+        "jsonl_eps_per_s": round(nj / sj), "whatif_100k_x8_ms": round(whatif_latency(), 2),
+        "targets": {"npz_eps_per_s": 2000, "roster_s": 10, "jsonl_eps_per_s": 300, "whatif_ms": 50,
+                    "peak_rss_mib": 2048},
+    }))
+
+
+if __name__ == "__main__":
+    main()
