@@ -97,28 +97,7 @@ def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
     raw_contacts = column("contacts")
     contacts = None
     if raw_contacts is not None:
-        step_idx, a_idx, b_idx, force = [], [], [], []
-        for i, cs in enumerate(raw_contacts):
-            if not isinstance(cs, list):
-                raise fail(f"steps[{i}].contacts", "expected a list of {a, b, force_n} objects")
-            for c in cs:
-                try:
-                    a, b, f = c["a"], c["b"], c["force_n"]
-                except (KeyError, TypeError):
-                    raise fail(f"steps[{i}].contacts", f"expected objects with a, b and force_n, got {c!r:.80}") from None
-                for body in (a, b):
-                    if body not in index:
-                        raise fail(f"steps[{i}].contacts", f"unknown body {body!r}: every contact body must "
-                                                           f"have a role in body_roles; known bodies: "
-                                                           f"{', '.join(index)}")
-                if isinstance(f, bool) or not isinstance(f, (int, float)):
-                    raise fail(f"steps[{i}].contacts.force_n", f"expected a number in newtons, got {f!r:.40}")
-                step_idx.append(i)
-                a_idx.append(index[a])
-                b_idx.append(index[b])
-                force.append(f)
-        contacts = {"step": np.asarray(step_idx, dtype=np.int32), "a": np.asarray(a_idx, dtype=np.int32),
-                    "b": np.asarray(b_idx, dtype=np.int32), "force": np.asarray(force, dtype=np.float64)}
+        contacts = _contacts_from_json(raw_contacts, index, fail)
 
     meta = {k: obj[k] for k in _META_KEYS if k in obj}
     extra = {k: v for k, v in obj.items() if k not in _TOP_KEYS}
@@ -140,6 +119,38 @@ def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
         pose_bodies=pose_bodies, body_pos=body_pos, quat_bodies=quat_bodies, body_quat=body_quat,
         joint_torque=column("joint_torque_nm"), gripper_contact=column("gripper_contact"),
         contacts=contacts, actions=column("action"), meta=meta, replay=replay)
+
+
+def _contacts_from_json(raw: list, index: dict[str, int], fail) -> dict:
+    """Flat contact arrays from per-step lists of {a, b, force_n}; one pass per field."""
+    for i, cs in enumerate(raw):
+        if not isinstance(cs, list):
+            raise fail(f"steps[{i}].contacts", "expected a list of {a, b, force_n} objects")
+    lengths = [len(cs) for cs in raw]
+    flat = [c for cs in raw for c in cs]
+    step = np.repeat(np.arange(len(raw), dtype=np.int32), lengths)
+    try:
+        a = [index[c["a"]] for c in flat]
+        b = [index[c["b"]] for c in flat]
+        forces = [c["force_n"] for c in flat]
+        if not set(map(type, forces)) <= {int, float}:
+            raise TypeError("non-numeric force")
+        force = np.array(forces, dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        # the fast pass failed: find the first offending contact for a precise message
+        for k, c in enumerate(flat):
+            where = f"steps[{int(step[k])}].contacts"
+            if not isinstance(c, dict) or not {"a", "b", "force_n"} <= set(c):
+                raise fail(where, f"expected objects with a, b and force_n, got {c!r:.80}") from None
+            for body in (c["a"], c["b"]):
+                if body not in index:
+                    raise fail(where, f"unknown body {body!r}: every contact body must have a role in "
+                                      f"body_roles; known bodies: {', '.join(index)}") from None
+            f = c["force_n"]
+            if isinstance(f, bool) or not isinstance(f, (int, float)):
+                raise fail(f"{where}.force_n", f"expected a number in newtons, got {f!r:.40}") from None
+        raise
+    return {"step": step, "a": np.asarray(a, dtype=np.int32), "b": np.asarray(b, dtype=np.int32), "force": force}
 
 
 def record_to_json(rec: EpisodeRecord) -> dict:
@@ -405,9 +416,28 @@ def load_record(path: str | os.PathLike) -> EpisodeRecord:
                       "(use iter_archive for .jsonl)", file=str(path))
 
 
+def loads(data: bytes | str) -> Any:
+    """JSON parsing through orjson when installed (several times faster), else the stdlib."""
+    return _loads(data)
+
+
+try:
+    import orjson as _orjson
+
+    def _loads(data):
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError as exc:
+            if isinstance(data, (bytes, bytearray)) and (b"NaN" in data or b"Infinity" in data):
+                return json.loads(data)  # the stdlib accepts NaN/Infinity; validation then names the field
+            raise ValueError(str(exc)) from None
+except ImportError:  # pragma: no cover - orjson is optional
+    _loads = json.loads
+
+
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes())
+        return loads(path.read_bytes())
     except OSError as exc:
         raise RecordError(f"cannot read ({exc.strerror})", file=str(path)) from None
     except ValueError as exc:
@@ -456,7 +486,7 @@ def _iter_jsonl(path: Path) -> Iterator[Loaded]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                obj = json.loads(line)
+                obj = loads(line)
             except ValueError as exc:
                 yield Loaded(None, RecordError(f"line is not valid JSON ({exc})", file=where), where)
                 continue

@@ -31,9 +31,9 @@ class Contacts:
     """All contacts of an episode as flat arrays, one entry per contact point.
 
     Attributes:
-      step: (C,) int, the step index of each contact, non-decreasing.
-      a: (C,) int, index into `EpisodeRecord.bodies` of the first body.
-      b: (C,) int, index of the second body.
+      step: (C,) integer, the step index of each contact, non-decreasing.
+      a: (C,) integer, index into `EpisodeRecord.bodies` of the first body.
+      b: (C,) integer, index of the second body.
       force: (C,) float, norm of the 3-D linear contact force in newtons (>= 0).
     """
 
@@ -319,8 +319,8 @@ class _Validator:
                 i = int(np.argmax(force < 0))
                 raise self.fail("contacts.force_n", f"expected a non-negative force norm, got "
                                                     f"{force[i]} at step {int(step[i])}")
-        return Contacts(step=step.astype(np.int32, copy=False), a=a.astype(np.int32, copy=False),
-                        b=b.astype(np.int32, copy=False), force=force)
+        # integer widths are kept as stored (hosts may write int16 to halve archive size)
+        return Contacts(step=step, a=a, b=b, force=force)
 
     def check_meta(self, meta: dict, torque: np.ndarray | None) -> None:
         limits = meta.get("joint_torque_limit_nm")

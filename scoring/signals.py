@@ -75,7 +75,7 @@ def retained_contacts(rec: EpisodeRecord, ab: np.ndarray | None = None) -> np.nd
     if not len(c) or c.step[0] != 0:
         return np.ones(len(c), dtype=bool)
     n_bodies = len(rec.bodies)
-    pair = _pair_luts(rec)[0][c.a * n_bodies + c.b if ab is None else ab]
+    pair = _pair_luts(rec)[0][c.a.astype(np.intp) * n_bodies + c.b if ab is None else ab]
     initial = np.unique(pair[: np.searchsorted(c.step, 1)])
     # column k < n_init is initial pair k; the extra last column collects all others
     lut = np.full(n_bodies * n_bodies, initial.size, dtype=np.intp)
@@ -114,7 +114,7 @@ def _contact_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
     if not len(c):
         out["max_contact_force"] = zeros
     else:
-        ab = c.a * len(rec.bodies) + c.b
+        ab = c.a.astype(np.intp) * len(rec.bodies) + c.b  # intp: int16 indices would overflow
         keep = retained_contacts(rec, ab)
         # Masking instead of filtering keeps one segment layout for every reduction.
         force = np.where(keep, c.force, 0.0)

@@ -34,7 +34,7 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import Loaded, archive_files, atomic_write_bytes, iter_archive, record_from_json, \
+from scoring.io import Loaded, archive_files, loads, atomic_write_bytes, iter_archive, record_from_json, \
     record_from_npz, record_to_npz_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import EpisodeResult, score_episode
@@ -138,7 +138,7 @@ def _score_item(kind: str, payload, source: str, store: str, copy: bool, registr
     try:
         if kind == "line":
             try:
-                obj = json.loads(payload)
+                obj = loads(payload)
             except ValueError as exc:
                 raise RecordError(f"line is not valid JSON ({exc})", file=source) from None
             rec = record_from_json(obj, source=source)
@@ -190,9 +190,29 @@ def _worker_init(registry_path):
     _WORKER_STATE["registry"] = load_registry(registry_path)
 
 
-def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None):
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """A worker's scored batch, already columnar so the parent only concatenates."""
+
+    episodes: pa.Table
+    specs: pa.Table
+    spec_counts: list[int]
+    errors: list[dict]
+    n_items: int
+
+
+def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None) -> _Batch:
     reg = registry or _WORKER_STATE["registry"]
-    return [_score_item(kind, payload, source, store, copy, reg) for kind, payload, source in job.items]
+    eps, specs, counts, errors = [], [], [], []
+    for kind, payload, source in job.items:
+        ep, sp, err = _score_item(kind, payload, source, store, copy, reg)
+        if err is not None:
+            errors.append(err)
+        else:
+            eps.append(ep)
+            specs.extend(sp)
+            counts.append(len(sp))
+    return _Batch(_table(eps, EPISODE_COLUMNS), _table(specs, SPEC_COLUMNS), counts, errors, len(job.items))
 
 
 def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int]) -> Iterator[_Job]:
@@ -273,24 +293,25 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     has_lines = any(p.suffix == ".jsonl" for p in files)
     todo = None if has_lines else sum(str(p) not in done_sources for p in files)
     bar = tqdm(total=todo, unit="ep", desc="scoring", disable=None if progress is None else not progress)
-    new_eps: list[dict] = []
-    new_specs: list[dict] = []
     errors: list[dict] = []
     seen: dict[str, str] = {}
     skipped = 0
+    scored = 0
     parts_written = len(list((store / PARTS).glob("episodes-*.parquet")))
-    pending_eps: list[dict] = []
-    pending_specs: list[dict] = []
+    pending: list[tuple[pa.Table, pa.Table]] = []
+    pending_rows = 0
 
     def flush():
-        nonlocal parts_written, pending_eps, pending_specs
-        if not pending_eps:
+        nonlocal parts_written, pending, pending_rows
+        if not pending:
             return
         (store / PARTS).mkdir(exist_ok=True)
-        _write_parquet(_table(pending_specs, SPEC_COLUMNS), store / PARTS / f"spec_results-{parts_written:05d}.parquet")
-        _write_parquet(_table(pending_eps, EPISODE_COLUMNS), store / PARTS / f"episodes-{parts_written:05d}.parquet")
+        _write_parquet(pa.concat_tables([sp for _, sp in pending]),
+                       store / PARTS / f"spec_results-{parts_written:05d}.parquet")
+        _write_parquet(pa.concat_tables([ep for ep, _ in pending]),
+                       store / PARTS / f"episodes-{parts_written:05d}.parquet")
         parts_written += 1
-        pending_eps, pending_specs = [], []
+        pending, pending_rows = [], 0
 
     skipped_files = [0]
     jobs = _jobs(files, done_sources, batch, skipped_files)
@@ -302,24 +323,31 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     else:
         results = (_run_job(job, str(store), copy_trajectories, reg) for job in jobs)
     try:
-        for batch_results in results:
-            for ep, specs, err in batch_results:
-                if err is not None:
-                    errors.append(err)
-                elif ep["episode_id"] in done_ids:
+        for res in results:
+            errors.extend(res.errors)
+            accept = []
+            for eid, src in zip(res.episodes["episode_id"].to_pylist(), res.episodes["source"].to_pylist()):
+                if eid in done_ids:
                     skipped += 1
-                elif ep["episode_id"] in seen:
-                    errors.append({"file": ep["source"], "episode": ep["episode_id"], "field": "episode_id",
-                                   "message": f"duplicate episode_id; already scored from {seen[ep['episode_id']]}"})
+                    accept.append(False)
+                elif eid in seen:
+                    errors.append({"file": src, "episode": eid, "field": "episode_id",
+                                   "message": f"duplicate episode_id; already scored from {seen[eid]}"})
+                    accept.append(False)
                 else:
-                    seen[ep["episode_id"]] = ep["source"]
-                    new_eps.append(ep)
-                    new_specs.extend(specs)
-                    pending_eps.append(ep)
-                    pending_specs.extend(specs)
-                    if len(pending_eps) >= checkpoint_every:
-                        flush()
-            bar.update(len(batch_results))
+                    seen[eid] = src
+                    accept.append(True)
+            ep_tab, sp_tab = res.episodes, res.specs
+            if not all(accept):
+                ep_tab = ep_tab.filter(pa.array(accept, type=pa.bool_()))
+                sp_tab = sp_tab.filter(pa.array(np.repeat(accept, res.spec_counts), type=pa.bool_()))
+            if ep_tab.num_rows:
+                pending.append((ep_tab, sp_tab))
+                pending_rows += ep_tab.num_rows
+                scored += ep_tab.num_rows
+            if pending_rows >= checkpoint_every:
+                flush()
+            bar.update(res.n_items)
     finally:
         if pool is not None:
             pool.close()
@@ -328,8 +356,8 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     flush()
     skipped += skipped_files[0]
     _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic)
-    return ScoreSummary(store=store, scored=len(new_eps), skipped=skipped, errors=tuple(errors),
-                        total=len(new_eps) + skipped + len(errors))
+    return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
+                        total=scored + skipped + len(errors))
 
 
 class _JobRunner:

@@ -91,7 +91,10 @@ def make_record(rng: np.random.Generator, *, episode_id: str, benchmark: str = "
         episode_id=episode_id, benchmark=benchmark, task_id=task_id, success=bool(rng.random() < 0.85),
         dt=0.05, target_object="target_1_main", body_roles=bodies, eef_pos=eef, pose_bodies=pose_bodies,
         body_pos=body_pos, quat_bodies=pose_bodies, body_quat=body_quat, joint_torque=torque,
-        gripper_contact=grip, contacts={"step": step[order], "a": a[order], "b": b[order], "force": force[order]},
+        gripper_contact=grip,
+        # the compact dtypes a host writes: int16 indices, float32 forces
+        contacts={"step": step[order].astype(np.int16), "a": a[order].astype(np.int16),
+                  "b": b[order].astype(np.int16), "force": force[order].astype(np.float32)},
         meta={"model": model, "suite": benchmark, "seed": int(rng.integers(1 << 30)), "synthetic": True})
     if with_replay:
         fields["replay"] = {"mjcf": "<mujoco/>", "qpos": np.zeros((T, 0)), "qvel": np.zeros((T, 0))}
