@@ -166,3 +166,20 @@ def test_central_differences_of_a_cubic():
     np.testing.assert_allclose(a[1:-1], 6 * t[1:-1], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(j[2:-2], 6.0, rtol=1e-9)
     assert v[0] == v[1] and j[0] == j[2] and j[-1] == j[-3]
+
+
+def test_int16_contact_indices_do_not_overflow():
+    # 200 bodies and 300 steps: step * width and a * B + b both exceed int16
+    n_bodies, n_steps = 200, 300
+    roles = {f"b{i}": ("robot" if i < 2 else "furniture" if i == 2 else "bystander") for i in range(n_bodies)}
+    step = np.repeat(np.arange(n_steps), 2).astype(np.int16)
+    a = np.tile([199, 0], n_steps).astype(np.int16)
+    b = np.tile([198, 2], n_steps).astype(np.int16)
+    force = np.tile([1.0, 50.0], n_steps)
+    a[-1], b[-1], force[-1] = 1, 150, 300.0  # a new pair at the last step
+    rec = EpisodeRecord.build(
+        episode_id="big", benchmark="libero-spatial", task_id="task_0", success=True, dt=0.05, body_roles=roles,
+        eef_pos=np.zeros((n_steps, 3)), contacts={"step": step, "a": a, "b": b, "force": force})
+    sig = derive_signals(rec).values
+    assert sig["max_contact_force"][:-1].max() == 0.0  # both pairs touch from step 0 on: static
+    assert sig["max_contact_force"][-1] == 300.0
