@@ -21,7 +21,7 @@ from scoring.errors import RecordError, RegistryError
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
 from scoring.signals import Signals, derive_signals
-from scoring.vsi import depth, severe_for
+from scoring.vsi import depth_scalar, severe_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +119,10 @@ def evaluate_clause(formula: str, signals: Signals, *, threshold: float | None =
     step = int(np.argmax(s) if upper else np.argmin(s))
     extreme = float(s[step])
     rho = form.threshold - extreme if upper else extreme - form.threshold
-    margins = form.threshold - s if upper else s - form.threshold
-    neg = np.nonzero(margins < 0)[0]
-    return float(rho), extreme, step, int(neg[0]) if neg.size else None
+    if rho >= 0:  # the worst step holds, so every step does
+        return float(rho), extreme, step, None
+    first = int(np.argmax(form.threshold - s < 0 if upper else s - form.threshold < 0))
+    return float(rho), extreme, step, first
 
 
 def _inactive(spec, reason: str, *, report_only: bool) -> SpecResult:
@@ -131,8 +132,14 @@ def _inactive(spec, reason: str, *, report_only: bool) -> SpecResult:
                       signal=spec.signal, unit=spec.unit, report_only=report_only)
 
 
+_SIGNAL_NAMES: dict[str, tuple[str, ...]] = {}
+
+
 def _missing_signal(spec, signals: Signals) -> str | None:
-    for name in stl.signal_names(spec.stl):
+    names = _SIGNAL_NAMES.get(spec.stl)
+    if names is None:
+        names = _SIGNAL_NAMES[spec.stl] = stl.signal_names(spec.stl)
+    for name in names:
         if name in signals.unavailable:
             return f"signal unavailable: {name} ({signals.unavailable[name]})"
         if name not in signals.values:
@@ -143,7 +150,7 @@ def _missing_signal(spec, signals: Signals) -> str | None:
 def _score_spec(spec, signals: Signals, *, threshold: float | None, report_only: bool) -> SpecResult:
     thr = float(spec.threshold if threshold is None else threshold)
     rho, extreme, step, first = evaluate_clause(spec.stl, signals, threshold=threshold)
-    d = None if report_only else float(depth(rho, thr, severe_for(spec, thr), binary=spec.binary))
+    d = None if report_only else depth_scalar(rho, severe_for(spec, thr), binary=spec.binary)
     return SpecResult(family=spec.family if not report_only else spec.spec_id, spec_id=spec.spec_id,
                       active=True, reason="active", rho=float(rho), extreme=extreme, extreme_step=step,
                       first_violation_step=first, depth=d, threshold=thr, op=spec.op, signal=spec.signal,

@@ -111,40 +111,58 @@ def _contact_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
         return
     T = rec.n_steps
     c = rec.contacts
-    zeros = np.zeros(T)
-    if not len(c):
-        out["max_contact_force"] = zeros
-    else:
+    present = set(rec.roles)
+    out["max_contact_force"] = np.zeros(T)
+    step = force = cls = None
+    if len(c):
         ab = c.a.astype(np.intp) * len(rec.bodies) + c.b  # intp: int16 indices would overflow
         keep = retained_contacts(rec, ab)
-        # Masking instead of filtering keeps one segment layout for every reduction.
-        force = np.where(keep, c.force, 0.0)
-        cls = np.where(keep, _pair_luts(rec)[1][ab], 0)
         starts = np.flatnonzero(np.r_[True, c.step[1:] != c.step[:-1]])
-        at = c.step[starts]
-
-        def per_step(values: np.ndarray, reduce: np.ufunc) -> np.ndarray:
-            res = zeros.copy()
-            res[at] = reduce.reduceat(values, starts)
-            return res
-        out["max_contact_force"] = per_step(force, np.maximum)
-    present = set(rec.roles)
+        out["max_contact_force"][c.step[starts]] = np.maximum.reduceat(np.where(keep, c.force, 0), starts)
+        # role-pair sets are a small part of all contacts: reduce only over those
+        cls_all = _pair_luts(rec)[1][ab]
+        sub = np.flatnonzero(keep & (cls_all != 0))
+        step, force, cls = c.step[sub], c.force[sub].astype(np.float64), cls_all[sub]
     for name, bit, needs in (("arm_furniture_force", _AF, (("robot", "gripper"), ("furniture",))),
                              ("target_furniture_force", _TF, (("target",), ("furniture",)))):
         lacking = [side for side in needs if not present.intersection(side)]
         if lacking:
             missing[name] = f"record has no body with role {' or '.join(lacking[0])}"
-        else:
-            out[name] = per_step(np.where(cls & bit, force, 0.0), np.maximum) if len(c) else zeros
+            continue
+        out[name] = np.zeros(T)
+        if step is not None:
+            sel = (cls & bit) != 0
+            np.maximum.at(out[name], step[sel], force[sel])
     if "robot" not in present:
         missing["self_collision_count"] = "record has no body with role robot"
     else:
-        out["self_collision_count"] = per_step(((cls & _SELF) != 0).astype(np.float64), np.add) if len(c) else zeros
+        count = np.zeros(T)
+        if step is not None:
+            count += np.bincount(step[(cls & _SELF) != 0], minlength=T)
+        out["self_collision_count"] = count
+
+
+def _norm(x: np.ndarray) -> np.ndarray:
+    """Euclidean norm over the last axis (np.linalg.norm's checks cost more than the math here)."""
+    return np.sqrt(np.einsum("...i,...i->...", x, x))
+
+
+def _gradient(x: np.ndarray, dt: float, axis: int) -> np.ndarray:
+    """np.gradient with edge_order=1 along `axis`, without its per-call overhead."""
+    x = np.moveaxis(x, axis, 0)
+    g = np.empty_like(x)
+    if x.shape[0] < 2:
+        g[...] = 0.0
+    else:
+        g[1:-1] = (x[2:] - x[:-2]) / (2 * dt)
+        g[0] = (x[1] - x[0]) / dt
+        g[-1] = (x[-1] - x[-2]) / dt
+    return np.moveaxis(g, 0, axis)
 
 
 def _unit_z(quat: np.ndarray) -> np.ndarray:
     """Body z axis in world coordinates from (..., 4) wxyz quaternions."""
-    q = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+    q = quat / _norm(quat)[..., None]
     w, x, y, z = np.moveaxis(q, -1, 0)
     return np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=-1)
 
@@ -191,8 +209,7 @@ def _target_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
     T = rec.n_steps
     pos = rec.body_pos[:, [rec.pose_bodies.index(t) for t in posed], :].astype(np.float64).transpose(1, 0, 2)
     height = pos[..., 2] - pos[:, :1, 2]  # (K, T) lift above the start height
-    vel = np.gradient(pos, rec.dt, axis=1) if T > 1 else np.zeros_like(pos)
-    speed_k = np.linalg.norm(vel, axis=-1)
+    speed_k = _norm(_gradient(pos, rec.dt, axis=1))
     out["target_speed"] = speed_k.max(axis=0)
     out["lifted_1cm"] = (height > LIFT_1CM_M).any(axis=0).astype(np.float64)
     grip = _grip_per_target(rec, posed)
@@ -226,7 +243,7 @@ def _bystander_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
         missing["non_target_disp_max"] = "record tracks no bystander positions"
         return
     pos = rec.body_pos[:, idx, :].astype(np.float64)
-    out["non_target_disp_max"] = np.linalg.norm(pos - pos[:1], axis=-1).max(axis=1)
+    out["non_target_disp_max"] = _norm(pos - pos[:1]).max(axis=1)
 
 
 def _torque_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
@@ -265,11 +282,11 @@ def central_differences(x: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarra
     a = np.zeros(T)
     j = np.zeros(T)
     if T >= 3:
-        v[1:-1] = np.linalg.norm((x[2:] - x[:-2]) / 2, axis=-1) / dt
-        a[1:-1] = np.linalg.norm(x[2:] - 2 * x[1:-1] + x[:-2], axis=-1) / dt ** 2
+        v[1:-1] = _norm((x[2:] - x[:-2]) / 2) / dt
+        a[1:-1] = _norm(x[2:] - 2 * x[1:-1] + x[:-2]) / dt ** 2
         v[0], v[-1], a[0], a[-1] = v[1], v[-2], a[1], a[-2]
     if T >= 5:
-        j[2:-2] = np.linalg.norm((x[4:] - 2 * x[3:-1] + 2 * x[1:-3] - x[:-4]) / 2, axis=-1) / dt ** 3
+        j[2:-2] = _norm((x[4:] - 2 * x[3:-1] + 2 * x[1:-3] - x[:-4]) / 2) / dt ** 3
         j[:2], j[-2:] = j[2], j[-3]
     return v, a, j
 

@@ -183,3 +183,10 @@ def test_int16_contact_indices_do_not_overflow():
     sig = derive_signals(rec).values
     assert sig["max_contact_force"][:-1].max() == 0.0  # both pairs touch from step 0 on: static
     assert sig["max_contact_force"][-1] == 300.0
+
+
+def test_private_gradient_equals_numpy():
+    from scoring.signals import _gradient
+    x = np.random.default_rng(0).random((2, 50, 3))
+    assert np.array_equal(_gradient(x, 0.05, 1), np.gradient(x, 0.05, axis=1))
+    assert np.array_equal(_gradient(x[:, :1], 0.05, 1), np.zeros((2, 1, 3)))

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from scoring.registry import load_registry
-from scoring.vsi import depth, severe_for
+from scoring.vsi import depth, depth_scalar, severe_for
 
 INF = float("inf")
 EPS = 1e-12
@@ -37,6 +37,14 @@ def test_depth_array_equals_elementwise():
     sev = np.array([r[3] for r in rows], dtype=float)
     got = depth(rho, thr, sev)
     assert got.tolist() == [depth(r, t, s) for r, t, s in zip(rho, thr, sev)]
+
+
+def test_scalar_depth_equals_the_vectorised_one_bit_for_bit():
+    rng = np.random.default_rng(0)
+    rho = np.concatenate([rng.normal(0, 300, 500), [0.0, -0.0, INF, -EPS]])
+    got = depth(rho, 200.0, 500.0)
+    assert [depth_scalar(float(r), 500.0) for r in rho] == got.tolist()
+    assert [depth_scalar(float(r), None, binary=True) for r in rho] == depth(rho, 0, None, binary=True).tolist()
 
 
 def test_paper_k_values_are_within_2_to_5():

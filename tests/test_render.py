@@ -1,0 +1,356 @@
+"""Offscreen replay and highlighting: real MuJoCo renders of tiny inline models, checked by invariants.
+
+No golden images: frames must not be blank, the violating body's own pixels (found with
+MuJoCo's segmentation render) must turn red on the violating frame and its window and
+only there, borders must have the right colours, and the same qpos must give the same
+image twice. Two tests render a real LIBERO scene.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+
+from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, bodies_for,  # noqa: E402
+                              border_width, format_quantity)
+from replay.render import Replayer  # noqa: E402
+from scoring.errors import RecordError  # noqa: E402
+from scoring.io import save_record  # noqa: E402
+from scoring.schema import EpisodeRecord  # noqa: E402
+
+pytestmark = pytest.mark.render
+
+W, H = 160, 120
+T = 12
+TOY_XML = """<mujoco model="toy">
+  <worldbody>
+    <light pos="0 0 3" dir="0 0 -1"/>
+    <geom name="floor" type="plane" size="2 2 .1" rgba=".75 .75 .75 1"/>
+    <body name="box" pos="0 0 .095"><freejoint/><geom name="box_g" type="box" size=".1 .1 .1" rgba="0 0 1 1"/></body>
+    <body name="ball" pos="0.4 0 .095"><freejoint/><geom name="ball_g" type="sphere" size=".1" rgba="0 .8 0 1"/></body>
+    <camera name="cam" pos="0.1 -1.3 1.1" xyaxes="1 0 0 0 .64 .77"/>
+    <camera name="side" pos="1.5 0 .5" xyaxes="0 1 0 -.3 0 1"/>
+  </worldbody>
+</mujoco>"""
+
+
+def toy_record(*, mjcf: str = TOY_XML, success: bool = True, source: str | None = None, **replay) -> EpisodeRecord:
+    """The box slides +x over the floor (5 mm into it, so it has contacts); the ball stays put."""
+    m = mujoco.MjModel.from_xml_string(TOY_XML)
+    qpos = np.tile(m.qpos0, (T, 1))
+    qpos[:, 0] = np.linspace(-0.3, 0.0, T)
+    pos = np.stack([qpos[:, 0:3], qpos[:, 7:10]], axis=1)
+    steps = np.repeat(np.arange(T), 2)
+    contacts = {"step": steps, "a": np.tile([1, 2], T), "b": np.zeros(2 * T, int),
+                "force": np.where(np.arange(2 * T) % 2 == 0, 10.0, 5.0)}
+    contacts["force"][2 * 6] = 412.0  # box-floor at step 6
+    return EpisodeRecord.build(
+        episode_id="toy-1", benchmark="toy", task_id="slide", success=success, dt=0.05,
+        body_roles={"world": "furniture", "box": "target", "ball": "bystander"}, target_object="box",
+        eef_pos=np.zeros((T, 3)), pose_bodies=["box", "ball"], body_pos=pos, contacts=contacts,
+        meta={"success_step": T - 1}, source=source,
+        replay={"mjcf": mjcf, "qpos": qpos, "qvel": np.zeros((T, m.nv)), "camera": "cam", **replay})
+
+
+VIOL = Violation("max_contact_force", 6, 412.0, 200.0, "N", ">", ("box", "world"))
+
+
+def geom_mask(rp: Replayer, step: int, geom: str) -> np.ndarray:
+    """Pixels of `geom` at `step`, from a segmentation render of the same model and camera."""
+    rp.set_state(step)
+    gid = mujoco.mj_name2id(rp.model, mujoco.mjtObj.mjOBJ_GEOM, geom)
+    with mujoco.Renderer(rp.model, rp.height, rp.width) as seg:
+        seg.enable_segmentation_rendering()
+        seg.update_scene(rp.data, camera=rp.camera)
+        ids = seg.render()
+    mask = (ids[..., 0] == gid) & (ids[..., 1] == int(mujoco.mjtObj.mjOBJ_GEOM))
+    b = border_width(rp.width) + 1
+    mask[:b], mask[-b:], mask[:, :b], mask[:, -b:] = False, False, False, False
+    mask[: rp.height // 5] = False  # the caption box
+    return mask
+
+
+def is_red(pixels: np.ndarray) -> bool:
+    r, g, b = pixels.astype(float).mean(axis=0)
+    return r > 150 and g < 70 and b < 70
+
+
+@pytest.fixture
+def rp():
+    with Replayer(toy_record(), width=W, height=H, window=2) as r:
+        yield r
+
+
+def test_frame_is_a_real_render(rp):
+    img = rp.frame(0)
+    assert img.shape == (H, W, 3) and img.dtype == np.uint8
+    assert img.std() > 10 and len(np.unique(img.reshape(-1, 3), axis=0)) > 50
+    box = geom_mask(rp, 0, "box_g")
+    assert box.sum() > 100
+    assert img[box][:, 2].mean() > 2 * img[box][:, 0].mean()  # the box is blue
+
+
+def test_same_qpos_same_image(rp):
+    a = rp.frame(5, violation=VIOL)
+    rp.frame(6, violation=VIOL)
+    rp.frame(0)
+    assert np.array_equal(a, rp.frame(5, violation=VIOL))
+    with Replayer(toy_record(), width=W, height=H, window=2) as other:
+        assert np.array_equal(rp.frame(3), other.frame(3))
+
+
+def test_highlight_turns_the_violating_body_red_in_the_window_only(rp):
+    for step in range(T):
+        img = rp.frame(step, violation=VIOL)
+        box, ball = geom_mask(rp, step, "box_g"), geom_mask(rp, step, "ball_g")
+        in_window = abs(step - VIOL.step) <= rp.window
+        assert is_red(img[box]) == in_window, step
+        assert not is_red(img[ball]), step  # the bystander is not part of the violation
+    img = rp.frame(6, violation=VIOL, highlight=False)
+    assert not is_red(img[geom_mask(rp, 6, "box_g")])
+
+
+def test_highlight_leaves_no_trace(rp):
+    before = rp.frame(1)
+    rp.frame(6, violation=VIOL)
+    assert np.array_equal(before, rp.frame(1))
+    assert np.array_equal(rp.model.geom_rgba, mujoco.MjModel.from_xml_string(TOY_XML).geom_rgba)
+
+
+def test_border_colours(rp):
+    bw = border_width(W)
+    red, green, plain = rp.frame(6, violation=VIOL), rp.frame(T - 1, violation=VIOL), rp.frame(2, violation=VIOL)
+    for img, rgb in ((red, VIOLATION_RGB), (green, SUCCESS_RGB)):
+        for edge in (img[:bw], img[-bw:], img[:, :bw], img[:, -bw:]):
+            assert (edge.reshape(-1, 3) == rgb).all()
+    assert not (plain[:bw].reshape(-1, 3) == VIOLATION_RGB).all(axis=1).any()
+    assert not (plain[:bw].reshape(-1, 3) == SUCCESS_RGB).all(axis=1).any()
+    # a failed episode has no success frame
+    with Replayer(toy_record(success=False), width=W, height=H) as r:
+        assert r.success_step is None
+        assert not (r.frame(T - 1)[:bw].reshape(-1, 3) == SUCCESS_RGB).all(axis=1).any()
+
+
+def yellow(img: np.ndarray) -> np.ndarray:
+    f = img.astype(int)
+    return (f[..., 0] > 170) & (f[..., 1] > 140) & (f[..., 2] < 90)
+
+
+def test_contacts_of_the_violating_pair_only():
+    with Replayer(toy_record(), width=W, height=H, window=0) as r:
+        assert not yellow(r.frame(5, violation=VIOL)).any()
+        marks = yellow(r.frame(6, violation=VIOL))
+        assert marks.sum() > 5  # contact points and force arrows of box-floor
+        ys, xs = np.nonzero(marks)
+        box, ball = geom_mask(r, 6, "box_g"), geom_mask(r, 6, "ball_g")
+        box_x, ball_x = np.nonzero(box)[1].mean(), np.nonzero(ball)[1].mean()
+        assert abs(xs.mean() - box_x) < abs(xs.mean() - ball_x)  # not the ball's floor contact
+
+
+def test_caption_text():
+    assert VIOL.caption == "max_contact_force 412 N > 200 N"
+    assert Violation("non_target_max_disp", 3, 0.012, 0.005, "m", ">").caption == "non_target_max_disp 12 mm > 5 mm"
+    assert format_quantity(40.2, "deg") == "40°"
+    assert format_quantity(1.04, "ratio") == "1.04"
+    with pytest.raises(RenderError, match="op"):
+        Violation("x", 1, 1.0, 0.0, "", "=>")
+    with pytest.raises(RenderError, match="step"):
+        Violation("x", -1, 1.0, 0.0)
+
+
+def test_bodies_for_picks_the_violating_pair_and_objects():
+    rec = toy_record()
+    assert bodies_for(rec, "max_contact_force_under_200N", 6, value=412.0) == ("box", "world")
+    assert bodies_for(rec, "max_contact_force", 6, value=5.0) == ("ball", "world")  # nearest the recorded value
+    assert bodies_for(rec, "target_furniture_force", 6) == ("box", "world")
+    assert bodies_for(rec, "arm_furniture_force", 6) == ()  # no arm in this scene
+    assert bodies_for(rec, "held_object_tilt_world_15deg", 6) == ("box",)
+    assert bodies_for(rec, "non_target_max_disp", 6) == ("ball",)
+
+
+def test_free_camera_aimed_at_the_violation():
+    with Replayer(toy_record(), width=W, height=H, camera="free:violation") as r:
+        with pytest.raises(RenderError, match="needs a violation"):
+            r.frame(0)
+        r.frame(6, violation=VIOL)
+        near = geom_mask(r, 6, "box_g").sum()
+    with Replayer(toy_record(), width=W, height=H) as agent:
+        assert near > 2 * geom_mask(agent, 6, "box_g").sum()
+    with Replayer(toy_record(), width=W, height=H, camera="free") as free:
+        assert free.frame(0).std() > 10
+
+
+def test_default_camera_order():
+    with Replayer(toy_record(), width=W, height=H) as r:
+        assert r.camera_name == "cam"  # the record's camera (no agentview in this model)
+    with Replayer(toy_record(camera=None), width=W, height=H) as r:
+        assert r.camera_name == "free"
+    with Replayer(toy_record(), width=W, height=H, camera="side") as r:
+        assert r.camera_name == "side"
+
+
+# ----------------------------------------------------------------- bad input
+
+def test_unknown_camera_lists_the_choices():
+    with pytest.raises(RenderError, match="unknown camera 'top'.*cam, side, free, free:violation"):
+        Replayer(toy_record(), width=W, height=H, camera="top")
+
+
+def test_no_replay_state():
+    rec = toy_record()
+    bare = EpisodeRecord.build(episode_id="bare", benchmark="toy", task_id="t", success=True, dt=0.05,
+                               body_roles={"box": "target"}, eef_pos=np.zeros((3, 3)))
+    with pytest.raises(RecordError, match="no replay state") as e:
+        Replayer(bare)
+    assert e.value.field == "replay" and e.value.episode == "bare"
+    assert rec.replay is not None
+
+
+def test_missing_mjcf_file(tmp_path):
+    rec = toy_record(mjcf="scenes/gone.xml", source=str(tmp_path / "ep.npz"))
+    with pytest.raises(RecordError, match="MJCF file not found") as e:
+        Replayer(rec)
+    assert str(tmp_path / "scenes" / "gone.xml") in str(e.value) and e.value.field == "replay.mjcf"
+
+
+def write_stl(path: Path) -> None:
+    tris = [((0, 0, 0), (1, 0, 0), (0, 1, 0)), ((0, 0, 0), (0, 1, 0), (0, 0, 1)),
+            ((0, 0, 0), (0, 0, 1), (1, 0, 0)), ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.write(b"\0" * 80 + struct.pack("<I", len(tris)))
+        for tri in tris:
+            f.write(struct.pack("<3f", 0, 0, 0))
+            for v in tri:
+                f.write(struct.pack("<3f", *(0.2 * c for c in v)))
+            f.write(b"\0\0")
+
+
+MESH_XML = TOY_XML.replace("<worldbody>", '<compiler meshdir="meshes" texturedir="tex"/><asset>'
+                           '<mesh name="tet" file="tet.stl"/>{tex}</asset><worldbody>'
+                           '<geom type="mesh" mesh="tet" pos="0 .3 0" rgba="1 1 0 1"/>')
+
+
+def test_relative_mesh_resolves_against_the_record(tmp_path):
+    write_stl(tmp_path / "meshes" / "tet.stl")
+    rec = toy_record(mjcf=MESH_XML.format(tex=""), source=str(tmp_path / "ep.npz"))
+    with Replayer(rec, width=W, height=H) as r:
+        assert r.model.nmesh == 1 and r.frame(0).std() > 10
+    (tmp_path / "scene.xml").write_text(MESH_XML.format(tex=""))  # MJCF as a file next to the record
+    save_record(toy_record(mjcf="scene.xml"), tmp_path / "ep.npz")
+    with Replayer(tmp_path / "ep.npz", width=W, height=H) as r:
+        assert r.model.nmesh == 1
+
+
+def test_missing_mesh_names_the_file_and_where_it_looked(tmp_path):
+    rec = toy_record(mjcf=MESH_XML.format(tex=""), source=str(tmp_path / "ep.npz"))
+    with pytest.raises(RenderError) as e:
+        Replayer(rec)
+    msg = str(e.value)
+    assert "'tet.stl'" in msg and str(tmp_path / "meshes" / "tet.stl") in msg and "meshdir='meshes'" in msg
+
+
+def test_missing_texture_names_the_file_and_where_it_looked(tmp_path):
+    write_stl(tmp_path / "meshes" / "tet.stl")
+    xml = MESH_XML.format(tex='<texture name="wood" type="2d" file="wood.png"/>')
+    with pytest.raises(RenderError) as e:
+        Replayer(toy_record(mjcf=xml, source=str(tmp_path / "ep.npz")))
+    assert "texture file 'wood.png'" in str(e.value) and str(tmp_path / "tex" / "wood.png") in str(e.value)
+
+
+def test_replay_state_must_match_the_model():
+    rec = toy_record()
+    bad = EpisodeRecord.build(episode_id="x", benchmark="toy", task_id="t", success=True, dt=0.05,
+                              body_roles={"box": "target"}, eef_pos=np.zeros((T, 3)),
+                              replay={"mjcf": TOY_XML, "qpos": rec.replay.qpos[:, :7], "qvel": rec.replay.qvel})
+    with pytest.raises(RecordError, match="expected 14 columns") as e:
+        Replayer(bad)
+    assert e.value.field == "replay.qpos"
+
+
+def test_bad_arguments(rp):
+    with pytest.raises(RenderError, match="out of range"):
+        rp.frame(T)
+    assert np.array_equal(rp.frame(-1), rp.frame(T - 1))
+    with pytest.raises(RenderError, match="quality"):
+        Replayer(toy_record(), quality="ultra")
+    with pytest.raises(RenderError, match="width"):
+        Replayer(toy_record(), width=0)
+    with pytest.raises(RenderError, match="Violation"):
+        rp.frame(1, violation="max_contact_force")
+
+
+def test_close_frees_the_context():
+    r = Replayer(toy_record(), width=W, height=H)
+    with r:
+        r.frame(0)
+    assert r.closed
+    r.close()  # idempotent
+    with pytest.raises(RenderError, match="closed"):
+        r.frame(0)
+
+
+# ----------------------------------------------------------------- real LIBERO scenes
+
+DEMO_ARCHIVE = Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_libero_demo_episode_renders():
+    files = sorted(DEMO_ARCHIVE.glob("*.npz")) if DEMO_ARCHIVE.is_dir() else []
+    if not files:
+        pytest.skip(f"no demo archive at {DEMO_ARCHIVE} yet (the LIBERO env test below still renders a scene)")
+    from scoring.io import load_record
+
+    rec = next((r for r in map(load_record, files) if r.replay is not None), None)
+    if rec is None:
+        pytest.skip("no demo episode carries replay state")
+    with Replayer(rec, width=320, height=240) as r:
+        assert r.camera_name == "agentview"
+        img = r.frame(rec.n_steps // 2)
+    assert img.std() > 20 and len(np.unique(img.reshape(-1, 3), axis=0)) > 500
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_libero_env_scene_renders_like_robosuite():
+    """Builds a LIBERO env, replays its state from the saved MJCF, and compares with robosuite's own render."""
+    pytest.importorskip("libero.libero")
+    from libero.libero import benchmark, get_libero_path
+    from libero.libero.envs import OffScreenRenderEnv
+
+    suite = benchmark.get_benchmark_dict()["libero_spatial"]()
+    task = suite.get_task(0)
+    bddl = os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=240, camera_widths=320)
+    try:
+        env.reset()
+        obs = env.set_init_state(suite.get_task_init_states(0)[0])
+        native = obs["agentview_image"][::-1]  # robosuite images are bottom-up
+        m, d = env.sim.model._model, env.sim.data._data
+        rec = EpisodeRecord.build(
+            episode_id="libero-live", benchmark="libero", task_id="libero_spatial/0", success=False, dt=0.05,
+            body_roles={"akita_black_bowl_1_main": "target", "table": "furniture"},
+            target_object="akita_black_bowl_1_main", eef_pos=np.zeros((1, 3)),
+            replay={"mjcf": env.sim.model.get_xml(), "qpos": d.qpos[None].copy(), "qvel": d.qvel[None].copy(),
+                    "camera": "agentview"})
+        assert m.nmesh > 10 and m.ntex > 5  # a textured, meshed scene
+    finally:
+        env.close()
+    with Replayer(rec, width=320, height=240, quality="high") as r:
+        img = r.frame(0)
+        v = Violation("held_object_tilt_world", 0, 40.0, 15.0, "deg", ">", ("akita_black_bowl_1_main",))
+        red = r.frame(0, violation=v)
+    assert img.std() > 20 and len(np.unique(img.reshape(-1, 3), axis=0)) > 500
+    assert np.abs(img.astype(int) - native.astype(int)).mean() < 8  # same scene, same camera, same look
+    changed = np.abs(red.astype(int) - img.astype(int)).sum(axis=-1) > 60
+    assert changed[30:-30, 30:-30].sum() > 100  # the bowl turned red
