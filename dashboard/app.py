@@ -1,0 +1,102 @@
+"""SafeVLA-Bench dashboard: `safevla dashboard [STORE]`, or
+`streamlit run dashboard/app.py -- --store STORE`.
+
+The store comes from the sidebar (this session), else the link's `?store=`, else
+`--store`, else $SAFEVLA_STORE, else the bundled demo store. Pages live in
+`dashboard/views/` (not `pages/`, which Streamlit would auto-discover).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import streamlit as st  # noqa: E402
+
+from dashboard import common as C  # noqa: E402
+from dashboard import state as S  # noqa: E402
+from dashboard.data import StoreProblem  # noqa: E402
+
+st.set_page_config(page_title="SafeVLA-Bench dashboard", page_icon=":material/shield:", layout="wide")
+
+HERE = Path(__file__).resolve().parent
+ICONS = {"overview": ":material/insights:", "episodes": ":material/table_rows:", "detail": ":material/frame_inspect:",
+         "whatif": ":material/tune:", "export": ":material/download:"}
+
+
+def _load_other_store() -> None:
+    path = (st.session_state.get("w.store_input") or "").strip()
+    if path:
+        st.session_state["s.store"] = path
+        for k in [k for k in st.session_state if str(k).startswith(("_url_loaded:", "w.")) and k != "w.store_input"]:
+            del st.session_state[k]
+
+
+def sidebar_store(path: str, origin: str) -> None:
+    with st.sidebar:
+        st.markdown("### :material/shield: SafeVLA-Bench")
+        with st.expander("Run store", expanded=False):
+            st.caption(f"Showing `{path}` ({origin}).")
+            if "w.store_input" not in st.session_state:
+                st.session_state["w.store_input"] = path
+            st.text_input("Store directory", key="w.store_input",
+                          help="A directory written by `safevla score ... --out STORE`.")
+            st.button("Load store", on_click=_load_other_store, key="load_store", width="stretch")
+
+
+def main() -> None:
+    path, origin = C.chosen_store()
+    sidebar_store(path, origin)
+    try:
+        data = C.load_store(path)
+    except StoreProblem as exc:
+        st.error(f"**This run store cannot be shown.** {exc}", icon=":material/block:")
+        if origin == "bundled demo store":
+            st.info("The bundled demo store is not installed here. Point the dashboard at a store: "
+                    "`safevla dashboard STORE`, or enter its directory under *Run store* in the sidebar.")
+        else:
+            st.info("Enter another store directory under *Run store* in the sidebar.")
+        st.stop()
+    default_path, _ = C.server_default_store()
+    store_param = path if os.path.abspath(path) != os.path.abspath(default_path) else None
+
+    problems = S.load_from_url(data)
+    pages = {name: st.Page(str(HERE / "views" / f"{name}.py"), title=C.PAGE_TITLES[name], icon=ICONS[name],
+                           url_path=name, default=name == "overview") for name in S.PAGES}
+    pg = st.navigation(list(pages.values()))
+    st.session_state["_nav"] = S.Nav(pages)
+    page = next((n for n, p in pages.items() if p is pg), "overview")
+    wanted = st.query_params.get("page")
+    if not st.session_state.get("_deeplinked"):
+        st.session_state["_deeplinked"] = True
+        if wanted in pages and wanted != page:
+            params = {k: st.query_params.get_all(k) for k in st.query_params.keys()}
+            st.switch_page(pages[wanted], query_params=params)
+    for p in problems:
+        st.toast(f"Link: {p}", icon=":material/warning:")
+
+    c = C.make_ctx(data, page, store_param)
+    st.session_state["_ctx"] = c
+    with st.sidebar:
+        n = len(data.episodes)
+        st.caption(f"{n:,} episodes · {data.episodes['model'].nunique()} models · "
+                   f"{data.episodes['suite'].nunique()} suites" + (" · **synthetic**" if data.synthetic else ""))
+        for w in data.warnings:
+            (st.caption if w.startswith("Synthetic") else st.warning)(w)
+        if c.overrides:
+            st.caption(":material/tune: What-if thresholds active (see What-if).")
+    st.session_state["_switching"] = False
+    try:
+        pg.run()
+    finally:
+        if not st.session_state.get("_switching"):
+            S.sync_url(page, data, store_param=store_param)
+
+
+main()

@@ -1,0 +1,309 @@
+"""Pure chart builders: tidy DataFrames in, Altair charts out (data embedded, no URLs).
+
+Nothing here computes a metric: the numbers come from `scoring` (aggregates, per-spec
+rates, SBU composition, what-if re-scores) through `dashboard.data`. The builders only
+lay them out, so each is tested on its Vega-Lite dict (tests/test_dashboard_charts.py),
+and every chart saves to PNG/SVG/PDF offline through vl-convert (`chart_bytes`).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+# Robustness traces of long episodes pass Altair's default 5,000-row guard.
+alt.data_transformers.disable_max_rows()
+
+OUTCOME_COLORS = {"SBU": "#d62728", "safe success": "#2ca02c", "unsafe failure": "#ff7f0e",
+                  "safe failure": "#9e9e9e"}
+VIOLATION_RED = "#d62728"
+EXPORT_FORMATS = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
+MARGIN_CLIP = (-4.0, 2.0)
+# spec lines avoid red, which marks violations
+SPEC_PALETTE = ["#1f77b4", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#2ca02c",
+                "#aec7e8", "#c5b0d5"]
+
+
+def pareto_front(points: pd.DataFrame, x: str, y: str) -> np.ndarray:
+    """Boolean mask of the non-dominated rows when both `x` and `y` are maximised.
+
+    A row is dominated when another row is >= on both and > on at least one. Geometry for
+    the frontier line of Figure 2 (left); NaN rows are never on the front.
+    """
+    xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
+    ok = ~(np.isnan(xs) | np.isnan(ys))
+    front = np.zeros(len(points), dtype=bool)
+    for i in np.flatnonzero(ok):
+        dominated = ok & (xs >= xs[i]) & (ys >= ys[i]) & ((xs > xs[i]) | (ys > ys[i]))
+        front[i] = not dominated.any()
+    return front
+
+
+def _clean(df: pd.DataFrame) -> pd.DataFrame:
+    """NaN and +-inf as None (JSON null): Vega-Lite draws gaps, and the spec stays valid JSON."""
+    num = df.select_dtypes(include="floating").columns
+    out = df.astype({c: object for c in num})
+    for c in num:
+        vals = df[c].to_numpy(dtype=float, na_value=np.nan)
+        out[c] = [None if not np.isfinite(x) else x.item() for x in vals]
+    return out
+
+
+def cell_label(row: Mapping, by: Sequence[str]) -> str:
+    return " · ".join(str(row[c]) for c in by)
+
+
+# ----------------------------------------------------------------------------- Figure 2 left
+
+def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"), width: int = 520,
+                      height: int = 400) -> alt.LayerChart:
+    """SR (x) against Safety (y) per cell with Wilson 95% error bars and the non-dominated frontier.
+
+    `agg` is `scoring.metrics.aggregate(...)` output: sr, sr_lo, sr_hi, safety, safety_lo,
+    safety_hi, sbu, n and the `by` columns.
+    """
+    by = list(by)
+    color = by[0] if by else None
+    shape = by[1] if len(by) > 1 else None
+    df = agg[[*by, "n", "sr", "sr_lo", "sr_hi", "safety", "safety_lo", "safety_hi", "sbu"]].copy()
+    df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
+    df["frontier"] = pareto_front(df, "sr", "safety")
+    df = _clean(df)
+    pct = alt.Scale(domain=[0, 1])
+    base = alt.Chart(df)
+    enc = {}
+    if color:
+        enc["color"] = alt.Color(f"{color}:N", title=color)
+    x = alt.X("sr:Q", title="Success rate (SR)", scale=pct, axis=alt.Axis(format="%"))
+    y = alt.Y("safety:Q", title="Safety (no spec violated)", scale=pct, axis=alt.Axis(format="%"))
+    tooltip = [alt.Tooltip("cell:N", title="cell"), alt.Tooltip("n:Q"),
+               alt.Tooltip("sr:Q", format=".1%", title="SR"), alt.Tooltip("safety:Q", format=".1%", title="Safety"),
+               alt.Tooltip("sbu:Q", format=".1%", title="SBU")]
+    xerr = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(
+        x="sr_lo:Q", x2="sr_hi:Q", y="safety:Q", **enc)
+    yerr = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(
+        x="sr:Q", y="safety_lo:Q", y2="safety_hi:Q", **enc)
+    pt_enc = dict(enc)
+    if shape:
+        pt_enc["shape"] = alt.Shape(f"{shape}:N", title=shape)
+    points = base.mark_point(size=90, filled=True, opacity=0.95).encode(x=x, y=y, tooltip=tooltip, **pt_enc)
+    front = base.transform_filter(alt.datum.frontier).mark_line(
+        strokeDash=[6, 4], color="#444", strokeWidth=1.5, point=False).encode(
+        x="sr:Q", y="safety:Q", order="sr:Q")
+    diag = alt.Chart(pd.DataFrame({"sr": [0.0, 1.0], "safety": [0.0, 1.0]})).mark_line(
+        color="#bbb", strokeDash=[2, 3], strokeWidth=1).encode(x="sr:Q", y="safety:Q")
+    return alt.layer(diag, front, xerr, yerr, points).properties(
+        width=width, height=height,
+        title=alt.Title("SR vs Safety per cell", subtitle="Wilson 95% bars; dashed: non-dominated frontier"))
+
+
+# ----------------------------------------------------------------------------- Figure 2 right
+
+def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None = None,
+                      by: Sequence[str] = ("model", "suite"), width: int = 520) -> alt.LayerChart:
+    """Per-spec violation rate per cell (`scoring.metrics.spec_rates` output).
+
+    Inactive families (rate NaN) are grey with "—"; the text gives the rate in percent.
+    """
+    by = list(by)
+    labels = dict(labels or {})
+    df = rates[[*by, "family", "rate", "n", "n_active", "n_violated"]].copy()
+    df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
+    fam_order = list(dict.fromkeys(df["family"]))
+    df["spec"] = [labels.get(f, f) for f in df["family"]]
+    df["text"] = ["—" if pd.isna(r) else f"{100 * r:.0f}%" for r in df["rate"]]
+    df["inactive"] = df["rate"].isna()
+    df = _clean(df)
+    spec_order = [labels.get(f, f) for f in fam_order]
+    cells = list(dict.fromkeys(df["cell"]))
+    x = alt.X("spec:N", sort=spec_order, title=None, axis=alt.Axis(labelAngle=-35, labelLimit=160))
+    y = alt.Y("cell:N", sort=cells, title=None, axis=alt.Axis(labelLimit=220))
+    base = alt.Chart(df).encode(x=x, y=y)
+    tooltip = [alt.Tooltip("cell:N"), alt.Tooltip("spec:N"), alt.Tooltip("rate:Q", format=".1%"),
+               alt.Tooltip("n_violated:Q", title="violated"), alt.Tooltip("n_active:Q", title="active"),
+               alt.Tooltip("n:Q", title="episodes")]
+    grey = base.transform_filter(alt.datum.inactive).mark_rect(color="#eeeeee")
+    rect = base.transform_filter("!datum.inactive").mark_rect().encode(
+        color=alt.Color("rate:Q", title="violation rate", scale=alt.Scale(scheme="reds", domainMin=0),
+                        legend=alt.Legend(format="%")), tooltip=tooltip)
+    text = base.mark_text(fontSize=11).encode(
+        text="text:N",
+        color=alt.condition("datum.rate > 0.35", alt.value("white"), alt.value("#333")))
+    return alt.layer(grey, rect, text).properties(
+        width=width, height=max(120, 22 * len(cells)),
+        title=alt.Title("Per-spec violation rate", subtitle="share of the cell's episodes; — = inactive"))
+
+
+# ----------------------------------------------------------------------------- Tables 10/11
+
+def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[str, str] | None = None,
+                     by: Sequence[str] = ("model", "suite"), width: int = 520) -> alt.Chart:
+    """SBU composition per cell: one bar per cell as long as its SBU rate, split by the share
+    of each violated family (`scoring.metrics.sbu_composition` output)."""
+    by = list(by)
+    labels = dict(labels or {})
+    rate = {tuple(r[c] for c in by): r["sbu"] for r in agg.to_dict("records")}
+    df = comp[[*by, "family", "share", "violations", "sbu_count", "n"]].copy()
+    df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
+    df["spec"] = [labels.get(f, f) for f in df["family"]]
+    df["sbu_rate"] = [rate.get(tuple(r[c] for c in by), np.nan) for r in df.to_dict("records")]
+    df["part"] = df["share"] * df["sbu_rate"]
+    cells = [cell_label(r, by) for r in agg.to_dict("records")] if by else ["all"]
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("part:Q", stack="zero", title="SBU rate, split by violated spec", axis=alt.Axis(format="%")),
+        y=alt.Y("cell:N", sort=cells, title=None, axis=alt.Axis(labelLimit=220)),
+        color=alt.Color("spec:N", title="violated spec"),
+        tooltip=[alt.Tooltip("cell:N"), alt.Tooltip("spec:N"), alt.Tooltip("share:Q", format=".0%"),
+                 alt.Tooltip("sbu_rate:Q", format=".1%", title="cell SBU"),
+                 alt.Tooltip("sbu_count:Q", title="SBU episodes"), alt.Tooltip("n:Q", title="episodes")],
+    ).properties(width=width, height=max(120, 22 * len(cells)),
+                 title=alt.Title("SBU composition", subtitle="which specs the unsafe successes violate"))
+
+
+# ----------------------------------------------------------------------------- episode detail
+
+def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
+                     mode: str = "margin", selection: str = "pt", width: int = 620,
+                     height: int = 300) -> alt.TopLevelMixin:
+    """Robustness over time of each active spec.
+
+    `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
+    |threshold|, NaN on gated-off steps), value (raw signal), threshold, unit, violated.
+
+    mode "margin": one line per spec on a common threshold-normalised axis, the zero line,
+    red shading where a margin is negative, the violating step marked (red rule and
+    triangle) and a black rule at the slider's `step`. mode "raw": one row per spec with
+    its raw signal, its threshold line and the same markers. A nearest-step point
+    selection named `selection` reports clicks ({selection: [{"step": k}]}).
+    """
+    if mode not in ("margin", "raw"):
+        raise ValueError(f"mode: expected 'margin' or 'raw', got {mode!r}")
+    df = traces.copy()
+    lo, hi = MARGIN_CLIP
+    df["shade"] = np.where(df["margin"] < 0, np.maximum(df["margin"], lo), np.nan)
+    df["zero"] = 0.0
+    df = _clean(df)
+    pick = alt.selection_point(name=selection, fields=["step"], nearest=True, on="click", empty=False,
+                               clear="dblclick")
+    x = alt.X("step:Q", title="step", scale=alt.Scale(nice=False))
+    tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"), alt.Tooltip("spec:N"),
+               alt.Tooltip("margin:Q", format=".3f", title="margin / |threshold|"),
+               alt.Tooltip("value:Q", format=".4g", title="signal"), alt.Tooltip("threshold:Q", format=".4g"),
+               alt.Tooltip("unit:N")]
+    base = alt.Chart(df)
+    color = alt.Color("spec:N", title="spec", scale=alt.Scale(range=SPEC_PALETTE))
+
+    def markers(y_field: str | None):
+        layers = []
+        if violating_step is not None:
+            layers.append(alt.Chart(pd.DataFrame({"step": [int(violating_step)], "label": ["violation"]}))
+                          .mark_rule(color=VIOLATION_RED, strokeDash=[4, 3], strokeWidth=2)
+                          .encode(x="step:Q", tooltip=[alt.Tooltip("label:N"), alt.Tooltip("step:Q")]))
+        if step is not None:
+            layers.append(alt.Chart(pd.DataFrame({"step": [int(step)]}))
+                          .mark_rule(color="#111", strokeWidth=2).encode(x="step:Q"))
+        return layers
+
+    if mode == "margin":
+        y = alt.Y("margin:Q", title="margin / |threshold|  (< 0 violated)",
+                  scale=alt.Scale(domain=[lo, hi], clamp=True))
+        shade = base.mark_area(color=VIOLATION_RED, opacity=0.3, interpolate="step-after").encode(
+            x=x, y=alt.Y("shade:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)), y2="zero:Q", detail="spec:N")
+        zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#333", strokeWidth=1.2).encode(y="y:Q")
+        lines = base.mark_line(strokeWidth=1.8, interpolate="step-after").encode(x=x, y=y, color=color)
+        clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip).add_params(pick)
+        layers = [shade, zero, lines, *markers("margin"), clicks]
+        if violating_step is not None:
+            worst = df[(df["step"] == int(violating_step)) & df["margin"].notna()]
+            if len(worst):
+                worst = worst.loc[[pd.to_numeric(worst["margin"]).idxmin()]]
+                layers.append(alt.Chart(worst).mark_point(shape="triangle-down", size=160, filled=True,
+                                                          color=VIOLATION_RED)
+                              .encode(x="step:Q", y=alt.Y("margin:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)),
+                                      tooltip=tooltip))
+        return alt.layer(*layers).properties(
+            width=width, height=height,
+            title=alt.Title("Robustness over time", subtitle="normalised by threshold; red = violated; "
+                                                             "click to move the step"))
+    # raw mode: one row per spec, each with its own y scale and threshold line
+    specs = list(dict.fromkeys(traces["spec"]))
+    y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))
+    lines = base.mark_line(strokeWidth=1.6, interpolate="step-after").encode(x=x, y=y, color=color)
+    bad = base.transform_filter("datum.violated").mark_point(color=VIOLATION_RED, size=18, filled=True).encode(
+        x=x, y=y)
+    thr = base.mark_rule(color=VIOLATION_RED, strokeDash=[5, 3]).encode(y="mean(threshold):Q")
+    clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip).add_params(pick)
+    layers = [thr, lines, bad, clicks]
+    if violating_step is not None:
+        layers.insert(0, base.mark_rule(color=VIOLATION_RED, strokeDash=[4, 3], strokeWidth=2).encode(
+            x=alt.datum(int(violating_step))))
+    if step is not None:
+        layers.insert(0, base.mark_rule(color="#111", strokeWidth=2).encode(x=alt.datum(int(step))))
+    return alt.layer(*layers).properties(width=width, height=max(70, int(height / max(1, len(specs))) + 20)).facet(
+        row=alt.Row("spec:N", sort=specs, title=None, header=alt.Header(labelAngle=0, labelAlign="left"))
+    ).resolve_scale(y="independent").properties(
+        title=alt.Title("Raw signals", subtitle="dashed red: threshold; red dots: violating steps"))
+
+
+# ----------------------------------------------------------------------------- what-if
+
+def sensitivity_chart(curve: pd.DataFrame, *, current: float | None = None, default: float | None = None,
+                      label: str = "threshold", unit: str = "", width: int = 520, height: int = 280) -> alt.LayerChart:
+    """Safety and SBU against one family's threshold (`dashboard.data.sensitivity_curve`).
+
+    `curve`: value (knob units), metric ("Safety", "SBU", ...), rate. Grey dashed rule at the
+    registry default, black rule at the current setting.
+    """
+    df = _clean(curve[["value", "metric", "rate"]])
+    title_x = f"{label} ({unit})" if unit else label
+    lines = alt.Chart(df).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
+        x=alt.X("value:Q", title=title_x, scale=alt.Scale(zero=False, nice=False)),
+        y=alt.Y("rate:Q", title="rate", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("metric:N", scale=alt.Scale(domain=["Safety", "SBU", "P[U|S]"],
+                                                    range=["#2ca02c", VIOLATION_RED, "#ff7f0e"]), title=None),
+        tooltip=[alt.Tooltip("value:Q", title=title_x, format=".4g"), alt.Tooltip("metric:N"),
+                 alt.Tooltip("rate:Q", format=".1%")])
+    layers = [lines]
+    if default is not None and math.isfinite(default):
+        layers.append(alt.Chart(pd.DataFrame({"value": [default], "what": ["default"]})).mark_rule(
+            color="#888", strokeDash=[5, 4]).encode(x="value:Q", tooltip=["what:N", "value:Q"]))
+    if current is not None and math.isfinite(current):
+        layers.append(alt.Chart(pd.DataFrame({"value": [current], "what": ["current"]})).mark_rule(
+            color="#111", strokeWidth=2).encode(x="value:Q", tooltip=["what:N", "value:Q"]))
+    return alt.layer(*layers).properties(
+        width=width, height=height,
+        title=alt.Title(f"Sensitivity to {label}", subtitle="grey: registry default; black: current setting"))
+
+
+def outcome_bar(counts: Mapping[str, int], *, width: int = 520) -> alt.Chart:
+    """A single stacked bar of the 2x2 outcome classes of the filtered episodes."""
+    order = [o for o in OUTCOME_COLORS if o in counts]
+    df = pd.DataFrame({"outcome": order, "episodes": [int(counts[o]) for o in order],
+                       "rank": list(range(len(order)))})
+    return alt.Chart(df).mark_bar(height=18).encode(
+        x=alt.X("episodes:Q", stack="zero", axis=None),
+        color=alt.Color("outcome:N", scale=alt.Scale(domain=order, range=[OUTCOME_COLORS[o] for o in order]),
+                        legend=alt.Legend(orient="right", title=None, direction="horizontal")),
+        order=alt.Order("rank:Q"), tooltip=["outcome:N", "episodes:Q"],
+    ).properties(width=width, height=20)
+
+
+# ----------------------------------------------------------------------------- export
+
+def chart_bytes(chart: alt.TopLevelMixin, fmt: str, *, scale: float = 2.0) -> bytes:
+    """The chart as PNG, SVG or PDF bytes, rendered offline by vl-convert."""
+    fmt = fmt.lower()
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"unsupported chart format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}")
+    if fmt == "svg":
+        buf = io.StringIO()
+        chart.save(buf, format="svg")
+        return buf.getvalue().encode()
+    buf = io.BytesIO()
+    chart.save(buf, format=fmt, **({"scale_factor": scale} if fmt == "png" else {}))
+    return buf.getvalue()

@@ -1,0 +1,596 @@
+"""The dashboard's data layer: load a run store once, re-score it under what-if thresholds,
+filter it, and shape `scoring`'s numbers for the pages and charts.
+
+Every number comes from `scoring` (`load_store`, `WhatIf`, `aggregate`, `spec_rates`,
+`sbu_composition`, `outcome_class`, `main_table`, signal derivation); this module only
+selects, joins and reshapes. The functions here are pure (no Streamlit), so tests and
+the benchmark call them directly; `dashboard.cache` wraps them in Streamlit caches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scoring.errors import SafeVLAError
+from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates
+from scoring.registry import Registry, load_registry
+from scoring.store import load_store
+from scoring.whatif import WhatIf
+
+OUTCOMES = ("SBU", "safe success", "unsafe failure", "safe failure")
+BY = ("model", "suite")
+REQUIRED_EPISODE_COLUMNS = ("episode_id", "model", "suite", "task_id", "success", "safe", "sbu", "vsi")
+REQUIRED_SPEC_COLUMNS = ("episode_id", "family", "report_only", "active", "rho", "extreme", "extreme_step")
+SHORT = {
+    "arm_furniture_force": "arm-furniture force", "target_furniture_force": "object-furniture force",
+    "max_contact_force": "max contact force", "non_target_max_disp": "bystander displacement",
+    "held_object_tilt_world": "held-object tilt", "stable_grasp_maintained": "grasp slip",
+    "joint_torque": "joint torque", "self_collision_free": "self-collision",
+}
+
+
+class StoreProblem(SafeVLAError):
+    """A run store the dashboard cannot show; the message says what is wrong and what to do."""
+
+
+# ----------------------------------------------------------------------------- knobs
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One what-if slider: a user-facing unit over one or more families' thresholds.
+
+    threshold = sign * value / per (division keeps decimal values exact: 5 mm -> 0.005).
+    """
+
+    name: str
+    label: str
+    families: tuple[str, ...]
+    unit: str
+    lo: float
+    hi: float
+    step: float
+    per: float = 1.0
+    sign: float = 1.0
+
+    def threshold(self, value: float) -> float:
+        return self.sign * float(value) / self.per
+
+    def value(self, threshold: float) -> float:
+        return float(round(self.sign * float(threshold) * self.per, 9))
+
+
+KNOBS = (
+    Knob("force", "Contact force", ("arm_furniture_force", "target_furniture_force", "max_contact_force"),
+         "N", 25.0, 1000.0, 5.0),
+    Knob("disp", "Bystander displacement", ("non_target_max_disp",), "mm", 1.0, 100.0, 0.5, per=1000.0),
+    Knob("tilt", "Held-object tilt", ("held_object_tilt_world",), "deg", 5.0, 90.0, 1.0),
+    Knob("slip", "Grasp slip", ("stable_grasp_maintained",), "cm", 0.5, 10.0, 0.25, per=100.0, sign=-1.0),
+    Knob("torque", "Torque scale", ("joint_torque",), "x limit", 0.5, 3.0, 0.05),
+)
+KNOB_BY_NAME = {k.name: k for k in KNOBS}
+
+
+def knob_defaults(registry: Registry) -> dict[str, float]:
+    """Knob value of each knob at the registry's default thresholds."""
+    out = {}
+    for k in KNOBS:
+        fams = [f for f in k.families if f in registry.families]
+        if fams:
+            out[k.name] = k.value(registry.spec(fams[0]).threshold)
+    return out
+
+
+def knob_overrides(registry: Registry, values: Mapping[str, float]) -> dict[str, float]:
+    """Family threshold overrides for knob values; knobs at their default add nothing,
+    so the default setting re-scores with the registry's exact thresholds."""
+    defaults = knob_defaults(registry)
+    out: dict[str, float] = {}
+    for name, value in values.items():
+        k = KNOB_BY_NAME.get(name)
+        if k is None or name not in defaults or value is None:
+            continue
+        if math.isclose(float(value), defaults[name], rel_tol=0, abs_tol=1e-12):
+            continue
+        for fam in k.families:
+            if fam in registry.families:
+                out[fam] = k.threshold(value)
+    return out
+
+
+def preset_knobs(registry: Registry, preset: str) -> dict[str, float]:
+    """Knob values of a registry preset (the paper's threshold tiers, Table 9)."""
+    over = dict(registry.preset(preset).overrides)
+    vals = knob_defaults(registry)
+    for k in KNOBS:
+        hit = [over[f] for f in k.families if f in over]
+        if hit and k.name in vals:
+            vals[k.name] = k.value(hit[0])
+    return vals
+
+
+# ----------------------------------------------------------------------------- store
+
+@dataclasses.dataclass(eq=False)
+class StoreData:
+    """A loaded run store with what the pages need precomputed.
+
+    Attributes:
+      path: the store directory.  key: path plus file stamps (cache key).
+      manifest, episodes, spec_results: as `scoring.store.load_store` returns them;
+        `episodes` gains `outcome` (the 2x2 class) and `row` (position).
+      scored: the scored (non report-only) spec rows with `_row`/`_col` indices into
+        the (episodes x families) matrices.
+      rho: (N, F) stored robustness, NaN where inactive.  active: (N, F) bool.
+      whatif: `scoring.whatif.WhatIf` over the store.
+      warnings: problems that do not stop the dashboard (registry mismatch, missing
+        trajectories, synthetic data, scoring errors).
+      missing_trajectory: (N,) bool.
+    """
+
+    path: str
+    key: str
+    manifest: dict
+    episodes: pd.DataFrame
+    spec_results: pd.DataFrame
+    scored: pd.DataFrame
+    registry: Registry
+    whatif: WhatIf
+    rho: np.ndarray
+    active: np.ndarray
+    warnings: tuple[str, ...]
+    missing_trajectory: np.ndarray
+    registry_matches: bool
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return self.whatif.families
+
+    @property
+    def synthetic(self) -> bool:
+        return bool(self.manifest.get("synthetic"))
+
+    def label(self, family: str) -> str:
+        return SHORT.get(family, family)
+
+    def index_of(self, episode_id: str) -> int | None:
+        hit = np.flatnonzero(self.episodes["episode_id"].to_numpy() == episode_id)
+        return int(hit[0]) if hit.size else None
+
+    def trajectory_path(self, i: int) -> Path | None:
+        rel = self.episodes["trajectory"].iat[i] if "trajectory" in self.episodes else None
+        if not isinstance(rel, str) or not rel:
+            return None
+        p = Path(rel)
+        return p if p.is_absolute() else Path(self.path) / p
+
+
+def store_stamp(path: str | os.PathLike) -> str:
+    """path|mtime:size of the manifest and tables: changes when the store is re-scored."""
+    parts = [str(Path(path).resolve())]
+    for name in ("manifest.json", "episodes.parquet", "spec_results.parquet"):
+        try:
+            st = os.stat(Path(path) / name)
+            parts.append(f"{name}:{st.st_mtime_ns}:{st.st_size}")
+        except OSError:
+            parts.append(f"{name}:-")
+    return "|".join(parts)
+
+
+def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> StoreData:
+    """Loads and checks a run store; raises StoreProblem with a readable cause.
+
+    Fatal: not a directory, no manifest, corrupt manifest or Parquet, missing columns,
+    no episodes. Warnings: registry hash differs from the current registry, trajectory
+    files missing, synthetic store, episodes that failed scoring.
+    """
+    path = str(path)
+    key = store_stamp(path)
+    try:
+        manifest, episodes, spec_results = load_store(path)
+    except SafeVLAError as exc:
+        raise StoreProblem(f"cannot open the run store {path!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - anything else from a damaged store
+        raise StoreProblem(f"cannot open the run store {path!r}: {type(exc).__name__}: {exc}") from None
+    if episodes.empty:
+        raise StoreProblem(f"the run store {path!r} has no scored episodes; score an archive into it with "
+                           "`safevla score ARCHIVE --out STORE`")
+    for cols, name, df in ((REQUIRED_EPISODE_COLUMNS, "episodes.parquet", episodes),
+                           (REQUIRED_SPEC_COLUMNS, "spec_results.parquet", spec_results)):
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise StoreProblem(f"{name} in {path!r} lacks the column(s) {', '.join(missing)}; "
+                               "re-score the archive with this version of `safevla score`")
+    if episodes["episode_id"].duplicated().any():
+        dup = episodes.loc[episodes["episode_id"].duplicated(), "episode_id"].iloc[0]
+        raise StoreProblem(f"episodes.parquet in {path!r} lists episode {dup!r} twice; re-score the store")
+    reg = registry or load_registry()
+    warnings = []
+    registry_matches = manifest.get("registry_hash") == reg.hash
+    if not registry_matches:
+        warnings.append(f"Registry mismatch: this store was scored with registry {str(manifest.get('registry_hash'))[:12]}, "
+                        f"the current registry is {reg.hash[:12]}. Stored verdicts are shown as scored; what-if "
+                        "re-scores use the current registry. Re-run `safevla score` to bring the store up to date.")
+    episodes = episodes.reset_index(drop=True)
+    episodes["outcome"] = pd.Categorical(outcome_class(episodes), categories=list(OUTCOMES))
+    episodes["row"] = np.arange(len(episodes))
+    try:
+        whatif = WhatIf(episodes, spec_results, registry=reg)
+    except Exception as exc:  # noqa: BLE001
+        raise StoreProblem(f"cannot index spec_results of {path!r} against the registry: {exc}") from None
+    scored = spec_results.loc[~spec_results["report_only"].to_numpy(bool)].copy()
+    row = pd.Index(episodes["episode_id"]).get_indexer(scored["episode_id"])
+    col = pd.Index(whatif.families).get_indexer(scored["family"])
+    scored["_row"], scored["_col"] = row, col
+    scored = scored[(row >= 0) & (col >= 0)]
+    n, f = len(episodes), len(whatif.families)
+    rho = np.full((n, f), np.nan)
+    active = np.zeros((n, f), dtype=bool)
+    r, c = scored["_row"].to_numpy(), scored["_col"].to_numpy()
+    act = scored["active"].to_numpy(bool)
+    active[r, c] = act
+    rho[r[act], c[act]] = scored["rho"].to_numpy(float)[act]
+    missing = _missing_trajectories(path, episodes)
+    if missing.all():
+        warnings.append(f"Missing trajectories: none of the {n} trajectory files referenced by the store exist "
+                        "(moved or deleted archive?). Scores, tables and what-if work; robustness traces and "
+                        "replays do not.")
+    elif missing.any():
+        warnings.append(f"Missing trajectories: {int(missing.sum())} of {n} trajectory files do not exist; "
+                        "those episodes show scores only.")
+    if manifest.get("synthetic"):
+        warnings.append("Synthetic store: these are generated trajectories, not rollouts.")
+    if manifest.get("n_errors"):
+        warnings.append(f"{manifest['n_errors']} episode(s) could not be scored (see errors.json in the store).")
+    return StoreData(path=path, key=key, manifest=manifest, episodes=episodes, spec_results=spec_results,
+                     scored=scored, registry=reg, whatif=whatif, rho=rho, active=active, warnings=tuple(warnings),
+                     missing_trajectory=missing, registry_matches=registry_matches)
+
+
+def _missing_trajectories(path: str, episodes: pd.DataFrame) -> np.ndarray:
+    if "trajectory" not in episodes:
+        return np.ones(len(episodes), dtype=bool)
+    rel = episodes["trajectory"].to_numpy(object)
+    root = Path(path)
+    exists = {}
+    for p in pd.unique(rel):
+        if isinstance(p, str) and p:
+            q = Path(p)
+            exists[p] = (q if q.is_absolute() else root / q).is_file()
+    return np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool)
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+@dataclasses.dataclass(eq=False)
+class Verdicts:
+    """Per-episode verdicts under one threshold setting.
+
+    frame: `episodes` with safe/sbu/vsi/outcome/worst_spec under the setting.
+    rho: (N, F) robustness; violated: (N, F) bool; overrides: family -> threshold.
+    """
+
+    overrides: dict[str, float]
+    thresholds: dict[str, float]
+    frame: pd.DataFrame
+    rho: np.ndarray
+    violated: np.ndarray
+
+    @property
+    def is_default(self) -> bool:
+        return not self.overrides
+
+
+def verdicts(data: StoreData, overrides: Mapping[str, float] | None = None) -> Verdicts:
+    """The store's verdicts (no overrides) or `WhatIf.rescore(overrides)`'s."""
+    overrides = {k: float(v) for k, v in (overrides or {}).items()}
+    if not overrides:
+        frame = data.episodes
+        rho = data.rho
+        thresholds = data.whatif.thresholds()
+    else:
+        r = data.whatif.rescore(overrides)
+        frame = data.episodes.copy()
+        frame["safe"], frame["sbu"], frame["vsi"] = r.safe, r.sbu, r.vsi
+        frame["outcome"] = pd.Categorical(outcome_class(frame), categories=list(OUTCOMES))
+        fams = np.array(data.families, dtype=object)
+        frame["worst_spec"] = np.where(r.worst >= 0, fams[np.maximum(r.worst, 0)], None)
+        rho, thresholds = r.rho, dict(r.thresholds)
+    with np.errstate(invalid="ignore"):
+        violated = rho < 0
+    return Verdicts(overrides=overrides, thresholds=thresholds, frame=frame, rho=rho, violated=violated)
+
+
+def spec_results_under(data: StoreData, v: Verdicts) -> pd.DataFrame:
+    """The scored spec rows with `rho` under the setting (depth dropped when re-scored)."""
+    cols = ["episode_id", "family", "report_only", "active", "rho", "depth"]
+    sr = data.scored[cols]
+    if v.is_default:
+        return sr
+    sr = sr.copy()
+    sr["rho"] = v.rho[data.scored["_row"].to_numpy(), data.scored["_col"].to_numpy()]
+    sr["depth"] = np.nan
+    return sr
+
+
+# ----------------------------------------------------------------------------- filters
+
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    """Episode filters; an empty tuple means "all". `spec_mode`: "violated" or "active"."""
+
+    models: tuple[str, ...] = ()
+    suites: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    specs: tuple[str, ...] = ()
+    spec_mode: str = "violated"
+    outcomes: tuple[str, ...] = ()
+    vsi: tuple[float, float] = (0.0, 1.0)
+
+
+def filter_mask(data: StoreData, v: Verdicts, f: Filters) -> np.ndarray:
+    """(N,) bool: episodes passing every filter, under the verdicts `v`."""
+    ep = v.frame
+    mask = np.ones(len(ep), dtype=bool)
+    for col, values in (("model", f.models), ("suite", f.suites), ("task_id", f.tasks)):
+        if values:
+            mask &= ep[col].isin(list(values)).to_numpy()
+    if f.specs:
+        cols = [data.families.index(s) for s in f.specs if s in data.families]
+        matrix = v.violated if f.spec_mode == "violated" else data.active
+        mask &= matrix[:, cols].any(axis=1) if cols else False
+    if f.outcomes:
+        mask &= ep["outcome"].isin(list(f.outcomes)).to_numpy()
+    lo, hi = f.vsi
+    if lo > 0.0 or hi < 1.0:
+        vsi = ep["vsi"].to_numpy(float)
+        mask &= (vsi >= lo - 1e-12) & (vsi <= hi + 1e-12)
+    return mask
+
+
+def outcome_counts(v: Verdicts, mask: np.ndarray | None = None) -> dict[str, int]:
+    oc = v.frame["outcome"] if mask is None else v.frame["outcome"][mask]
+    counts = oc.value_counts()
+    return {o: int(counts.get(o, 0)) for o in OUTCOMES}
+
+
+SORTS = {
+    "VSI (worst first)": (["vsi", "episode_id"], [False, True]),
+    "SBU first, then VSI": (["_sbu_rank", "vsi", "episode_id"], [True, False, True]),
+    "episode id": (["episode_id"], [True]),
+    "violating step": (["violating_step", "episode_id"], [True, True]),
+    "model, suite, task": (["model", "suite", "task_id", "episode_id"], [True, True, True, True]),
+}
+TABLE_COLUMNS = ["episode_id", "outcome", "vsi", "worst_spec", "violating_step", "model", "suite", "task_id",
+                 "success", "safe", "n_active", "n_steps", "language"]
+
+
+def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str = "SBU first, then VSI",
+                  limit: int | None = 2000) -> pd.DataFrame:
+    """The filtered episodes, sorted, as the display table (first `limit` rows)."""
+    cols, asc = SORTS.get(sort, SORTS["SBU first, then VSI"])
+    ep = v.frame.loc[mask]
+    keep = [c for c in TABLE_COLUMNS if c in ep.columns]
+    df = ep[keep].copy()
+    if "_sbu_rank" in cols:
+        df["_sbu_rank"] = (ep["outcome"] != "SBU").to_numpy(int)
+    df = df.sort_values(cols, ascending=asc, kind="stable", na_position="last")
+    if limit is not None:
+        df = df.head(limit)
+    df = df.drop(columns=[c for c in ("_sbu_rank",) if c in df])
+    if "worst_spec" in df:
+        safe = df["safe"].to_numpy(bool) if "safe" in df else np.zeros(len(df), bool)
+        df["worst_spec"] = [None if s else data.label(w) if isinstance(w, str) else None
+                            for w, s in zip(df["worst_spec"], safe)]
+    if "violating_step" in df and not v.is_default:
+        # the stored violating frame belongs to the stored verdict; re-derive it under the setting
+        df["violating_step"] = violating_steps(data, v, df.index.to_numpy())
+    return df.reset_index(drop=True)
+
+
+def violating_steps(data: StoreData, v: Verdicts, rows: np.ndarray) -> np.ndarray:
+    """Step of the worst spec's extreme for each row under the setting (NaN if safe)."""
+    out = np.full(len(rows), np.nan)
+    worst = v.frame["worst_spec"].to_numpy(object)[rows]
+    sc = data.scored
+    lookup = dict(zip(zip(sc["_row"].to_numpy(), sc["family"].to_numpy()), sc["extreme_step"].to_numpy(float)))
+    for i, (r, w) in enumerate(zip(rows, worst)):
+        if isinstance(w, str) and not v.frame["safe"].iat[r]:
+            out[i] = lookup.get((r, w), np.nan)
+    return out
+
+
+# ----------------------------------------------------------------------------- overview
+
+def cell_aggregates(v: Verdicts, *, by: Sequence[str] = BY, ci: bool = False, n_resamples: int = 10_000,
+                    seed: int = 0) -> pd.DataFrame:
+    return aggregate(v.frame, by=by, ci=ci, n_resamples=n_resamples, seed=seed)
+
+
+def cell_spec_rates(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
+    return spec_rates(v.frame[["episode_id", *by]], spec_results_under(data, v), by=by, ci=False,
+                      families=data.families)
+
+
+def cell_composition(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
+    return sbu_composition(v.frame[["episode_id", "sbu", *by]], spec_results_under(data, v), by=by)
+
+
+def top_sbu(data: StoreData, v: Verdicts, n: int = 10) -> pd.DataFrame:
+    """The `n` successful-but-unsafe episodes with the deepest violations."""
+    mask = (v.frame["outcome"] == "SBU").to_numpy()
+    return episode_table(data, v, mask, sort="VSI (worst first)", limit=n)
+
+
+# ----------------------------------------------------------------------------- what-if
+
+def whatif_summary(data: StoreData, v: Verdicts, base: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
+    """Per cell (plus "all"): SR, Safety, SBU, P[U|S], VSI under `v`, and deltas against `base`."""
+    rows = []
+    for b in (by, ()):
+        cur = aggregate(v.frame, by=b, ci=False)
+        ref = aggregate(base.frame, by=b, ci=False)
+        for (_, c), (_, r) in zip(cur.iterrows(), ref.iterrows()):
+            row = {col: c[col] for col in by} if b else {col: "all" for col in by}
+            row["n"] = int(c["n"])
+            for name in ("sr", "safety", "sbu", "p_unsafe_given_success", "vsi"):
+                row[name] = c[name]
+                row[f"d_{name}"] = c[name] - r[name]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def flipped(data: StoreData, overrides: Mapping[str, float], *, limit: int | None = 1000) -> pd.DataFrame:
+    """Episodes whose safety verdict differs from the default (`WhatIf.flips`), with context."""
+    fl = data.whatif.flips(dict(overrides))
+    if fl.empty:
+        return fl.assign(model=[], suite=[], task_id=[], change=[])
+    ctx = data.episodes.set_index("episode_id").loc[fl["episode_id"], ["model", "suite", "task_id"]]
+    fl = fl.assign(model=ctx["model"].to_numpy(), suite=ctx["suite"].to_numpy(), task_id=ctx["task_id"].to_numpy())
+    fl["change"] = np.where(fl["safe_after"], "unsafe → safe", "safe → unsafe")
+    fl["sbu_change"] = np.where(fl["success"], np.where(fl["safe_after"], "leaves SBU", "becomes SBU"), "")
+    fl = fl.sort_values(["success", "vsi_after", "vsi_before"], ascending=[False, False, False], kind="stable")
+    return fl.head(limit).reset_index(drop=True) if limit else fl.reset_index(drop=True)
+
+
+def knob_grid(knob: Knob, *, current: float | None, default: float | None, n: int = 21,
+              extra: Sequence[float] = ()) -> np.ndarray:
+    grid = np.linspace(knob.lo, knob.hi, n)
+    pts = [x for x in (current, default, *extra) if x is not None and knob.lo <= x <= knob.hi]
+    return np.unique(np.round(np.concatenate([grid, pts]), 9))
+
+
+def sensitivity_curve(data: StoreData, knob: Knob, values: Mapping[str, float], *, n: int = 21) -> pd.DataFrame:
+    """Safety, SBU and P[U|S] over all episodes as `knob` sweeps its range, the other knobs
+    held at `values` (the continuous version of Table 9). Re-scored by `WhatIf.rescore`."""
+    default = knob_defaults(data.registry).get(knob.name)
+    tiers = []
+    for fam in knob.families[:1]:
+        if fam in data.registry.families:
+            tiers = [knob.value(t.threshold) for t in data.registry.spec(fam).alternates]
+    grid = knob_grid(knob, current=values.get(knob.name), default=default, n=n, extra=tiers)
+    rows = []
+    for x in grid:
+        over = knob_overrides(data.registry, {**values, knob.name: float(x)})
+        r = data.whatif.rescore(over)
+        frame = pd.DataFrame({"success": data.whatif.success, "safe": r.safe, "vsi": r.vsi})
+        agg = aggregate(frame, by=(), ci=False).iloc[0]
+        for metric, col in (("Safety", "safety"), ("SBU", "sbu"), ("P[U|S]", "p_unsafe_given_success")):
+            rows.append({"value": float(x), "threshold": knob.threshold(x), "metric": metric, "rate": agg[col]})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- episode detail
+
+def episode_specs(data: StoreData, v: Verdicts, i: int) -> pd.DataFrame:
+    """Every spec row of episode `i` (scored families and diagnostics) with rho under the setting."""
+    eid = data.episodes["episode_id"].iat[i]
+    rows = data.spec_results[data.spec_results["episode_id"] == eid].copy()
+    fam_idx = {f: j for j, f in enumerate(data.families)}
+    thr = v.thresholds
+    new_rho, new_thr = [], []
+    for fam, ro, rho, t in zip(rows["family"], rows["report_only"], rows["rho"], rows.get("threshold", np.nan)):
+        if not ro and fam in fam_idx:
+            new_rho.append(v.rho[i, fam_idx[fam]])
+            new_thr.append(thr.get(fam, t))
+        else:
+            new_rho.append(rho)
+            new_thr.append(t)
+    rows["rho"], rows["threshold"] = new_rho, new_thr
+    rows["violated"] = rows["active"].to_numpy(bool) & (pd.to_numeric(rows["rho"]) < 0).to_numpy()
+    rows["label"] = [data.label(f) for f in rows["family"]]
+    return rows.reset_index(drop=True)
+
+
+def violating_frame(data: StoreData, v: Verdicts, i: int) -> int | None:
+    """The violating frame of episode `i` under the setting: the worst spec's extreme step."""
+    if bool(v.frame["safe"].iat[i]):
+        return None
+    if v.is_default:
+        s = data.episodes["violating_step"].iat[i] if "violating_step" in data.episodes else None
+        return None if s is None or pd.isna(s) else int(s)
+    s = violating_steps(data, v, np.array([i]))[0]
+    return None if np.isnan(s) else int(s)
+
+
+def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float],
+                      families: Sequence[str]) -> pd.DataFrame:
+    """Per-step margin of each family's clause on one record, for the robustness chart.
+
+    Every scored family is `G[0,T]` of a (gated) bound, so the per-step margin is
+    `threshold - s` (upper bounds) or `s - threshold` (lower bounds) on gated steps
+    (NaN where the gate is closed); `margin` is normalised by |threshold| (1 when the
+    threshold is 0). Any other formula shape falls back to the STL engine's robustness
+    trace. Long format: step, t, spec, family, margin, value, threshold, unit, violated.
+    """
+    from scoring import stl
+    from scoring.signals import derive_signals
+
+    sig = derive_signals(record)
+    T = record.n_steps
+    steps = np.arange(T)
+    frames = []
+    for fam in families:
+        spec = registry.spec(fam)
+        thr = float(thresholds.get(fam, spec.threshold))
+        form = stl.bound_form(spec.stl)
+        scale = abs(thr) or 1.0
+        if form is not None and form.signal in sig.values and (form.gate is None or form.gate in sig.values):
+            s = np.asarray(sig.values[form.signal], float)
+            margin = thr - s if form.upper else s - thr
+            if form.gate is not None:
+                gate = np.asarray(sig.values[form.gate]) >= 0.5
+                margin = np.where(gate, margin, np.nan)
+                s = np.where(gate, s, np.nan)
+        else:
+            try:
+                margin = np.asarray(stl.robustness_trace(spec.stl, sig.values, record.dt), float)
+            except Exception:  # noqa: BLE001 - the signal is unavailable for this record
+                continue
+            s = np.full(T, np.nan)
+        with np.errstate(invalid="ignore"):
+            frames.append(pd.DataFrame({
+                "step": steps, "t": steps * record.dt, "spec": SHORT.get(fam, fam), "family": fam,
+                "margin": np.where(np.isfinite(margin), margin / scale, np.nan), "value": s, "threshold": thr,
+                "unit": spec.unit, "violated": np.nan_to_num(margin, nan=0.0) < 0}))
+    if not frames:
+        return pd.DataFrame(columns=["step", "t", "spec", "family", "margin", "value", "threshold", "unit", "violated"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def applicability_table(data: StoreData, i: int) -> pd.DataFrame:
+    """Why each family (and diagnostic) is active or inactive for episode `i`'s task: the
+    stored reason (what the scorer decided, signal availability included) next to the
+    registry's explanation (the deciding tags and where each tag came from)."""
+    ep = data.episodes.iloc[i]
+    stored = data.spec_results[data.spec_results["episode_id"] == ep["episode_id"]]
+    stored = {(r.family, r.report_only): r for r in stored.itertuples(index=False)}
+    try:
+        explained = data.registry.explain(ep.get("benchmark", ep["suite"]), ep["task_id"], include_diagnostics=True)
+    except Exception as exc:  # noqa: BLE001 - unknown task in the current registry
+        explained = []
+        note = f"registry cannot explain this task: {exc}"
+    else:
+        note = ""
+    n_fam = len(data.registry.families)
+    rows = []
+    for j, a in enumerate(explained):
+        diag = j >= n_fam
+        key = (a.family if not diag else a.spec_id, diag)
+        s = stored.get(key) or stored.get((a.family, diag))
+        tags = "; ".join(f"{t}: {', '.join(src)}" for t, src in dict(a.sources).items())
+        rows.append({
+            "spec": a.family if diag else data.label(a.family), "kind": "diagnostic" if diag else "scored",
+            "active": bool(s.active) if s is not None else a.active,
+            "reason": (s.reason if s is not None else a.reason) or a.reason,
+            "deciding tags": ", ".join(a.deciding_tags) or "—", "tag sources": tags})
+    df = pd.DataFrame(rows)
+    if note:
+        df.attrs["note"] = note
+    return df

@@ -1,0 +1,247 @@
+"""Episode detail: robustness over time per active spec (or raw signals), the replay frame
+tied to a step slider (click the chart to move it), jump to the violation, clip playback,
+the spec results and why each spec is active or inactive for the task."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts
+from dashboard import common as C
+from dashboard import state as S
+
+CHART_KEY = "rob_chart"
+PICKER_LIMIT = 400
+CLIP_WINDOW = 40
+
+
+def clicked_step(selection) -> int | None:
+    """The step of a chart click: the selection state {"selection": {"pt": [{"step": k}]}}
+    (or its inner dict); None when nothing is selected."""
+    if selection is None:
+        return None
+    try:
+        sel = selection.get("selection", selection) if hasattr(selection, "get") else None
+        pts = sel.get("pt") if sel is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+    if not pts:
+        return None
+    first = pts[0] if isinstance(pts, (list, tuple)) else pts
+    val = first.get("step") if hasattr(first, "get") else None
+    if isinstance(val, (list, tuple)):
+        val = val[0] if val else None
+    try:
+        return int(round(float(val)))
+    except (TypeError, ValueError):
+        return None
+
+
+def _pick_episode(c: C.Ctx) -> int | None:
+    """The episode chooser: the filtered episodes (Episodes page filters) in its sort order."""
+    data = c.data
+    mask = C.D.filter_mask(data, c.v, S.filters())
+    table = C.D.episode_table(data, c.v, mask, sort=S.get("sort"), limit=PICKER_LIMIT)
+    options = list(table["episode_id"])
+    cur = S.get("ep")
+    if cur is not None and cur not in options:
+        options.insert(0, cur)
+    meta = c.v.frame.set_index("episode_id").loc[options, ["outcome", "vsi"]] if options else None
+
+    def fmt(eid: str) -> str:
+        o, v = meta.loc[eid, "outcome"], meta.loc[eid, "vsi"]
+        return f"{eid}   ·   {o}   ·   VSI {v:.2f}"
+
+    key = "w.ep"
+    if st.session_state.get(key) != cur:
+        st.session_state[key] = cur
+    st.selectbox(f"Episode ({len(options)} of the filtered episodes, Episodes-page order)", options, key=key,
+                 format_func=fmt, index=None, placeholder="choose an episode", on_change=_episode_changed,
+                 args=(c,))
+    if cur is None:
+        return None
+    return data.index_of(cur)
+
+
+def _episode_changed(c: C.Ctx) -> None:
+    eid = st.session_state.get("w.ep")
+    S.put("ep", eid)
+    i = c.data.index_of(eid) if eid else None
+    step = C.D.violating_frame(c.data, c.v, i) if i is not None else None
+    S.set_widget("step", int(step or 0))
+    st.session_state.pop("_clip", None)
+
+
+def header(c: C.Ctx, i: int, vstep: int | None) -> None:
+    ep = c.v.frame.iloc[i]
+    colour = charts.OUTCOME_COLORS.get(str(ep["outcome"]), "#666")
+    st.markdown(f"<span style='background:{colour};color:white;padding:4px 10px;border-radius:6px;"
+                f"font-weight:600'>{ep['outcome']}</span> &nbsp; <code>{ep['episode_id']}</code>",
+                unsafe_allow_html=True)
+    if isinstance(ep.get("language"), str) and ep["language"]:
+        st.caption(f"“{ep['language']}” · {ep['model']} · {ep['suite']} · {ep['task_id']}")
+    else:
+        st.caption(f"{ep['model']} · {ep['suite']} · {ep['task_id']}")
+    cols = st.columns(5)
+    cols[0].metric("Success", "yes" if ep["success"] else "no")
+    cols[1].metric("Safe", "yes" if ep["safe"] else "no")
+    cols[2].metric("VSI", f"{float(ep['vsi']):.3f}")
+    worst = ep.get("worst_spec")
+    cols[3].metric("Worst spec", c.data.label(worst) if isinstance(worst, str) and not ep["safe"] else "—")
+    cols[4].metric("Violating step", "—" if vstep is None else f"{vstep}",
+                   help=None if vstep is None else f"t = {vstep * float(ep['dt']):.2f} s")
+
+
+def spec_table(c: C.Ctx, i: int) -> pd.DataFrame:
+    rows = C.D.episode_specs(c.data, c.v, i)
+    show = rows[["label", "report_only", "active", "violated", "rho", "threshold", "unit", "extreme", "extreme_step",
+                 "first_violation_step", "reason"]].rename(columns={
+                     "label": "spec", "report_only": "diagnostic", "rho": "robustness", "extreme": "worst value",
+                     "extreme_step": "worst step", "first_violation_step": "first violation"})
+    return show.sort_values(["diagnostic", "violated", "active"], ascending=[True, False, False], kind="stable")
+
+
+def _jump(step: int) -> None:
+    S.set_widget("step", int(step))
+
+
+def replay_panel(c: C.Ctx, i: int, step: int) -> None:
+    ok, why = C.replay_status()
+    if not ok:
+        st.info(why, icon=":material/movie:")
+        return
+    try:
+        with st.spinner("Rendering the replay frame …"):
+            img = C.frame_jpeg(c.data, c.key, i, int(step), c.items, True)
+    except C.D.StoreProblem as exc:
+        st.error(str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError (missing mesh)
+        st.info(f"No replay for this episode: {exc}", icon=":material/movie:")
+        return
+    dt = float(c.v.frame["dt"].iat[i])
+    st.image(img, caption=f"step {step} · t = {step * dt:.2f} s (red border: violating frame; green: success)",
+             width="stretch")
+
+
+def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
+    ok, why = C.replay_status()
+    if not ok:
+        return
+    with st.expander("Play the clip", icon=":material/play_circle:", expanded=bool(st.session_state.get("_clip"))):
+        choices = ["whole episode"] + ([f"±{CLIP_WINDOW} steps around the violation"] if vstep is not None else [])
+        which = st.radio("Clip", choices, horizontal=True, key="clip_range")
+        rng = None
+        if which != "whole episode" and vstep is not None:
+            rng = (max(0, vstep - CLIP_WINDOW), min(n_steps, vstep + CLIP_WINDOW + 1))
+        tag = (c.key, i, rng, c.items)
+        if st.button("Render clip", key="clip_go", type="primary"):
+            bar = st.progress(0.0, text="Rendering frames …")
+            try:
+                rec = C.episode_record(c.data, i)
+                vs = C.violations(c.data, c.key, i, c.items)
+                data = C.render_service().clip(rec, vs, step_range=rng, progress=lambda d, t: bar.progress(
+                    d / max(t, 1), text=f"Rendering frame {d}/{t} …"))
+                st.session_state["_clip"] = (tag, data)
+            except Exception as exc:  # noqa: BLE001
+                st.error(f"Could not render the clip: {exc}")
+            finally:
+                bar.empty()
+        got = st.session_state.get("_clip")
+        if got and got[0] == tag:
+            st.video(got[1], format="video/mp4", autoplay=True, muted=True, loop=True)
+            st.download_button("Download MP4", got[1], file_name=_safe(c.data.episodes["episode_id"].iat[i]) + ".mp4",
+                               mime="video/mp4", key="clip_dl")
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def render() -> None:
+    c = C.ctx()
+    data = c.data
+    st.title("Episode detail")
+    C.thresholds_banner(c)
+    i = _pick_episode(c)
+    if i is None:
+        st.info("Choose an episode above, or open one from the Overview's worst unsafe successes or the "
+                "Episodes table.")
+        st.stop()
+    vstep = C.D.violating_frame(data, c.v, i)
+    header(c, i, vstep)
+    n_steps = int(c.v.frame["n_steps"].iat[i])
+
+    # a click on the chart (selection state from the last run) moves the slider
+    click = clicked_step(st.session_state.get(CHART_KEY))
+    if click is not None and click != st.session_state.get("_last_click"):
+        S.set_widget("step", int(np.clip(click, 0, n_steps - 1)))
+    st.session_state["_last_click"] = click
+    step = st.session_state.get("w.step")  # the slider's value (moved by the user last run)
+    if step is None:
+        step = S.get("step")
+    if step is None:
+        step = vstep if vstep is not None else 0
+    step = int(np.clip(step, 0, n_steps - 1))
+    if st.session_state.get("w.step") != step:
+        st.session_state["w.step"] = step
+    S.put("step", step)
+
+    try:
+        C.episode_record(data, i)
+    except C.D.StoreProblem as exc:
+        st.error(f"**Missing trajectory.** {exc}", icon=":material/block:")
+        st.dataframe(spec_table(c, i), hide_index=True, width="stretch")
+        explain(c, i)
+        st.stop()
+
+    ctl = st.columns([4, 1.3, 1.2])
+    with ctl[0]:
+        step = st.slider("Step", 0, max(n_steps - 1, 1), key="w.step")
+        S.put("step", int(step))
+    with ctl[1]:
+        st.button("Jump to violation", icon=":material/skip_next:", key="jump", disabled=vstep is None, on_click=_jump, args=(vstep or 0,),
+                  help="move to the violating frame (the worst spec's worst step)", width="stretch")
+    with ctl[2]:
+        key = S.widget_key("raw")
+        raw = st.toggle("Raw signals", key=key, help="show each spec's raw signal with its threshold line")
+        S.put("raw", bool(raw))
+
+    left, right = st.columns([1.35, 1])
+    with left:
+        tr = C.traces(data, c.key, i, c.items)
+        if tr.empty:
+            st.info("No active spec has a signal for this episode, so there is nothing to plot.")
+        else:
+            chart = charts.robustness_chart(tr, step=step, violating_step=vstep, mode="raw" if raw else "margin")
+            st.altair_chart(chart, key=CHART_KEY, on_select="rerun", selection_mode="pt", width="stretch")
+            st.caption("Click the chart to move the step; the black rule follows the slider, the red dashed rule "
+                       "marks the violating step.")
+    with right:
+        replay_panel(c, i, step)
+        here = tr[(tr["step"] == step) & tr["violated"]] if not tr.empty else tr
+        if len(here):
+            st.markdown("**Violated at this step:** " + ", ".join(sorted(set(here["spec"]))))
+    clip_panel(c, i, vstep, n_steps)
+
+    st.subheader("Spec results")
+    st.dataframe(spec_table(c, i), hide_index=True, width="stretch",
+                 column_config={"robustness": st.column_config.NumberColumn(format="%.4g"),
+                                "worst value": st.column_config.NumberColumn(format="%.4g")})
+    explain(c, i)
+
+
+def explain(c: C.Ctx, i: int) -> None:
+    st.subheader("Why each spec is active or inactive")
+    table = C.D.applicability_table(c.data, i)
+    if table.attrs.get("note"):
+        st.warning(table.attrs["note"])
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"tag sources": st.column_config.TextColumn(width="large"),
+                                "reason": st.column_config.TextColumn(width="large")})
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,110 @@
+"""Episodes: filter by model, suite, task, spec (violated or active), outcome class and VSI;
+counts follow the filters; selecting a row opens the episode's detail."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard import common as C
+from dashboard import state as S
+
+TABLE_LIMIT = 2000
+
+
+def _multi(label: str, name: str, options: list, **kw) -> list:
+    key = S.widget_key(name)
+    st.session_state[key] = [x for x in st.session_state[key] if x in options]
+    value = st.multiselect(label, options, key=key, **kw)
+    S.put(name, list(value))
+    return list(value)
+
+
+def filters_ui(c: C.Ctx) -> C.D.Filters:
+    """Draws the filter widgets; returns the filters (also kept in the session for links)."""
+    ep = c.data.episodes
+    data = c.data
+    with st.container(border=True):
+        a, b, d = st.columns(3)
+        with a:
+            _multi("Model", "models", sorted(ep["model"].astype(str).unique()), placeholder="all models")
+            suites = _multi("Suite", "suites", sorted(ep["suite"].astype(str).unique()), placeholder="all suites")
+        with b:
+            pool = ep if not suites else ep[ep["suite"].isin(suites)]
+            tasks = sorted(pool["task_id"].astype(str).unique(), key=_task_key)
+            _multi("Task", "tasks", tasks, placeholder="all tasks")
+            _multi("Outcome", "outcomes", list(C.D.OUTCOMES), placeholder="all outcomes",
+                   help="SBU = successful but unsafe; unsafe = at least one active spec violated")
+        with d:
+            _multi("Spec", "specs", list(data.families), format_func=data.label, placeholder="any spec",
+                   help="keep episodes where any chosen spec is violated (or active)")
+            key = S.widget_key("spec_mode")
+            mode = st.radio("Spec filter means", ["violated", "active"], key=key, horizontal=True)
+            S.put("spec_mode", mode)
+            key = S.widget_key("vsi", tuple(float(x) for x in S.get("vsi")))
+            lo, hi = st.slider("VSI range", 0.0, 1.0, key=key, step=0.01)
+            S.put("vsi", (float(lo), float(hi)))
+        st.button("Clear filters", on_click=_clear, key="clear_filters")
+    return S.filters()
+
+
+def _task_key(t: str):
+    head, _, tail = t.rpartition("_")
+    return (head, int(tail)) if tail.isdigit() else (t, -1)
+
+
+def _clear() -> None:
+    for name in ("models", "suites", "tasks", "specs", "outcomes"):
+        S.set_widget(name, [])
+    S.set_widget("spec_mode", "violated")
+    S.set_widget("vsi", (0.0, 1.0))
+
+
+def counts_ui(c: C.Ctx, mask) -> dict:
+    counts = C.D.outcome_counts(c.v, mask)
+    n = int(mask.sum())
+    cols = st.columns(5)
+    cols[0].metric("Matching episodes", f"{n:,}", help=f"of {len(mask):,} in the store")
+    for col, o in zip(cols[1:], C.D.OUTCOMES):
+        col.metric(o, f"{counts[o]:,}")
+    if n:
+        st.altair_chart(charts.outcome_bar(counts), width="stretch")
+    return counts
+
+
+def render() -> None:
+    c = C.ctx()
+    st.title("Episodes")
+    C.thresholds_banner(c)
+    f = filters_ui(c)
+    mask = C.D.filter_mask(c.data, c.v, f)
+    counts_ui(c, mask)
+    if not mask.any():
+        st.info("No episode matches these filters. Clear a filter to see more.")
+        st.stop()
+    key = S.widget_key("sort")
+    sort = st.selectbox("Sort by", list(C.D.SORTS), key=key)
+    S.put("sort", sort)
+    table = C.D.episode_table(c.data, c.v, mask, sort=sort, limit=TABLE_LIMIT)
+    n = int(mask.sum())
+    st.caption(f"Showing {len(table):,} of {n:,} matching episodes" + (" (narrow the filters to see the rest)"
+                                                                      if n > len(table) else "")
+               + ". Click a row's checkbox to open its detail; click a header to sort.")
+    ev = st.dataframe(
+        table, key="ep_table", on_select="rerun", selection_mode="single-row", hide_index=True, width="stretch",
+        height=min(38 + 35 * len(table), 560),
+        column_config={
+            "episode_id": st.column_config.TextColumn("episode", width="large"),
+            "vsi": st.column_config.ProgressColumn("VSI", min_value=0.0, max_value=1.0, format="%.2f"),
+            "worst_spec": "worst spec", "violating_step": st.column_config.NumberColumn("violating step", format="%d"),
+            "task_id": "task", "n_active": "active specs", "n_steps": "steps"})
+    rows = ev.selection.rows if ev is not None else []
+    if rows:
+        r = table.iloc[rows[0]]
+        step = None if r["violating_step"] != r["violating_step"] else int(r["violating_step"])
+        st.session_state.pop("ep_table", None)
+        C.go("detail", ep=r["episode_id"], step=step)
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,191 @@
+"""Export: every chart as PNG/SVG/PDF, the paper tables as CSV/LaTeX/Markdown, and replay
+triptychs (Figure 3) and clips for chosen episodes through `replay/`'s export."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard import common as C
+from dashboard import state as S
+
+TABLES = {
+    "table4_main": "Main results per cell (Tables 4/5)",
+    "table7_spec_rates": "Per-spec violation rates (Tables 7/8)",
+    "table9_sensitivity": "Threshold sensitivity (Table 9)",
+    "table10_sbu_composition": "SBU composition (Tables 10/11)",
+    "table12_per_task": "Per-task SR and Safety (Table 12)",
+}
+FORMATS = {"png": "PNG", "svg": "SVG", "pdf": "PDF"}
+
+
+def chart_catalog(c: C.Ctx) -> dict:
+    """name -> zero-argument builder of every chart the dashboard draws."""
+    data = c.data
+    labels = {f: data.label(f) for f in data.families}
+    tabs = lambda: C.overview_tables(data, c.key, c.items)  # noqa: E731
+    out = {
+        "sr_vs_safety": ("SR vs Safety per cell (Figure 2, left)", lambda: charts.sr_safety_scatter(tabs()["agg"])),
+        "violation_heatmap": ("Per-spec violation rate (Figure 2, right)",
+                              lambda: charts.violation_heatmap(tabs()["rates"], labels=labels)),
+        "sbu_composition": ("SBU composition (Tables 10/11)",
+                            lambda: charts.composition_bars(tabs()["comp"], tabs()["agg"], labels=labels)),
+    }
+    defaults = C.D.knob_defaults(data.registry)
+    for k in C.D.KNOBS:
+        if k.name in defaults:
+            out[f"sensitivity_{k.name}"] = (
+                f"Sensitivity to {k.label.lower()}",
+                lambda k=k: charts.sensitivity_chart(C.sensitivity(data, c.key, k.name, tuple(sorted(c.knobs.items()))),
+                                                     current=c.knobs[k.name], default=defaults[k.name],
+                                                     label=k.label, unit=k.unit))
+    eid = S.get("ep")
+    i = data.index_of(eid) if eid else None
+    if i is not None and not data.missing_trajectory[i]:
+        vstep = C.D.violating_frame(data, c.v, i)
+        for mode in ("margin", "raw"):
+            out[f"robustness_{mode}"] = (
+                f"Robustness over time of {eid}" + (" (raw signals)" if mode == "raw" else ""),
+                lambda mode=mode: charts.robustness_chart(C.traces(data, c.key, i, c.items), step=None,
+                                                          violating_step=vstep, mode=mode))
+    return out
+
+
+def charts_section(c: C.Ctx) -> None:
+    st.subheader("Charts")
+    catalog = chart_catalog(c)
+    a, b = st.columns([3, 1])
+    name = a.selectbox("Chart", list(catalog), format_func=lambda n: catalog[n][0], key="x_chart")
+    fmt = b.radio("Format", list(FORMATS), format_func=FORMATS.get, horizontal=True, key="x_fmt")
+    chart = catalog[name][1]()
+    st.download_button(f"Download {FORMATS[fmt]}", data=lambda: charts.chart_bytes(chart, fmt),
+                       file_name=f"safevla_{name}.{fmt}", mime=charts.EXPORT_FORMATS[fmt], key="x_chart_dl",
+                       type="primary", icon=":material/download:")
+    st.altair_chart(chart, width="content")
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _table(_data, key: str, items: tuple, name: str, ci: bool):
+    from scoring import tables as T
+
+    if name == "table4_main":
+        return C.main_table(_data, key, items, ci)
+    v = C.verdicts(_data, key, items)
+    sr = C.D.spec_results_under(_data, v)
+    if name == "table7_spec_rates":
+        return T.spec_rate_table(v.frame, sr, registry=_data.registry)
+    if name == "table9_sensitivity":
+        return T.sensitivity_table(_data.episodes, _data.spec_results, registry=_data.registry)
+    if name == "table10_sbu_composition":
+        return T.composition_table(v.frame, sr, registry=_data.registry)
+    return T.per_task_table(v.frame)
+
+
+def tables_section(c: C.Ctx) -> None:
+    from scoring.tables import to_latex, to_markdown
+
+    st.subheader("Tables")
+    name = st.selectbox("Table", list(TABLES), format_func=TABLES.get, key="x_table")
+    ci = len(c.data.episodes) <= 5000 or bool(st.session_state.get("ov_ci"))
+    with st.spinner("Building the table …"):
+        df = _table(c.data, c.key, c.items, name, ci)
+    caption = TABLES[name] + (" — re-scored under what-if thresholds" if c.overrides and name != "table9_sensitivity"
+                              else "")
+    cols = st.columns(3)
+    cols[0].download_button("CSV", df.to_csv(index=False), file_name=f"{name}.csv", mime="text/csv",
+                            key="x_csv", width="stretch")
+    cols[1].download_button("LaTeX", to_latex(df, caption), file_name=f"{name}.tex", mime="text/x-tex",
+                            key="x_tex", width="stretch")
+    cols[2].download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name=f"{name}.md",
+                            mime="text/markdown", key="x_md", width="stretch")
+    if name == "table4_main" and not ci:
+        st.caption("VSI bootstrap CIs are off for this large store; compute them on the Overview page first.")
+    st.dataframe(df, hide_index=True, width="stretch")
+
+
+def replay_section(c: C.Ctx) -> None:
+    st.subheader("Replay figures and clips")
+    ok, why = C.replay_status()
+    if not ok:
+        st.info(why, icon=":material/movie:")
+        return
+    data = c.data
+    unsafe = C.D.episode_table(data, c.v, ~c.v.frame["safe"].to_numpy(bool), sort="SBU first, then VSI", limit=300)
+    usable = [e for e in unsafe["episode_id"] if not data.missing_trajectory[data.index_of(e)]]
+    if not usable:
+        st.info("No unsafe episode with a trajectory: the triptych needs a violating frame.")
+        return
+    cur = S.get("ep")
+    default = [cur] if cur in usable else usable[:3]
+    chosen = st.multiselect("Episodes (unsafe ones, unsafe successes first)", usable, default=default, key="x_eps",
+                            max_selections=6)
+    if not chosen:
+        st.info("Choose at least one episode.")
+        return
+    a, b = st.columns(2)
+    with a:
+        fmt = st.radio("Triptych format", ["png", "pdf", "svg"], horizontal=True, key="x_tri_fmt",
+                       format_func=FORMATS.get)
+        if st.button("Render triptych (Figure 3)", key="x_tri", type="primary"):
+            bar = st.progress(0.0, text="Rendering the triptych …")
+            try:
+                items = []
+                for eid in chosen:
+                    i = data.index_of(eid)
+                    ep = c.v.frame.iloc[i]
+                    items.append((C.episode_record(data, i), C.violations(data, c.key, i, c.items),
+                                  f"{ep['model']} · {ep['suite']} · {ep['task_id']}"))
+                blob = C.render_service().triptych(items, fmt=fmt, progress=lambda d, t: bar.progress(
+                    d / max(t, 1), text=f"Rendering panel {d}/{t} …"))
+                st.session_state["_triptych"] = (tuple(chosen), fmt, c.items, blob)
+            except Exception as exc:  # noqa: BLE001
+                st.error(f"Could not render the triptych: {exc}")
+            finally:
+                bar.empty()
+        got = st.session_state.get("_triptych")
+        if got and got[0] == tuple(chosen) and got[2] == c.items:
+            if got[1] == "png":
+                st.image(got[3], width="stretch")
+            st.download_button(f"Download triptych ({FORMATS[got[1]]})", got[3], file_name=f"triptych.{got[1]}",
+                               mime=charts.EXPORT_FORMATS[got[1]], key="x_tri_dl")
+    with b:
+        if st.button("Render clips (MP4)", key="x_clips"):
+            bar = st.progress(0.0, text="Rendering clips …")
+            clips = {}
+            try:
+                for n, eid in enumerate(chosen):
+                    i = data.index_of(eid)
+                    clips[eid] = C.render_service().clip(
+                        C.episode_record(data, i), C.violations(data, c.key, i, c.items),
+                        progress=lambda d, t, n=n: bar.progress((n + d / max(t, 1)) / len(chosen),
+                                                                text=f"Clip {n + 1}/{len(chosen)}: frame {d}/{t}"))
+                st.session_state["_clips"] = (c.items, clips)
+            except Exception as exc:  # noqa: BLE001
+                st.error(f"Could not render the clips: {exc}")
+            finally:
+                bar.empty()
+        got = st.session_state.get("_clips")
+        if got and got[0] == c.items:
+            for eid, blob in got[1].items():
+                if eid in chosen:
+                    st.download_button(f"{eid}.mp4", blob, file_name=_safe(eid) + ".mp4", mime="video/mp4",
+                                       key=f"x_clip_{_safe(eid)}")
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def render() -> None:
+    c = C.ctx()
+    st.title("Export")
+    C.thresholds_banner(c)
+    charts_section(c)
+    st.divider()
+    tables_section(c)
+    st.divider()
+    replay_section(c)
+
+
+if __name__ == "__main__":
+    render()

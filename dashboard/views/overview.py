@@ -1,0 +1,91 @@
+"""Overview: the main table (Tables 4/5), SR vs Safety (Figure 2 left), per-spec violation
+rates (Figure 2 right), SBU composition (Tables 10/11) and the worst unsafe successes."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard import common as C
+
+BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click
+
+
+def kpis(c: C.Ctx) -> None:
+    agg = C.D.cell_aggregates(c.v, by=())
+    a = agg.iloc[0]
+    cols = st.columns(6)
+    cols[0].metric("Episodes", f"{int(a['n']):,}")
+    cols[1].metric("Success rate", C.pct(a["sr"]))
+    cols[2].metric("Safety", C.pct(a["safety"]))
+    cols[3].metric("SBU (successful but unsafe)", C.pct(a["sbu"]), help="success and at least one spec violated")
+    cols[4].metric("P[unsafe | success]", C.pct(a["p_unsafe_given_success"]))
+    cols[5].metric("VSI", f"{a['vsi']:.3f}", help="mean violation severity index")
+
+
+def worst_sbu(c: C.Ctx, top) -> None:
+    st.subheader("Worst successful-but-unsafe episodes")
+    if top.empty:
+        st.info("No successful-but-unsafe episodes under the current thresholds.")
+        return
+    st.caption("Succeeded by the benchmark's own check, yet violated a safety spec. Select a row to open it.")
+    show = top[["episode_id", "vsi", "worst_spec", "violating_step", "model", "suite", "task_id"]]
+    ev = st.dataframe(show, key="ov_top", on_select="rerun", selection_mode="single-row", hide_index=True,
+                      width="stretch",
+                      column_config={"vsi": st.column_config.ProgressColumn("VSI", min_value=0.0, max_value=1.0,
+                                                                            format="%.2f"),
+                                     "violating_step": st.column_config.NumberColumn("violating step", format="%d")})
+    rows = ev.selection.rows if ev is not None else []
+    if rows:
+        r = show.iloc[rows[0]]
+        step = None if r["violating_step"] != r["violating_step"] else int(r["violating_step"])
+        st.session_state.pop("ov_top", None)
+        C.go("detail", ep=r["episode_id"], step=step)
+
+
+def render() -> None:
+    c = C.ctx()
+    data = c.data
+    st.title("Overview")
+    st.caption(f"Run store `{data.path}` · registry {str(data.manifest.get('registry_hash'))[:12]}"
+               + (" · synthetic" if data.synthetic else ""))
+    C.thresholds_banner(c)
+    kpis(c)
+    tabs = C.overview_tables(data, c.key, c.items)
+    worst_sbu(c, tabs["top"])
+
+    st.subheader("Main results per model × suite (Tables 4/5)")
+    big = len(data.episodes) > BOOTSTRAP_AUTO_MAX
+    want_ci = st.session_state.get("ov_ci", not big)
+    if big and not want_ci:
+        st.caption(f"VSI bootstrap CIs (10,000 resamples) are computed on demand for stores over "
+                   f"{BOOTSTRAP_AUTO_MAX:,} episodes; proportions carry Wilson 95% CIs.")
+        if st.button("Compute VSI bootstrap CIs", key="ov_ci_btn"):
+            st.session_state["ov_ci"] = True
+            want_ci = True
+    with st.spinner("Bootstrapping VSI confidence intervals …" if want_ci else "Building the table …"):
+        table = C.main_table(data, c.key, c.items, bool(want_ci))
+    st.dataframe(table, hide_index=True, width="stretch")
+
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(charts.sr_safety_scatter(tabs["agg"]), width="stretch")
+    with right:
+        labels = {f: data.label(f) for f in data.families}
+        st.altair_chart(charts.violation_heatmap(tabs["rates"], labels=labels), width="stretch")
+
+    st.subheader("SBU composition (Tables 10/11)")
+    comp = tabs["comp"]
+    if comp.empty:
+        st.info("No successful-but-unsafe episodes, so nothing to decompose.")
+    else:
+        labels = {f: data.label(f) for f in data.families}
+        st.altair_chart(charts.composition_bars(comp, tabs["agg"], labels=labels), width="stretch")
+        from scoring.tables import composition_table
+        with st.expander("Composition table"):
+            st.dataframe(composition_table(c.v.frame, C.D.spec_results_under(data, c.v), registry=data.registry),
+                         hide_index=True, width="stretch")
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,170 @@
+"""Chart builders are pure: tidy frames in, Vega-Lite dicts out (marks, encodings, data)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+alt = pytest.importorskip("altair")
+
+from dashboard import charts  # noqa: E402
+
+
+def _data(spec: dict, layer: dict | None = None) -> list[dict]:
+    """The embedded rows a (layer of a) chart draws."""
+    src = (layer or spec).get("data") or spec.get("data")
+    if src is None:  # the base data of a layered chart sits on its first data-carrying layer
+        src = next(lay["data"] for lay in spec["layer"] if "data" in lay)
+    return spec["datasets"][src["name"]]
+
+
+def _marks(spec: dict) -> list[str]:
+    return [lay["mark"]["type"] if isinstance(lay["mark"], dict) else lay["mark"] for lay in spec["layer"]]
+
+
+@pytest.fixture
+def agg():
+    return pd.DataFrame({
+        "model": ["a", "a", "b", "b"], "suite": ["s1", "s2", "s1", "s2"], "n": [10, 10, 10, 10],
+        "sr": [0.9, 0.5, 0.8, 0.4], "sr_lo": [0.6, 0.2, 0.5, 0.1], "sr_hi": [0.98, 0.8, 0.95, 0.7],
+        "safety": [0.3, 0.9, 0.6, 0.5], "safety_lo": [0.1, 0.6, 0.3, 0.2], "safety_hi": [0.6, 0.98, 0.85, 0.8],
+        "sbu": [0.6, 0.1, 0.3, 0.2]})
+
+
+def test_pareto_front_keeps_only_non_dominated_points():
+    pts = pd.DataFrame({"x": [0.9, 0.5, 0.8, 0.4, np.nan, 0.8], "y": [0.3, 0.9, 0.6, 0.5, 1.0, 0.6]})
+    front = charts.pareto_front(pts, "x", "y")
+    # (0.4, 0.5) is dominated by (0.8, 0.6); NaN never on the front; equal points both stay
+    assert front.tolist() == [True, True, True, False, False, True]
+
+
+def test_sr_safety_scatter_layers_encodings_and_data(agg):
+    spec = charts.sr_safety_scatter(agg).to_dict()
+    assert _marks(spec) == ["line", "line", "rule", "rule", "point"]
+    diag, front, xerr, yerr, points = spec["layer"]
+    assert points["encoding"]["x"]["field"] == "sr" and points["encoding"]["y"]["field"] == "safety"
+    assert points["encoding"]["color"]["field"] == "model" and points["encoding"]["shape"]["field"] == "suite"
+    assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
+    assert (xerr["encoding"]["x"]["field"], xerr["encoding"]["x2"]["field"]) == ("sr_lo", "sr_hi")
+    assert (yerr["encoding"]["y"]["field"], yerr["encoding"]["y2"]["field"]) == ("safety_lo", "safety_hi")
+    assert front["transform"] == [{"filter": "datum.frontier"}]
+    rows = _data(spec, points)
+    assert [r["cell"] for r in rows] == ["a · s1", "a · s2", "b · s1", "b · s2"]
+    assert [r["sr"] for r in rows] == agg["sr"].tolist()
+    assert [r["frontier"] for r in rows] == [True, True, True, False]
+
+
+def test_violation_heatmap_rates_text_and_inactive_cells():
+    rates = pd.DataFrame({"model": ["a", "a"], "suite": ["s", "s"], "family": ["max_contact_force", "joint_torque"],
+                          "rate": [0.125, np.nan], "n": [8, 8], "n_active": [8, 0], "n_violated": [1, 0]})
+    spec = charts.violation_heatmap(rates, labels={"max_contact_force": "max force"}).to_dict()
+    assert _marks(spec) == ["rect", "rect", "text"]
+    grey, rect, text = spec["layer"]
+    assert grey["transform"] == [{"filter": "datum.inactive"}]
+    assert rect["encoding"]["color"]["field"] == "rate"
+    assert text["encoding"]["text"]["field"] == "text"
+    rows = _data(spec)
+    assert [(r["spec"], r["text"], r["rate"]) for r in rows] == [("max force", "12%", 0.125),
+                                                                 ("joint_torque", "—", None)]
+    assert rect["encoding"]["x"]["sort"] == ["max force", "joint_torque"]
+
+
+def test_composition_bars_split_each_cells_sbu_rate():
+    comp = pd.DataFrame({"model": ["a", "a", "b"], "suite": ["s", "s", "s"],
+                         "family": ["max_contact_force", "joint_torque", "joint_torque"],
+                         "violations": [3, 1, 2], "share": [0.75, 0.25, 1.0], "sbu_count": [4, 4, 2], "n": [10, 10, 10]})
+    agg = pd.DataFrame({"model": ["a", "b"], "suite": ["s", "s"], "sbu": [0.4, 0.2]})
+    spec = charts.composition_bars(comp, agg).to_dict()
+    assert spec["mark"]["type"] == "bar"
+    assert spec["encoding"]["x"]["field"] == "part" and spec["encoding"]["x"]["stack"] == "zero"
+    rows = _data(spec)
+    per_cell = {}
+    for r in rows:
+        per_cell[r["cell"]] = per_cell.get(r["cell"], 0) + r["part"]
+    assert per_cell == pytest.approx({"a · s": 0.4, "b · s": 0.2})
+
+
+@pytest.fixture
+def traces():
+    steps = np.arange(6)
+    force = pd.DataFrame({"step": steps, "t": steps * 0.05, "spec": "max contact force", "family": "max_contact_force",
+                          "margin": (200 - np.array([10, 50, 250, 400, 100, 0.0])) / 200,
+                          "value": [10, 50, 250, 400, 100, 0.0], "threshold": 200.0, "unit": "N",
+                          "violated": [False, False, True, True, False, False]})
+    tilt = pd.DataFrame({"step": steps, "t": steps * 0.05, "spec": "held-object tilt", "family": "held_object_tilt_world",
+                         "margin": [np.nan, 0.5, 0.2, np.nan, np.nan, np.nan],
+                         "value": [np.nan, 7.5, 12, np.nan, np.nan, np.nan], "threshold": 15.0, "unit": "deg",
+                         "violated": [False] * 6})
+    return pd.concat([force, tilt], ignore_index=True)
+
+
+def test_robustness_chart_margin_mode(traces):
+    spec = charts.robustness_chart(traces, step=4, violating_step=3).to_dict()
+    assert _marks(spec) == ["area", "rule", "line", "rule", "rule", "point", "point"]
+    shade, zero, lines, viol, cur, clicks, tri = spec["layer"]
+    # zero line
+    assert _data(spec, zero) == [{"y": 0.0}] and zero["encoding"]["y"]["field"] == "y"
+    # shading only where the margin is negative, from the margin up to zero
+    assert (shade["encoding"]["y"]["field"], shade["encoding"]["y2"]["field"]) == ("shade", "zero")
+    shaded = [(r["step"], r["shade"]) for r in _data(spec) if r["shade"] is not None]
+    assert shaded == [(2, -0.25), (3, -1.0)]
+    # normalised margins, gaps (None) where the gate is closed
+    assert lines["encoding"]["y"]["field"] == "margin" and lines["encoding"]["color"]["field"] == "spec"
+    assert [r["margin"] for r in _data(spec) if r["spec"] == "held-object tilt"] == [None, 0.5, 0.2, None, None, None]
+    # the violating step (red dashed) and the slider's step (black) as rules
+    assert _data(spec, viol)[0]["step"] == 3 and viol["mark"]["color"] == charts.VIOLATION_RED
+    assert _data(spec, cur) == [{"step": 4}]
+    # the worst margin at the violating step gets the triangle
+    assert _data(spec, tri)[0]["step"] == 3 and _data(spec, tri)[0]["margin"] == -1.0
+    # clicking reports the nearest step through the point selection "pt"
+    (param,) = spec["params"]
+    assert param["name"] == "pt" and param["select"]["fields"] == ["step"] and param["select"]["nearest"] is True
+
+
+def test_robustness_chart_raw_mode_has_threshold_lines_per_spec(traces):
+    spec = charts.robustness_chart(traces, step=1, violating_step=3, mode="raw").to_dict()
+    assert spec["facet"]["row"]["field"] == "spec"
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    layers = spec["spec"]["layer"]
+    marks = [lay["mark"]["type"] for lay in layers]
+    assert marks == ["rule", "rule", "rule", "line", "point", "point"]
+    cur, viol, thr, line = layers[:4]
+    assert cur["encoding"]["x"] == {"datum": 1} and viol["encoding"]["x"] == {"datum": 3}
+    assert thr["encoding"]["y"] == {"aggregate": "mean", "field": "threshold", "type": "quantitative"}
+    assert line["encoding"]["y"]["field"] == "value"
+    bad = layers[4]
+    assert bad["transform"] == [{"filter": "datum.violated"}]
+    with pytest.raises(ValueError, match="mode"):
+        charts.robustness_chart(traces, mode="nope")
+
+
+def test_sensitivity_chart_marks_default_and_current():
+    curve = pd.DataFrame({"value": [100, 200, 300] * 2, "metric": ["Safety"] * 3 + ["SBU"] * 3,
+                          "rate": [0.2, 0.5, 0.7, 0.6, 0.3, 0.1]})
+    spec = charts.sensitivity_chart(curve, current=300, default=200, label="Contact force", unit="N").to_dict()
+    assert _marks(spec) == ["line", "rule", "rule"]
+    line, default, current = spec["layer"]
+    assert line["encoding"]["x"]["field"] == "value" and line["encoding"]["y"]["field"] == "rate"
+    assert line["encoding"]["x"]["title"] == "Contact force (N)"
+    assert _data(spec, default)[0]["value"] == 200 and _data(spec, current)[0]["value"] == 300
+    assert len(_data(spec, line)) == 6
+
+
+def test_outcome_bar_counts():
+    spec = charts.outcome_bar({"SBU": 3, "safe success": 5, "unsafe failure": 1, "safe failure": 0}).to_dict()
+    rows = _data(spec)
+    assert {r["outcome"]: r["episodes"] for r in rows} == {"SBU": 3, "safe success": 5, "unsafe failure": 1,
+                                                           "safe failure": 0}
+    assert spec["encoding"]["color"]["scale"]["range"][0] == charts.OUTCOME_COLORS["SBU"]
+
+
+@pytest.mark.parametrize("fmt,magic", [("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<svg"), ("pdf", b"%PDF")])
+def test_chart_bytes_renders_offline(agg, fmt, magic):
+    pytest.importorskip("vl_convert")
+    blob = charts.chart_bytes(charts.sr_safety_scatter(agg), fmt)
+    assert blob.lstrip()[:len(magic)] == magic
+    assert len(blob) > 2000  # a real picture, not an empty canvas
+
+
+def test_chart_bytes_rejects_unknown_format(agg):
+    with pytest.raises(ValueError, match="png, svg, pdf"):
+        charts.chart_bytes(charts.sr_safety_scatter(agg), "gif")

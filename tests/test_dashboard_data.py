@@ -1,0 +1,243 @@
+"""The dashboard's data layer against `scoring` and plain pandas on the store's own files."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+
+from dashboard import data as D  # noqa: E402
+from scoring.io import load_record  # noqa: E402
+from scoring.score import score_episode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_store(out: Path, n: int = 64, renderable: bool = False) -> Path:
+    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_store(out, n, n_steps=60, contacts_per_step=6, renderable=renderable)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return make_store(tmp_path_factory.mktemp("dash") / "store")
+
+
+@pytest.fixture(scope="module")
+def sd(store) -> D.StoreData:
+    return D.open_store(store)
+
+
+@pytest.fixture(scope="module")
+def raw(store):
+    return pd.read_parquet(store / "episodes.parquet"), pd.read_parquet(store / "spec_results.parquet")
+
+
+def test_open_store_indexes_every_scored_row(sd, raw):
+    eps, specs = raw
+    assert len(sd.episodes) == len(eps) == 64
+    assert sd.synthetic and any(w.startswith("Synthetic") for w in sd.warnings)
+    assert sd.registry_matches and not sd.missing_trajectory.any()
+    scored = specs[~specs["report_only"]]
+    for r in scored.sample(40, random_state=0).itertuples():
+        i, j = sd.index_of(r.episode_id), sd.families.index(r.family)
+        assert sd.active[i, j] == r.active
+        if r.active:
+            assert sd.rho[i, j] == r.rho
+    assert list(sd.episodes["outcome"].astype(str)) == [
+        {(True, False): "SBU", (True, True): "safe success", (False, False): "unsafe failure",
+         (False, True): "safe failure"}[(s, f)] for s, f in zip(eps["success"], eps["safe"])]
+
+
+def test_knobs_reproduce_registry_defaults_and_presets(sd):
+    reg = sd.registry
+    defaults = D.knob_defaults(reg)
+    assert defaults == {"force": 200.0, "disp": 5.0, "tilt": 15.0, "slip": 2.0, "torque": 1.0}
+    assert D.knob_overrides(reg, defaults) == {}
+    for name, preset in reg.presets.items():
+        got = D.knob_overrides(reg, D.preset_knobs(reg, name))
+        assert got == dict(preset.overrides), name  # exact floats: 5 mm -> 0.005
+    assert D.knob_overrides(reg, {"disp": 12.5, "slip": 3.0}) == {"non_target_max_disp": 0.0125,
+                                                                  "stable_grasp_maintained": -0.03}
+
+
+def test_verdicts_default_are_the_store_and_overrides_are_whatif(sd, raw):
+    eps, _ = raw
+    v = D.verdicts(sd)
+    assert v.is_default and (v.frame["safe"].to_numpy() == eps["safe"].to_numpy()).all()
+    over = {"max_contact_force": 120.0, "non_target_max_disp": 0.02}
+    w = D.verdicts(sd, over)
+    r = sd.whatif.rescore(over)
+    assert (w.frame["safe"].to_numpy() == r.safe).all() and (w.frame["sbu"].to_numpy() == r.sbu).all()
+    assert np.array_equal(w.frame["vsi"].to_numpy(), r.vsi)
+    assert np.array_equal(w.violated, np.nan_to_num(r.rho, nan=1.0) < 0)
+
+
+def test_whatif_equals_a_full_rescore_with_score_episode(sd):
+    over = {"max_contact_force": 150.0, "held_object_tilt_world": 10.0, "joint_torque": 0.9}
+    w = D.verdicts(sd, over)
+    for i in range(0, len(sd.episodes), 4):
+        res = score_episode(load_record(sd.trajectory_path(i)), registry=sd.registry, thresholds=over)
+        assert w.frame["safe"].iat[i] == res.safe and w.frame["sbu"].iat[i] == res.sbu
+        assert w.frame["vsi"].iat[i] == pytest.approx(res.vsi, abs=1e-12)
+
+
+@pytest.mark.parametrize("f", [
+    D.Filters(models=("policy-a",)),
+    D.Filters(suites=("libero-goal", "libero-10"), outcomes=("SBU",)),
+    D.Filters(tasks=("task_1",), specs=("max_contact_force",)),
+    D.Filters(specs=("stable_grasp_maintained", "non_target_max_disp"), spec_mode="active"),
+    D.Filters(vsi=(0.25, 0.9)),
+    D.Filters(models=("policy-d", "policy-b"), outcomes=("unsafe failure", "safe failure"), vsi=(0.0, 0.5)),
+])
+def test_filters_match_pandas_on_the_store_files(sd, raw, f):
+    eps, specs = raw
+    want = pd.Series(True, index=eps.index)
+    if f.models:
+        want &= eps["model"].isin(f.models)
+    if f.suites:
+        want &= eps["suite"].isin(f.suites)
+    if f.tasks:
+        want &= eps["task_id"].isin(f.tasks)
+    if f.specs:
+        rows = specs[specs["family"].isin(f.specs) & specs["active"] & ~specs["report_only"]]
+        if f.spec_mode == "violated":
+            rows = rows[rows["rho"] < 0]
+        want &= eps["episode_id"].isin(rows["episode_id"])
+    if f.outcomes:
+        cls = np.where(eps["success"], np.where(eps["safe"], "safe success", "SBU"),
+                       np.where(eps["safe"], "safe failure", "unsafe failure"))
+        want &= pd.Series(cls, index=eps.index).isin(f.outcomes)
+    lo, hi = f.vsi
+    if (lo, hi) != (0.0, 1.0):
+        want &= (eps["vsi"] >= lo) & (eps["vsi"] <= hi)
+    v = D.verdicts(sd)
+    mask = D.filter_mask(sd, v, f)
+    assert set(sd.episodes["episode_id"][mask]) == set(eps["episode_id"][want])
+    counts = D.outcome_counts(v, mask)
+    assert sum(counts.values()) == int(want.sum())
+    table = D.episode_table(sd, v, mask)
+    assert set(table["episode_id"]) == set(eps["episode_id"][want])
+
+
+def test_episode_table_sorts_sbu_first_by_vsi(sd):
+    v = D.verdicts(sd)
+    t = D.episode_table(sd, v, np.ones(len(sd.episodes), bool))
+    sbu = (t["outcome"] == "SBU").to_numpy()
+    assert sbu[: sbu.sum()].all()
+    assert (np.diff(t["vsi"][: sbu.sum()].to_numpy()) <= 0).all()
+    assert t.loc[t["safe"], "worst_spec"].isna().all()
+
+
+def test_robustness_traces_agree_with_the_stored_scores(sd, raw):
+    _, specs = raw
+    v = D.verdicts(sd)
+    unsafe = np.flatnonzero(~v.frame["safe"].to_numpy())[:6]
+    for i in unsafe:
+        rec = load_record(sd.trajectory_path(i))
+        fams = [f for j, f in enumerate(sd.families) if sd.active[i, j]]
+        tr = D.robustness_traces(rec, sd.registry, v.thresholds, fams)
+        rows = specs[(specs["episode_id"] == sd.episodes["episode_id"].iat[i]) & ~specs["report_only"] & specs["active"]]
+        for r in rows.itertuples():
+            t = tr[tr["family"] == r.family]
+            scale = abs(r.threshold) or 1.0
+            if np.isinf(r.rho):  # the gate never opened: every step vacuous
+                assert t["margin"].isna().all()
+                continue
+            assert np.nanmin(t["margin"]) * scale == pytest.approx(r.rho, abs=1e-9)
+            neg = t.loc[t["violated"], "step"]
+            assert (int(neg.iloc[0]) if len(neg) else None) == (None if pd.isna(r.first_violation_step)
+                                                                else int(r.first_violation_step))
+            if r.rho < 0:
+                assert int(t["step"].iloc[int(np.nanargmin(t["margin"]))]) == r.extreme_step
+
+
+def test_whatif_summary_and_flips(sd):
+    over = {"max_contact_force": 500.0, "arm_furniture_force": 500.0, "target_furniture_force": 500.0}
+    base, v = D.verdicts(sd), D.verdicts(sd, over)
+    s = D.whatif_summary(sd, v, base)
+    overall = s.iloc[-1]
+    assert overall["model"] == "all" and overall["n"] == len(sd.episodes)
+    assert overall["safety"] == pytest.approx(v.frame["safe"].mean())
+    assert overall["d_safety"] == pytest.approx(v.frame["safe"].mean() - base.frame["safe"].mean())
+    fl = D.flipped(sd, over, limit=None)
+    changed = sd.episodes["episode_id"][v.frame["safe"].to_numpy() != base.frame["safe"].to_numpy()]
+    assert set(fl["episode_id"]) == set(changed)
+    assert set(fl["change"]) <= {"unsafe → safe"}  # relaxing only makes episodes safe
+
+
+def test_sensitivity_curve_passes_through_whatif(sd):
+    knob = D.KNOB_BY_NAME["force"]
+    curve = D.sensitivity_curve(sd, knob, D.knob_defaults(sd.registry), n=5)
+    assert {200.0, 25.0, 1000.0} <= set(curve["value"])
+    for x in (25.0, 200.0, 1000.0):
+        r = sd.whatif.rescore(D.knob_overrides(sd.registry, {"force": x}))
+        got = curve[(curve["value"] == x)].set_index("metric")["rate"]
+        assert got["Safety"] == pytest.approx(r.safe.mean())
+        assert got["SBU"] == pytest.approx(r.sbu.mean())
+    safety = curve[curve["metric"] == "Safety"].sort_values("value")["rate"].to_numpy()
+    assert (np.diff(safety) >= -1e-12).all()  # relaxing a threshold never makes anything less safe
+
+
+def test_applicability_table_matches_the_stored_reasons(sd, raw):
+    _, specs = raw
+    t = D.applicability_table(sd, 0)
+    rows = specs[specs["episode_id"] == sd.episodes["episode_id"].iat[0]]
+    scored = t[t["kind"] == "scored"]
+    assert len(scored) == len(sd.registry.families)
+    want = dict(zip(rows.loc[~rows["report_only"], "family"].map(sd.label), rows.loc[~rows["report_only"], "active"]))
+    assert dict(zip(scored["spec"], scored["active"])) == want
+    assert scored["tag sources"].str.len().gt(0).all()
+
+
+def test_episode_specs_and_violating_frame_under_overrides(sd):
+    v = D.verdicts(sd, {"max_contact_force": 60.0})
+    i = int(np.flatnonzero(~v.frame["safe"].to_numpy())[0])
+    rows = D.episode_specs(sd, v, i)
+    fam = rows[rows["family"] == "max_contact_force"].iloc[0]
+    assert fam["threshold"] == 60.0
+    step = D.violating_frame(sd, v, i)
+    worst = v.frame["worst_spec"].iat[i]
+    assert step == int(rows[rows["family"] == worst]["extreme_step"].iloc[0])
+
+
+# ----------------------------------------------------------------------------- bad stores
+
+def test_bad_stores_raise_store_problem(tmp_path, store):
+    with pytest.raises(D.StoreProblem, match="does not exist"):
+        D.open_store(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(D.StoreProblem, match="missing manifest.json"):
+        D.open_store(tmp_path / "empty")
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(store, corrupt)
+    (corrupt / "spec_results.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(D.StoreProblem, match="corrupt Parquet"):
+        D.open_store(corrupt)
+    empty = tmp_path / "no_episodes"
+    shutil.copytree(store, empty)
+    for name in ("episodes.parquet", "spec_results.parquet"):
+        pd.read_parquet(empty / name).head(0).to_parquet(empty / name)
+    with pytest.raises(D.StoreProblem, match="no scored episodes"):
+        D.open_store(empty)
+
+
+def test_registry_mismatch_and_missing_trajectories_are_warnings(tmp_path, store):
+    odd = tmp_path / "odd"
+    shutil.copytree(store, odd)
+    m = json.loads((odd / "manifest.json").read_text())
+    m["registry_hash"] = "0" * 64
+    (odd / "manifest.json").write_text(json.dumps(m))
+    shutil.rmtree(odd / "trajectories")
+    sd = D.open_store(odd)
+    assert not sd.registry_matches
+    assert any(w.startswith("Registry mismatch") for w in sd.warnings)
+    assert any(w.startswith("Missing trajectories: none of the 64") for w in sd.warnings)
+    assert sd.missing_trajectory.all()
