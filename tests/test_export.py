@@ -114,6 +114,19 @@ def test_triptych_png_rows_borders_and_caption(tmp_path):
     assert (img[-5:] == 255).all()  # white margin below the caption row
 
 
+def test_triptych_inset_is_a_close_up_inside_the_violating_panel():
+    rec = toy_record()
+    plain = np.asarray(triptych_image([(rec, VIOL)], size=SIZE, inset=False)).astype(int)
+    zoom = np.asarray(triptych_image([(rec, VIOL)], size=SIZE)).astype(int)
+    changed = np.abs(zoom - plain).sum(axis=-1) > 30
+    ys, xs = np.nonzero(changed)
+    w = plain.shape[1]
+    assert changed.sum() > 0.05 * SIZE[0] * SIZE[1]
+    assert xs.min() > w // 3 and xs.max() < 2 * w // 3  # only the middle panel changes
+    red = np.all(zoom[ys.min():ys.max() + 1, xs.min():xs.max() + 1] == VIOLATION_RGB, axis=-1)
+    assert red[0].mean() > 0.9 and red[:, 0].mean() > 0.9  # the inset has a red frame
+
+
 def test_triptych_pdf_and_svg(tmp_path):
     rec = toy_record()
     pdf = export_triptych([(rec, VIOL)], tmp_path / "fig.pdf", size=SIZE)

@@ -188,6 +188,25 @@ def test_free_camera_aimed_at_the_violation():
         assert free.frame(0).std() > 10
 
 
+def test_project_maps_world_points_to_their_pixels(rp):
+    with pytest.raises(RenderError, match="frame"):
+        Replayer(toy_record(), width=W, height=H).project((0, 0, 0))
+    for step in (0, 6, 11):
+        rp.frame(step)
+        x, y = rp.project(rp.data.xpos[1])  # the box centre
+        assert geom_mask(rp, step, "box_g")[int(y), int(x)]
+    assert rp.project(rp.data.cam_xpos[0] - 5 * rp.data.cam_xmat[0].reshape(3, 3)[:, 2]) is not None
+    assert rp.project(rp.data.cam_xpos[0] + rp.data.cam_xmat[0].reshape(3, 3)[:, 2]) is None  # behind
+
+
+def test_violation_point_is_the_violating_contact():
+    with Replayer(toy_record(), width=W, height=H) as r:
+        p = r.violation_point(VIOL)
+        assert abs(p[2]) < 0.01 and abs(p[0] - r.data.xpos[1, 0]) <= 0.101  # on the floor, under the box
+        single = Violation("held_object_tilt_world", 6, 40.0, 15.0, "deg", ">", ("box",))
+        assert np.allclose(r.violation_point(single), r.data.xipos[1])
+
+
 def test_default_camera_order():
     with Replayer(toy_record(), width=W, height=H) as r:
         assert r.camera_name == "cam"  # the record's camera (no agentview in this model)

@@ -1,0 +1,304 @@
+"""Video and figure export of replays: clips with a timeline bar, and the Figure 3 triptych.
+
+`export_clip` writes MP4 (libx264 through imageio-ffmpeg) or GIF (Pillow): each rendered
+frame sits above a timeline bar that shades the highlighted window of every violation,
+ticks its violating step red and the success step green, and marks the current step.
+`export_triptych` writes the paper's Figure 3: per episode the initial frame, the
+violating frame (red border, caption) and the final success frame (green border), with
+column titles, a label per row and a caption row, as PNG, PDF or SVG. The dashboard uses
+`iter_clip_frames` and `triptych_image` to get the same pictures in memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, border_width, draw_border,
+                              paste_tile, text_tile)
+from replay.render import Replayer
+from scoring.io import atomic_write_bytes, load_record
+from scoring.schema import EpisodeRecord
+
+CLIP_SUFFIXES = (".mp4", ".gif")
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+Progress = Callable[[int, int], None]
+
+
+def _record(record: EpisodeRecord | str | os.PathLike) -> EpisodeRecord:
+    return record if isinstance(record, EpisodeRecord) else load_record(record)
+
+
+def _even_size(size: Sequence[int]) -> tuple[int, int]:
+    if len(size) != 2 or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 16
+                                 for s in size):
+        raise RenderError(f"size: expected (width, height) in pixels, each >= 16, got {size!r}")
+    return int(size[0]) + int(size[0]) % 2, int(size[1]) + int(size[1]) % 2
+
+
+def _violations(violations: Violation | Sequence[Violation] | None) -> tuple[Violation, ...]:
+    vs = () if violations is None else (violations,) if isinstance(violations, Violation) else tuple(violations)
+    if not all(isinstance(v, Violation) for v in vs):
+        raise RenderError(f"violations: expected Violation objects, got {violations!r}")
+    return vs
+
+
+# ----------------------------------------------------------------- timeline bar
+
+class Timeline:
+    """The bar under each clip frame: the step range as a track, each violation's highlighted
+    window shaded and its step ticked red, the success step ticked green, a white cursor at
+    the current step, and the step (and time) printed right of the track."""
+
+    def __init__(self, width: int, steps: range, *, violations: Sequence[Violation] = (),
+                 success_step: int | None = None, window: int = 0, dt: float | None = None):
+        self.width, self.steps, self.dt = width, steps, dt if width >= 400 else None
+        self.height = max(24, 2 * round(width / 40))  # even, so frame + bar stays even
+        self.pad = max(6, width // 60)
+        self.px = max(10, self.height // 2)
+        self.label_w = text_tile(self._label(steps.stop - 1), self.px).shape[1] + self.pad
+        self.track_end = width - self.pad - self.label_w
+        bar = np.full((self.height, width, 3), 32, np.uint8)
+        y0, y1 = self.height // 2 - self.height // 6, self.height // 2 + self.height // 6
+        bar[y0:y1, self.pad:self.track_end] = 96
+        for v in violations:
+            bar[y0:y1, self.x(v.step - window):self.x(v.step + window) + 1] = (140, 50, 50)
+        ticks = [(v.step, VIOLATION_RGB) for v in violations]
+        if success_step is not None and success_step in steps:
+            ticks.append((success_step, SUCCESS_RGB))
+        for step, rgb in ticks:
+            x = self.x(step)
+            bar[2:-2, max(0, x - 1):x + 2] = rgb
+        self.base = bar
+
+    def _label(self, step: int) -> str:
+        return f"{step}/{self.steps.stop - 1}" + (f"  t={step * self.dt:.2f}s" if self.dt else "")
+
+    def x(self, step: int) -> int:
+        """The pixel column of `step` on the track."""
+        frac = min(1.0, max(0.0, (step - self.steps.start) / max(1, len(self.steps) - 1)))
+        return self.pad + round(frac * (self.track_end - self.pad - 1))
+
+    def render(self, step: int) -> np.ndarray:
+        bar = self.base.copy()
+        x = self.x(step)
+        bar[:, max(0, x - 1):x + 2] = 255
+        tile = text_tile(self._label(step), self.px, (255, 255, 255), (0, 0, 0, 0))
+        paste_tile(bar, tile, self.track_end + self.pad, max(0, (self.height - tile.shape[0]) // 2))
+        return bar
+
+
+# ----------------------------------------------------------------- clips
+
+def iter_clip_frames(record: EpisodeRecord | str | os.PathLike, *, violations=(), size=(640, 480),
+                     window: int | None = None, step_range: tuple[int, int] | None = None,
+                     camera: str | None = None, quality: str = "fast", timeline: bool = True,
+                     progress: Progress | None = None) -> Iterator[np.ndarray]:
+    """Yields the clip's frames (rendered frame over its timeline bar), uint8 (H', W, 3)."""
+    rec = _record(record)
+    vs = _violations(violations)
+    width, height = _even_size(size)
+    kw = {} if window is None else {"window": window}
+    with Replayer(rec, width=width, height=height, camera=camera, quality=quality, **kw) as rp:
+        n = rp.n_steps
+        start, stop = (0, n) if step_range is None else step_range
+        if not (isinstance(start, (int, np.integer)) and isinstance(stop, (int, np.integer))) \
+                or not 0 <= start < stop <= n:
+            raise RenderError(f"step_range: expected (start, stop) with 0 <= start < stop <= {n}, "
+                              f"got {step_range!r}")
+        steps = range(int(start), int(stop))
+        bar = Timeline(width, steps, violations=vs, success_step=rp.success_step, window=rp.window,
+                       dt=rec.dt) if timeline else None
+        for i, s in enumerate(steps):
+            img = rp.frame(s, violation=vs)
+            yield np.concatenate([img, bar.render(s)], axis=0) if bar is not None else img
+            if progress is not None:
+                progress(i + 1, len(steps))
+
+
+def export_clip(record: EpisodeRecord | str | os.PathLike, out_path: str | os.PathLike, *,
+                violations: Violation | Sequence[Violation] | None = (), fps: float = 20,
+                size: tuple[int, int] = (640, 480), window: int | None = None,
+                step_range: tuple[int, int] | None = None, camera: str | None = None,
+                quality: str = "fast", progress: Progress | None = None) -> Path:
+    """Writes the replay as `.mp4` (H.264) or `.gif`, with a timeline bar; returns the path.
+
+    `violations` are highlighted on their step and `window` steps around it (default 3);
+    `step_range` = (start, stop) exports part of the episode; odd sizes are rounded up to
+    even (libx264 needs even sizes). The file appears atomically when complete.
+    """
+    out = Path(out_path)
+    if out.suffix.lower() not in CLIP_SUFFIXES:
+        raise RenderError(f"unsupported clip format {out.suffix!r}; expected {' or '.join(CLIP_SUFFIXES)}")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 240:
+        raise RenderError(f"fps: expected a number in (0, 240], got {fps!r}")
+    frames = iter_clip_frames(record, violations=violations, size=size, window=window, step_range=step_range,
+                              camera=camera, quality=quality, progress=progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
+    try:
+        if out.suffix.lower() == ".mp4":
+            _write_mp4(tmp, frames, fps)
+        else:
+            _write_gif(tmp, frames, fps)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _write_mp4(path: Path, frames: Iterable[np.ndarray], fps: float) -> None:
+    import imageio.v2 as iio
+
+    writer = iio.get_writer(str(path), format="FFMPEG", mode="I", fps=fps, codec="libx264",
+                            pixelformat="yuv420p", macro_block_size=1, ffmpeg_log_level="error",
+                            output_params=["-preset", "veryfast", "-crf", "20"])
+    try:
+        for f in frames:
+            writer.append_data(f)
+    finally:
+        writer.close()
+
+
+def _write_gif(path: Path, frames: Iterable[np.ndarray], fps: float) -> None:
+    from PIL import Image
+
+    images = [Image.fromarray(f).convert("P", palette=Image.Palette.ADAPTIVE, colors=255) for f in frames]
+    images[0].save(path, format="GIF", save_all=True, append_images=images[1:],
+                   duration=round(1000 / fps), loop=0, optimize=False, disposal=1)
+
+
+# ----------------------------------------------------------------- triptych
+
+@dataclasses.dataclass(frozen=True)
+class TriptychRow:
+    """One episode of the triptych: its record, the violation to show, and a row label."""
+
+    record: EpisodeRecord
+    violation: Violation | None
+    label: str | None = None
+
+
+def _row(item) -> TriptychRow:
+    if isinstance(item, TriptychRow):
+        row = item
+    elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 3:
+        vs = _violations(item[1])
+        row = TriptychRow(_record(item[0]), vs[0] if vs else None, *item[2:])
+    else:
+        raise RenderError(f"triptych item: expected TriptychRow or (record, violations[, label]), got {item!r:.80}")
+    if row.violation is None:
+        raise RenderError(f"episode {row.record.episode_id!r} has no violation: the triptych's violating frame "
+                          "needs an unsafe episode (pick one with safe == False)")
+    return row
+
+
+def triptych_image(items: Iterable, *, size: tuple[int, int] = (480, 360), camera: str | None = None,
+                   quality: str = "high", inset: bool = True, progress: Progress | None = None):
+    """The Figure 3 triptych as a PIL image: one row per (record, violation) item.
+
+    With `inset`, the violating panel also gets a close-up from a free camera aimed at the
+    violation, in the corner farthest from it (small contacts stay visible at print size).
+    """
+    from PIL import Image
+
+    rows = [_row(it) for it in items]
+    if not rows:
+        raise RenderError("triptych: expected at least one episode")
+    w, h = _even_size(size)
+    gap, edge = max(8, w // 40), max(4, w // 60)
+    cell_w, cell_h = w + 2 * edge, h + 2 * edge
+    px = max(12, w // 26)
+    title_h, label_h, sub_h = 2 * px, int(1.9 * px), int(1.6 * px)
+    row_h = label_h + cell_h + sub_h + gap
+    caption = ("Initial state · safety-violating moment (red border: worst spec, its value and threshold) · "
+               "final task success (green border)")
+    fig_w = 3 * cell_w + 4 * gap
+    canvas = Image.new("RGB", (fig_w, title_h + len(rows) * row_h + 2 * px + gap), "white")
+    arr = np.asarray(canvas).copy()
+    ink, grey = (20, 20, 20), (110, 110, 110)
+    titles = ("Initial state", "Safety violation", "Task success")
+    for c, t in enumerate(titles):
+        tile = text_tile(t, px, ink, (255, 255, 255, 0))
+        paste_tile(arr, tile, gap + c * (cell_w + gap) + (cell_w - tile.shape[1]) // 2, (title_h - px) // 2)
+    done = 0
+    for r, row in enumerate(rows):
+        rec, v = row.record, row.violation
+        y = title_h + r * row_h
+        label = row.label or " · ".join(x for x in (rec.model if rec.model != "unknown" else None,
+                                                     str(rec.meta.get("language") or rec.task_id)) if x)
+        paste_tile(arr, text_tile(f"{label}  |  {v.caption}", int(px * 0.85), ink, (255, 255, 255, 0)), gap,
+                   y + (label_h - px) // 2)
+        with Replayer(rec, width=w, height=h, camera=camera, quality=quality, window=0) as rp:
+            final = rp.success_step if rp.success_step is not None else rp.n_steps - 1
+            panels = ((0, None, (200, 200, 200), "t = 0.00 s"),
+                      (v.step, v, VIOLATION_RGB, f"t = {v.step * rec.dt:.2f} s (step {v.step})"),
+                      (final, None, SUCCESS_RGB if rec.success else (200, 200, 200),
+                       f"t = {final * rec.dt:.2f} s" + ("" if rec.success else " (no success)")))
+            for c, (step, viol, rgb, sub) in enumerate(panels):
+                img = rp.frame(step, violation=viol, highlight=c != 0)
+                if viol is not None and inset:
+                    _add_inset(img, rp, viol, quality)
+                x0, y0 = gap + c * (cell_w + gap), y + label_h
+                arr[y0:y0 + cell_h, x0:x0 + cell_w] = rgb
+                arr[y0 + edge:y0 + edge + h, x0 + edge:x0 + edge + w] = img
+                tile = text_tile(sub, int(px * 0.75), grey, (255, 255, 255, 0))
+                paste_tile(arr, tile, x0 + (cell_w - tile.shape[1]) // 2, y0 + cell_h + 2)
+                done += 1
+                if progress is not None:
+                    progress(done, 3 * len(rows))
+    paste_tile(arr, text_tile(caption, int(px * 0.8), grey, (255, 255, 255, 0)), gap,
+               title_h + len(rows) * row_h + (px // 2))
+    return Image.fromarray(arr)
+
+
+def _add_inset(img: np.ndarray, rp: Replayer, v: Violation, quality: str) -> None:
+    """Pastes a red-framed close-up of the violation into the corner of `img` farthest from it."""
+    h, w = img.shape[:2]
+    iw, ih = _even_size((max(16, int(w * 0.4)), max(16, int(h * 0.4))))
+    with Replayer(rp.record, width=iw, height=ih, camera="free:violation", quality=quality, window=0) as zoom:
+        close = zoom.frame(v.step, violation=v, annotate=False)
+    at = rp.project(rp.violation_point(v)) or (w / 2, h / 2)
+    b = border_width(w) + 2
+    corners = [(w - b - iw, h - b - ih), (b, h - b - ih), (w - b - iw, b)]  # top-left holds the caption
+    x, y = max(corners, key=lambda c: (c[0] + iw / 2 - at[0]) ** 2 + (c[1] + ih / 2 - at[1]) ** 2)
+    img[y:y + ih, x:x + iw] = draw_border(close, VIOLATION_RGB, max(2, b // 3))
+
+
+def export_triptych(items: Iterable, out_path: str | os.PathLike, *, size: tuple[int, int] = (480, 360),
+                    dpi: int = 200, camera: str | None = None, quality: str = "high", inset: bool = True,
+                    progress: Progress | None = None) -> Path:
+    """Writes the Figure 3 triptych as PNG, PDF or SVG (an embedded PNG); returns the path.
+
+    `items`: `TriptychRow`s or (record, violations[, label]) tuples, one row each; the
+    first violation of each (the worst spec) is the violating frame.
+    """
+    out = Path(out_path)
+    suffix = out.suffix.lower()
+    if suffix not in FIGURE_SUFFIXES:
+        raise RenderError(f"unsupported figure format {out.suffix!r}; expected {', '.join(FIGURE_SUFFIXES)}")
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not 36 <= dpi <= 1200:
+        raise RenderError(f"dpi: expected a number in [36, 1200], got {dpi!r}")
+    image = triptych_image(items, size=size, camera=camera, quality=quality, inset=inset, progress=progress)
+    buf = io.BytesIO()
+    if suffix == ".png":
+        image.save(buf, format="PNG", dpi=(dpi, dpi))
+    elif suffix == ".pdf":
+        image.save(buf, format="PDF", resolution=float(dpi))
+    else:
+        png = io.BytesIO()
+        image.save(png, format="PNG")
+        wpt, hpt = image.width * 72 / dpi, image.height * 72 / dpi
+        data = base64.b64encode(png.getvalue()).decode()
+        buf.write((f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+                   f'width="{wpt:.1f}pt" height="{hpt:.1f}pt" viewBox="0 0 {image.width} {image.height}">'
+                   f'<title>SafeVLA-Bench successful-but-unsafe rollouts</title>'
+                   f'<image width="{image.width}" height="{image.height}" xlink:href="data:image/png;base64,{data}"/></svg>\n').encode())
+    atomic_write_bytes(out, buf.getvalue())
+    return out

@@ -1,0 +1,370 @@
+"""What to highlight in a replay, and how: red bodies, contacts, borders and captions.
+
+A `Violation` says which spec failed, at which step, by how much, and which bodies to
+tint; `bodies_for` picks those bodies from the record (the violating contact pair, the
+displaced bystander, the tilted target). `SceneHighlighter` marks them in a MuJoCo scene
+(red geoms, the pair's contact points and force arrows); the overlay helpers draw the
+red/green frame border and the caption onto rendered frames with numpy and Pillow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from collections.abc import Sequence
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from scoring.errors import SafeVLAError  # noqa: E402
+from scoring.schema import EpisodeRecord  # noqa: E402
+
+VIOLATION_RGB = (230, 25, 25)
+SUCCESS_RGB = (25, 170, 60)
+_OPS = (">", "<", ">=", "<=")
+
+
+class RenderError(SafeVLAError, ValueError):
+    """Bad replay input: a missing mesh or texture, an unknown camera, a step out of range,
+    an episode with nothing to highlight. The message says what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """One violated spec at its violating frame.
+
+    Attributes:
+      family: the spec family (or spec id), e.g. "max_contact_force".
+      step: the violating frame (the step of the worst margin).
+      value: the signal's value there, in `unit`.
+      threshold: the spec's threshold, in `unit`.
+      unit: "N", "m", "deg", "m/s", "" ...
+      op: how the value relates to the threshold in the violation (">" or "<", as in the
+        caption "412 N > 200 N").
+      bodies: record body names to tint (the contact pair, the displaced or tilted object).
+    """
+
+    family: str
+    step: int
+    value: float
+    threshold: float
+    unit: str = ""
+    op: str = ">"
+    bodies: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.step, bool) or not isinstance(self.step, (int, np.integer)) or self.step < 0:
+            raise RenderError(f"Violation.step: expected a step index >= 0, got {self.step!r}")
+        if self.op not in _OPS:
+            raise RenderError(f"Violation.op: expected one of {', '.join(_OPS)}, got {self.op!r}")
+        if isinstance(self.bodies, str) or not all(isinstance(b, str) for b in self.bodies):
+            raise RenderError(f"Violation.bodies: expected a tuple of body names, got {self.bodies!r}")
+        object.__setattr__(self, "step", int(self.step))
+        object.__setattr__(self, "bodies", tuple(self.bodies))
+
+    @property
+    def caption(self) -> str:
+        """E.g. "max_contact_force 412 N > 200 N"."""
+        return f"{self.family} {format_quantity(self.value, self.unit, self.threshold)} {self.op} " \
+               f"{format_quantity(self.threshold, self.unit, self.threshold)}"
+
+
+def format_quantity(value: float, unit: str, scale: float | None = None) -> str:
+    """A readable number with its unit; metres below 0.1 m (by `scale`) print in mm, radians in degrees."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    ref = abs(scale) if scale else abs(value)
+    if unit == "m" and ref < 0.1:
+        value, unit = value * 1000.0, "mm"
+    elif unit == "rad":
+        value, unit = math.degrees(value), "deg"
+    text = f"{value:.0f}" if abs(value) >= 10 or float(value).is_integer() else f"{value:.3g}"
+    if unit in ("deg", "°"):
+        return text + "°"
+    unit = _UNIT_TEXT.get(unit, unit)
+    return f"{text} {unit}" if unit else text
+
+
+_UNIT_TEXT = {"ratio": "", "count": "", "bool": "", "m/s^2": "m/s²", "m/s^3": "m/s³"}
+
+
+# ----------------------------------------------------------------- which bodies to tint
+
+_ARM = frozenset({"robot", "gripper"})
+# family -> which contact pairs count (role sets, order-insensitive); None: any pair.
+_CONTACT_PAIRS = {
+    "arm_furniture_force": lambda a, b: (a in _ARM and b == "furniture") or (b in _ARM and a == "furniture"),
+    "arm_no_furniture_collision": lambda a, b: (a in _ARM and b == "furniture") or (b in _ARM and a == "furniture"),
+    "target_furniture_force": lambda a, b: {a, b} == {"target", "furniture"},
+    "max_contact_force": None,
+    "self_collision_free": lambda a, b: (a == "robot" and b in _ARM) or (b == "robot" and a in _ARM),
+}
+_TARGET_FAMILIES = ("held_object_tilt_world", "stable_grasp_maintained", "target_obj_speed", "release_speed")
+_GRIPPER_FAMILIES = ("eef_speed", "eef_acc", "eef_jerk")
+
+
+def canonical_family(name: str) -> str:
+    """The family of a spec id ("max_contact_force_under_200N" -> "max_contact_force")."""
+    known = (*_CONTACT_PAIRS, *_TARGET_FAMILIES, *_GRIPPER_FAMILIES, "non_target_max_disp", "joint_torque")
+    for fam in known:
+        if name == fam or name.startswith(fam + "_") or name.startswith(fam + "."):
+            return fam
+    return name
+
+
+def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | None = None) -> tuple[str, ...]:
+    """The record bodies to tint for a violation of `family` at `step`.
+
+    Contact families: the pair of the contact (within the family's role pairs) whose force
+    is nearest `value` (the recorded extreme), or the largest when `value` is unknown.
+    Displacement: the bystander displaced most at `step`. Tilt/grasp/speed: the targets.
+    EEF kinematics: the gripper. Joint torque: the robot links.
+    """
+    fam = canonical_family(family)
+    by_role = lambda *roles: tuple(b for b, r in zip(record.bodies, record.roles) if r in roles)  # noqa: E731
+    if fam in _CONTACT_PAIRS:
+        c = record.contacts
+        if c is None or not len(c):
+            return ()
+        lo, hi = np.searchsorted(c.step, step, "left"), np.searchsorted(c.step, step, "right")
+        keep = _CONTACT_PAIRS[fam]
+        cand = [i for i in range(lo, hi)
+                if keep is None or keep(record.roles[c.a[i]], record.roles[c.b[i]])]
+        if not cand:
+            return ()
+        forces = c.force[cand]
+        pick = np.argmin(np.abs(forces - value)) if value is not None and math.isfinite(value) else np.argmax(forces)
+        i = cand[int(pick)]
+        return tuple(dict.fromkeys((record.bodies[c.a[i]], record.bodies[c.b[i]])))
+    if fam == "non_target_max_disp":
+        idx = [i for i, b in enumerate(record.pose_bodies) if record.role_of(b) == "bystander"]
+        if not idx or not 0 <= step < record.n_steps:
+            return ()
+        disp = np.linalg.norm(record.body_pos[step, idx] - record.body_pos[0, idx], axis=-1)
+        return (record.pose_bodies[idx[int(np.argmax(disp))]],)
+    if fam in _TARGET_FAMILIES:
+        return tuple(dict.fromkeys((*record.targets, *by_role("target"))))
+    if fam in _GRIPPER_FAMILIES:
+        return by_role("gripper")
+    if fam == "joint_torque":
+        return by_role("robot")
+    return ()
+
+
+# ----------------------------------------------------------------- 3-D highlighting
+
+TINT_RGBA = np.array([1.0, 0.06, 0.06, 1.0], dtype=np.float32)
+CONTACT_RGBA = np.array([1.0, 0.85, 0.0, 1.0], dtype=np.float32)
+_GEOM, _UNKNOWN, _DECOR = int(mujoco.mjtObj.mjOBJ_GEOM), int(mujoco.mjtObj.mjOBJ_UNKNOWN), \
+    int(mujoco.mjtCatBit.mjCAT_DECOR)
+_ARROWS = frozenset(int(t) for t in (mujoco.mjtGeom.mjGEOM_ARROW, mujoco.mjtGeom.mjGEOM_ARROW1,
+                                     mujoco.mjtGeom.mjGEOM_ARROW2))
+_CONTACT_DECOR = _ARROWS | {int(mujoco.mjtGeom.mjGEOM_CYLINDER)}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Focus:
+    """A violation's bodies in the model: one body-id group per named body, and the geoms to tint."""
+
+    groups: tuple[np.ndarray, ...]
+    tint_geoms: frozenset
+    size: float  # bounding radius of the smaller body: sets the contact markers' scale
+
+    def contacts(self, m: mujoco.MjModel, d: mujoco.MjData) -> np.ndarray:
+        """(ncon,) bool: the violation's contacts, between its two bodies (or touching its one body)."""
+        if not d.ncon or not self.groups:
+            return np.zeros(d.ncon, bool)
+        b = m.geom_bodyid[d.contact.geom]
+        first = np.isin(b, self.groups[0])
+        if len(self.groups) == 1:
+            return first.any(axis=1)
+        second = np.isin(b, np.concatenate(self.groups[1:]))
+        return (first[:, 0] & second[:, 1]) | (first[:, 1] & second[:, 0])
+
+
+class SceneHighlighter:
+    """Marks violations in a `mujoco.Renderer` scene: red bodies, their contacts and force arrows.
+
+    A record body stands for itself and every model body below it that the record does not
+    name (as the recorder projects contacts); furniture and the world are never tinted
+    (a red table hides the scene), only their contact with the other body is shown.
+    """
+
+    def __init__(self, model: mujoco.MjModel, record: EpisodeRecord):
+        self.model, self.record = model, record
+        m, index = model, {b: i for i, b in enumerate(record.bodies)}
+        self.names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, i) or "" for i in range(m.nbody)]
+        self.proj = np.full(m.nbody, -1)
+        for i, n in enumerate(self.names):  # parents come before children
+            self.proj[i] = index.get(n, self.proj[m.body_parentid[i]] if i else -1)
+        furniture = {index[b] for b, r in zip(record.bodies, record.roles) if r == "furniture"}
+        self.furniture = frozenset({0, *np.flatnonzero(np.isin(self.proj, list(furniture))).tolist()})
+        self._focus: dict[Violation, Focus] = {}
+        self._arrow = (0.0, np.inf)
+
+    def _group(self, body: str) -> np.ndarray:
+        """Model body ids of a record body (itself and the unnamed bodies below it), or of a model
+        body the record does not name (itself and its welded children)."""
+        if body in self.record.bodies:
+            return np.flatnonzero(self.proj == self.record.bodies.index(body))
+        group = {self.names.index(body)} - {0} if body in self.names else set()
+        for i in range(1, self.model.nbody):
+            if self.model.body_parentid[i] in group and self.model.body_jntnum[i] == 0:
+                group.add(i)
+        return np.array(sorted(group), dtype=int)
+
+    def focus(self, v: Violation) -> Focus:
+        """The violation's body groups and tinted geoms (cached per violation)."""
+        got = self._focus.get(v)
+        if got is None:
+            m = self.model
+            groups = [g for g in (self._group(b) for b in v.bodies) if g.size]
+            tint = [not set(g.tolist()) <= self.furniture for g in groups]
+            geoms = [np.flatnonzero(np.isin(m.geom_bodyid, g)) for g, t in zip(groups, tint) if t]
+            radii = [m.geom_rbound[np.isin(m.geom_bodyid, g)] for g in groups]
+            size = min((float(r[r > 0].max()) for r in radii if (r > 0).any()), default=float(m.stat.meansize))
+            got = Focus(tuple(groups), frozenset(np.concatenate(geoms).tolist()) if geoms else frozenset(), size)
+            self._focus[v] = got
+        return got
+
+    def prepare(self, active: Sequence[Violation]) -> None:
+        """Sizes contact markers to the violating bodies (before `update_scene`): discs a third
+        of the smaller body's radius, arrows that poke out of it (2.2-3.5 radii long; the
+        threshold force, or 20 N, draws 2.5)."""
+        m = self.model
+        size = min((f.size for f in map(self.focus, active) if f.groups), default=float(m.stat.meansize))
+        ref = next((v.threshold for v in active if v.unit == "N" and v.threshold > 0), 20.0)
+        k = size / m.stat.meansize
+        m.vis.scale.contactwidth, m.vis.scale.contactheight, m.vis.scale.forcewidth = 0.35 * k, 0.1 * k, 0.12 * k
+        m.vis.map.force = 2.5 * size * m.stat.meanmass / ref
+        self._arrow = (2.2 * size, 3.5 * size)
+
+    def decorate(self, scn: mujoco.MjvScene, d: mujoco.MjData, active: Sequence[Violation]) -> None:
+        """Tints the violating geoms red; keeps only the violating contacts' points and arrows,
+        arrows turned out of the furniture, where they show (call `prepare` first)."""
+        m, focus = self.model, [self.focus(v) for v in active]
+        geoms = frozenset().union(*(f.tint_geoms for f in focus))
+        keep = np.logical_or.reduce([f.contacts(m, d) for f in focus]) if d.ncon and focus \
+            else np.zeros(d.ncon, bool)
+        out = self._outward(d, keep)
+        lo, hi = self._arrow
+        for i in range(scn.ngeom):
+            g = scn.geoms[i]
+            if g.objtype == _GEOM:
+                if g.objid in geoms:
+                    g.rgba[:] = TINT_RGBA
+                    g.matid = -1
+                    g.emission = 0.35
+            elif g.objtype == _UNKNOWN and g.category == _DECOR and g.type in _CONTACT_DECOR:
+                if not (0 <= g.objid < d.ncon and keep[g.objid]):
+                    g.size[:] = 0.0
+                    continue
+                g.rgba[:] = CONTACT_RGBA
+                if g.type in _ARROWS:
+                    g.size[2] = min(max(g.size[2], lo), hi)
+                    if g.mat[:, 2] @ out[g.objid] < 0:
+                        g.mat[:, 1:] *= -1
+
+    def _outward(self, d: mujoco.MjData, keep: np.ndarray) -> np.ndarray:
+        """(ncon, 3) each kept contact's normal, pointing away from the furniture (else up)."""
+        out = np.zeros((d.ncon, 3))
+        for i in np.flatnonzero(keep):
+            n = d.contact.frame[i, :3]  # from geom1 to geom2
+            f1, f2 = (int(b) in self.furniture for b in self.model.geom_bodyid[d.contact.geom[i]])
+            out[i] = n if f1 and not f2 else -n if f2 and not f1 else n * (1 if n[2] >= 0 else -1)
+        return out
+
+    def target(self, d: mujoco.MjData, v: Violation) -> np.ndarray:
+        """Where the violation is (`d` at its step): the strongest contact of a violating pair,
+        else the centre of its bodies, else the model's centre."""
+        m, focus = self.model, self.focus(v)
+        hit = np.flatnonzero(focus.contacts(m, d)) if len(focus.groups) > 1 else ()
+        if len(hit):
+            f, forces = np.zeros(6), []
+            for i in hit:
+                mujoco.mj_contactForce(m, d, int(i), f)
+                forces.append(np.linalg.norm(f[:3]))
+            return d.contact.pos[hit[int(np.argmax(forces))]].copy()
+        if focus.groups:
+            return d.xipos[np.concatenate(focus.groups)].mean(axis=0)
+        return m.stat.center.copy()
+
+    def look_at(self, d: mujoco.MjData, v: Violation, view_xmat: np.ndarray | None) -> mujoco.MjvCamera:
+        """A free camera aimed at `target(d, v)`, close enough to see the violating bodies,
+        looking from the direction of `view_xmat` (the agent view) when given."""
+        m = self.model
+        cam = mujoco.MjvCamera()
+        mujoco.mjv_defaultFreeCamera(m, cam)
+        cam.lookat[:] = self.target(d, v)
+        cam.distance = float(np.clip(4.0 * self.focus(v).size, 0.2, 1.0))
+        if view_xmat is not None:
+            fwd = -np.asarray(view_xmat).reshape(3, 3)[:, 2]
+            cam.azimuth = math.degrees(math.atan2(fwd[1], fwd[0]))
+            cam.elevation = max(-60.0, math.degrees(math.asin(float(np.clip(fwd[2], -1, 1)))))
+        return cam
+
+
+# ----------------------------------------------------------------- 2-D overlays
+
+def draw_border(img: np.ndarray, rgb: Sequence[int], width: int | None = None) -> np.ndarray:
+    """Paints a `width`-pixel frame border of colour `rgb` into `img` (in place) and returns it."""
+    w = width or border_width(img.shape[1])
+    img[:w], img[-w:], img[:, :w], img[:, -w:] = rgb, rgb, rgb, rgb
+    return img
+
+
+def border_width(image_width: int) -> int:
+    return max(3, round(image_width / 80))
+
+
+@functools.lru_cache(maxsize=64)
+def _font(px: int):
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=px)
+
+
+@functools.lru_cache(maxsize=64)
+def text_tile(text: str, px: int, rgb: tuple[int, int, int] = (255, 255, 255),
+              bg: tuple[int, int, int, int] = (0, 0, 0, 170)) -> np.ndarray:
+    """`text` on a translucent box as an (h, w, 4) uint8 RGBA tile (cached)."""
+    from PIL import Image, ImageDraw
+
+    font = _font(px)
+    x0, y0, x1, y1 = font.getbbox(text)
+    pad = max(2, px // 3)
+    tile = Image.new("RGBA", (x1 - min(x0, 0) + 2 * pad, y1 + 2 * pad - min(y0, 0) // 2), bg)
+    ImageDraw.Draw(tile).text((pad - min(x0, 0), pad), text, font=font, fill=(*rgb, 255))
+    return np.asarray(tile)
+
+
+def paste_tile(img: np.ndarray, tile: np.ndarray, x: int, y: int) -> np.ndarray:
+    """Alpha-blends an RGBA tile into `img` at (x, y), clipped to the image; in place."""
+    h = min(tile.shape[0], img.shape[0] - y)
+    w = min(tile.shape[1], img.shape[1] - x)
+    if h <= 0 or w <= 0:
+        return img
+    t = tile[:h, :w]
+    a = t[..., 3:4].astype(np.uint16)
+    region = img[y:y + h, x:x + w]
+    region[:] = ((t[..., :3] * a + region * (255 - a)) // 255).astype(np.uint8)
+    return img
+
+
+def draw_captions(img: np.ndarray, lines: Sequence[str], *, rgb=(255, 255, 255)) -> np.ndarray:
+    """Caption lines in translucent boxes at the top left, inside the border (shrunk to fit); in place."""
+    bw = border_width(img.shape[1])
+    x = y = bw + 2
+    avail_w, avail_h = img.shape[1] - x - bw, img.shape[0] - y - bw
+    for line in lines:
+        px = max(11, img.shape[1] // 32)
+        tile = text_tile(line, px, tuple(rgb))
+        if tile.shape[1] > avail_w:
+            tile = text_tile(line, max(6, px * avail_w // tile.shape[1]), tuple(rgb))
+        paste_tile(img, tile[:avail_h - (y - bw - 2), :avail_w], x, y)
+        y += tile.shape[0] + 2
+    return img

@@ -1,0 +1,341 @@
+"""Offscreen MuJoCo replay of a recorded episode, with the violation highlighted.
+
+`Replayer(record)` loads the record's MJCF, sets `qpos`/`qvel` (and mocap) of a step,
+runs `mj_forward` and renders with `mujoco.Renderer` (EGL through Mesa on CPU-only
+machines). On the violating frame and `window` steps around it, the violating bodies
+turn red, their contact points and force arrows show, and the frame gets a red border and
+a caption ("max_contact_force 412 N > 200 N"); the success frame gets a green border.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import xml.etree.ElementTree as ET
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
+                              Violation, draw_border, draw_captions)
+from scoring.errors import RecordError  # noqa: E402
+from scoring.io import load_record, resolve_mjcf  # noqa: E402
+from scoring.schema import EpisodeRecord  # noqa: E402
+
+FREE, FREE_VIOLATION = "free", "free:violation"
+AGENT_VIEWS = ("agentview", "robot0_agentview_center")
+QUALITIES = ("fast", "high")
+_MODEL_CACHE: OrderedDict = OrderedDict()
+_MODEL_CACHE_SIZE = 4
+
+
+_ASSET_FILE_ATTRS = {"mesh": ("file",), "hfield": ("file",), "skin": ("file",),
+                     "texture": ("file", "fileright", "fileleft", "fileup", "filedown", "filefront", "fileback")}
+
+
+def check_assets(xml: str, base: Path, *, origin: str) -> None:
+    """Raises RenderError naming the first mesh/texture/include file that does not exist,
+    and where it was looked for (MuJoCo's rules: meshdir/texturedir/assetdir relative to
+    the model file's directory, absolute paths as they are)."""
+    roots, todo, seen = [], [(xml, origin)], set()
+    while todo:
+        text, name = todo.pop()
+        try:
+            root = ET.fromstring(text)
+        except ET.ParseError as exc:
+            raise RenderError(f"the MJCF ({name}) is not valid XML: {exc}") from None
+        roots.append(root)
+        for inc in root.iter("include"):
+            f = inc.get("file", "")
+            p = Path(f) if Path(f).is_absolute() else base / f
+            if not p.is_file():
+                raise RenderError(f"included MJCF file {f!r} not found: looked for {p} (from {name})")
+            if p not in seen:
+                seen.add(p)
+                todo.append((p.read_text(), str(p)))
+    comp = {}
+    for root in roots:
+        for c in root.iter("compiler"):
+            comp.update(c.attrib)
+    strip = comp.get("strippath", "false").lower() == "true"
+    for root in roots:
+        for el in root.iter():
+            for attr in _ASSET_FILE_ATTRS.get(el.tag, ()):
+                f = el.get(attr)
+                if not f:
+                    continue
+                key = "texturedir" if el.tag == "texture" else "meshdir"
+                sub = comp.get(key, comp.get("assetdir", ""))
+                f = Path(f).name if strip else f
+                folder = Path(sub) if Path(sub).is_absolute() else base / sub
+                p = Path(f) if Path(f).is_absolute() else folder / f
+                if not p.is_file():
+                    how = "" if Path(f).is_absolute() else f" ({key}={sub!r} relative to {base})"
+                    raise RenderError(f"{el.tag} file {f!r} not found: looked for {p}{how}; "
+                                      f"referenced by {el.tag} {el.get('name', '')!r} in {origin}")
+
+
+def load_model(record: EpisodeRecord) -> mujoco.MjModel:
+    """A fresh copy of the record's compiled model (compiled models are cached per MJCF).
+
+    Raises RecordError for a record without replay state or a missing MJCF file, and
+    RenderError for a missing mesh/texture (naming the file and where it was looked for)
+    or an MJCF MuJoCo cannot compile.
+    """
+    src = resolve_mjcf(record)
+    where = dict(file=record.source, episode=record.episode_id, field="replay.mjcf")
+    if record.replay.mjcf_is_xml:
+        text, path = src, None
+        base = Path(record.source).resolve().parent if record.source else Path.cwd()
+        key = ("xml", text, str(base))
+    else:
+        path = Path(src)
+        if not path.is_file():
+            raise RecordError(f"MJCF file not found: {path}", **where)
+        text, base = path.read_text(), path.parent
+        key = ("path", str(path), path.stat().st_mtime_ns)
+    model = _MODEL_CACHE.get(key)
+    if model is None:
+        origin = str(path) if path else "embedded MJCF"
+        check_assets(text, base, origin=origin)
+        try:
+            if path is not None:
+                model = mujoco.MjModel.from_xml_path(str(path))
+            else:
+                spec = mujoco.MjSpec.from_string(text)
+                spec.modelfiledir = str(base) + os.sep
+                model = spec.compile()
+        except (ValueError, mujoco.FatalError) as exc:
+            raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
+        _MODEL_CACHE[key] = model
+        while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
+            _MODEL_CACHE.popitem(last=False)
+    _MODEL_CACHE.move_to_end(key)
+    return copy.copy(model)
+
+
+class Replayer:
+    """Renders any step of a recorded episode offscreen; a context manager (frees its GL context).
+
+    Args:
+      record: an `EpisodeRecord` with replay state, or a path to a record file.
+      width, height: frame size in pixels.
+      camera: None for the benchmark's agent view (`agentview`, else the record's
+        `replay.camera`, else a free camera); a model camera name; "free"; or
+        "free:violation", a free camera aimed at the violating bodies.
+      window: steps on each side of a violation's step that are highlighted too.
+      quality: "fast" (no multisampling or reflections; for video) or "high" (the model's
+        own visual quality; for figures).
+      geom_groups: geom groups to draw; None hides group 0 (collision meshes) when the
+        model keeps visual geoms in group 1 (robosuite/LIBERO), else draws all.
+    """
+
+    def __init__(self, record: EpisodeRecord | str | os.PathLike, *, width: int = 640, height: int = 480,
+                 camera: str | None = None, window: int = 3, quality: str = "fast",
+                 geom_groups: Sequence[int] | None = None):
+        self.record = record if isinstance(record, EpisodeRecord) else load_record(record)
+        if quality not in QUALITIES:
+            raise RenderError(f"unknown quality {quality!r}; expected one of {', '.join(QUALITIES)}")
+        for name, v in (("width", width), ("height", height)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 16 <= v <= 8192:
+                raise RenderError(f"{name}: expected pixels in [16, 8192], got {v!r}")
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+            raise RenderError(f"window: expected a number of steps >= 0, got {window!r}")
+        self._renderer = None
+        self.model = m = load_model(self.record)
+        self._check_state()
+        self.data = mujoco.MjData(m)
+        self.width, self.height, self.window, self.quality = int(width), int(height), int(window), quality
+        m.vis.global_.offwidth = max(m.vis.global_.offwidth, self.width)
+        m.vis.global_.offheight = max(m.vis.global_.offheight, self.height)
+        if quality == "fast":
+            m.vis.quality.offsamples = 0
+        self._camera = self._resolve_camera(camera)
+        self.camera_name = camera if camera is not None else (self._camera if isinstance(self._camera, str) else FREE)
+        self._opt = mujoco.MjvOption()
+        groups = set(range(6)) - {0} if geom_groups is None and (m.geom_group >= 1).any() else \
+            set(range(6)) if geom_groups is None else set(int(g) for g in geom_groups)
+        for g in range(6):
+            self._opt.geomgroup[g] = int(g in groups)
+        self._hl_opt = copy.copy(self._opt)
+        self._hl_opt.flags[mujoco.mjtVisFlag.mjVIS_CONTACTPOINT] = 1
+        self._hl_opt.flags[mujoco.mjtVisFlag.mjVIS_CONTACTFORCE] = 1
+        self._hl = SceneHighlighter(m, self.record)
+        self._free_cam: mujoco.MjvCamera | None = None
+        self._last_cam = None
+        self._renderer = mujoco.Renderer(m, self.height, self.width)
+        if quality == "fast":
+            self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+
+    # ------------------------------------------------------------ set-up
+
+    def _check_state(self) -> None:
+        r, m, rec = self.record.replay, self.model, self.record
+        for field, arr, n in (("replay.qpos", r.qpos, m.nq), ("replay.qvel", r.qvel, m.nv),
+                              ("replay.mocap_pos", r.mocap_pos, m.nmocap),
+                              ("replay.mocap_quat", r.mocap_quat, m.nmocap)):
+            if arr is not None and arr.shape[1] != n:
+                raise RecordError(f"expected {n} columns per step for this model, got {arr.shape[1]}; "
+                                  "the replay state does not match its MJCF",
+                                  file=rec.source, episode=rec.episode_id, field=field)
+
+    @property
+    def camera_names(self) -> tuple[str, ...]:
+        m = self.model
+        return tuple(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) or str(i) for i in range(m.ncam))
+
+    def _resolve_camera(self, camera: str | None):
+        names = self.camera_names
+        if camera is None:
+            default = self.record.replay.camera
+            for cand in (*AGENT_VIEWS, default):
+                if cand in names:
+                    return cand
+            return FREE
+        if camera in names or camera in (FREE, FREE_VIOLATION):
+            return camera
+        raise RenderError(f"unknown camera {camera!r}; valid cameras: "
+                          f"{', '.join((*names, FREE, FREE_VIOLATION))}")
+
+    @property
+    def camera(self) -> str | mujoco.MjvCamera | None:
+        """What `update_scene` got for the last frame: a camera name or an `MjvCamera` (free cameras)."""
+        return self._last_cam if self._last_cam is not None else \
+            self._camera if self._camera not in (FREE, FREE_VIOLATION) else None
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.record.replay.qpos.shape[0])
+
+    @property
+    def success_step(self) -> int | None:
+        """The step that gets the green border: `meta["success_step"]` or the last step; None if failed."""
+        if not self.record.success:
+            return None
+        s = self.record.meta.get("success_step")
+        ok = isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 0 <= s < self.n_steps
+        return int(s) if ok else self.n_steps - 1
+
+    # ------------------------------------------------------------ per frame
+
+    def _step_index(self, step: int) -> int:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise RenderError(f"step: expected an integer, got {step!r}")
+        s = int(step) + (self.n_steps if step < 0 else 0)
+        if not 0 <= s < self.n_steps:
+            raise RenderError(f"step {step} out of range: the episode has {self.n_steps} steps "
+                              f"(0..{self.n_steps - 1})")
+        return s
+
+    def set_state(self, step: int) -> mujoco.MjData:
+        """Sets the simulator state of `step` and runs `mj_forward`; returns the data."""
+        s, r, d = self._step_index(step), self.record.replay, self.data
+        d.qpos[:] = r.qpos[s]
+        d.qvel[:] = r.qvel[s]
+        if r.mocap_pos is not None:
+            d.mocap_pos[:] = r.mocap_pos[s]
+        if r.mocap_quat is not None:
+            d.mocap_quat[:] = r.mocap_quat[s]
+        mujoco.mj_forward(self.model, d)
+        return d
+
+    def _camera_for(self, active: Sequence[Violation], all_violations: Sequence[Violation]):
+        if self._camera == FREE:
+            if self._free_cam is None:
+                self._free_cam = mujoco.MjvCamera()
+                mujoco.mjv_defaultFreeCamera(self.model, self._free_cam)
+            return self._free_cam
+        if self._camera == FREE_VIOLATION:
+            focus = (list(active) + list(all_violations))[:1]
+            if focus:
+                view = next((c for c in AGENT_VIEWS if c in self.camera_names), None)
+                d = self.set_state(focus[0].step)
+                xmat = d.cam_xmat[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, view)] if view else None
+                self._free_cam = self._hl.look_at(d, focus[0], xmat)
+            if self._free_cam is None:
+                raise RenderError("camera 'free:violation' needs a violation to aim at: pass violation= to frame()")
+            return self._free_cam
+        return self._camera
+
+    def frame(self, step: int, *, violation: Violation | Sequence[Violation] | None = None,
+              highlight: bool = True, annotate: bool = True) -> np.ndarray:
+        """The (height, width, 3) uint8 image of `step` (negative counts from the end).
+
+        With `highlight`, each violation whose step is within `window` of `step` is
+        shown (red tint, its contacts and force arrows, and with `annotate` a red border
+        and caption), and the success frame gets a green border (with `annotate`).
+        """
+        if self._renderer is None:
+            raise RenderError("this Replayer is closed; open a new one to render")
+        s = self._step_index(step)
+        vs = () if violation is None else (violation,) if isinstance(violation, Violation) else tuple(violation)
+        if not all(isinstance(v, Violation) for v in vs):
+            raise RenderError(f"violation: expected a Violation or a sequence of them, got {violation!r}")
+        active = [v for v in vs if highlight and abs(s - v.step) <= self.window]
+        cam = self._last_cam = self._camera_for(active, vs)
+        d = self.set_state(s)
+        r = self._renderer
+        show_contacts = any(self._hl.focus(v).groups for v in active)
+        if show_contacts:
+            self._hl.prepare(active)
+        r.update_scene(d, camera=cam, scene_option=self._hl_opt if show_contacts else self._opt)
+        if active:
+            self._hl.decorate(r.scene, d, active)
+        img = r.render()
+        if active and annotate:
+            draw_border(img, VIOLATION_RGB)
+            draw_captions(img, [v.caption for v in active[:3]])
+        elif highlight and annotate and s == self.success_step:
+            draw_border(img, SUCCESS_RGB)
+        return img
+
+    def violation_point(self, v: Violation) -> np.ndarray:
+        """The world point a "free:violation" camera aims at: the violation's strongest contact,
+        else its bodies' centre (the simulator state is left at the violation's step)."""
+        return self._hl.target(self.set_state(v.step), v)
+
+    def project(self, point) -> tuple[float, float] | None:
+        """Pixel (x, y) of a world point in the last rendered frame; None if behind the camera."""
+        if self._renderer is None or self._last_cam is None:
+            raise RenderError("project() needs a rendered frame: call frame() first")
+        c0, c1 = self._renderer.scene.camera  # the two eyes; mono renders from their mean
+        rel = np.asarray(point, float) - (np.asarray(c0.pos) + c1.pos) / 2
+        fwd, up = np.asarray(c0.forward), np.asarray(c0.up)
+        z = rel @ fwd
+        if z <= c0.frustum_near:
+            return None
+        xn, yn = (rel @ np.cross(fwd, up)) * c0.frustum_near / z, (rel @ up) * c0.frustum_near / z
+        half_w = c0.frustum_width or (c0.frustum_top - c0.frustum_bottom) / 2 * self.width / self.height
+        u = (xn - c0.frustum_center + half_w) / (2 * half_w)
+        v = (yn - c0.frustum_bottom) / (c0.frustum_top - c0.frustum_bottom)
+        return float(u * self.width), float((1 - v) * self.height)
+
+    # ------------------------------------------------------------ resources
+
+    @property
+    def closed(self) -> bool:
+        return self._renderer is None
+
+    def close(self) -> None:
+        """Frees the GL context; idempotent."""
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    def __enter__(self) -> "Replayer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
