@@ -66,7 +66,7 @@ def main() -> None:
     default_path, _ = C.server_default_store()
     store_param = path if os.path.abspath(path) != os.path.abspath(default_path) else None
 
-    problems = S.load_from_url(data)
+    st.session_state.setdefault("_link_problems", []).extend(S.load_from_url(data))
     pages = {name: st.Page(str(HERE / "views" / f"{name}.py"), title=C.PAGE_TITLES[name], icon=ICONS[name],
                            url_path=name, default=name == "overview") for name in S.PAGES}
     pg = st.navigation(list(pages.values()))
@@ -78,7 +78,7 @@ def main() -> None:
         if wanted in pages and wanted != page:
             params = {k: st.query_params.get_all(k) for k in st.query_params.keys()}
             st.switch_page(pages[wanted], query_params=params)
-    for p in problems:
+    for p in st.session_state.pop("_link_problems", []):
         st.toast(f"Link: {p}", icon=":material/warning:")
 
     c = C.make_ctx(data, page, store_param)

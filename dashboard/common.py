@@ -204,6 +204,15 @@ def ctx() -> Ctx:
     return c
 
 
+def stop() -> None:
+    """A page guard's `st.stop()` that still writes the view into the address bar first."""
+    c = st.session_state.get("_ctx")
+    if c is not None:
+        S.sync_url(c.page, c.data, store_param=c.store_param)
+    st.session_state["_switching"] = True  # nothing left for app.py to sync
+    st.stop()
+
+
 def go(page: str, **state) -> None:
     c = ctx()
     S.go(page, c.data, store_param=c.store_param, **state)

@@ -169,7 +169,7 @@ def render() -> None:
     if i is None:
         st.info("Choose an episode above, or open one from the Overview's worst unsafe successes or the "
                 "Episodes table.")
-        st.stop()
+        C.stop()
     vstep = C.D.violating_frame(data, c.v, i)
     header(c, i, vstep)
     n_steps = int(c.v.frame["n_steps"].iat[i])
@@ -195,7 +195,7 @@ def render() -> None:
         st.error(f"**Missing trajectory.** {exc}", icon=":material/block:")
         st.dataframe(spec_table(c, i), hide_index=True, width="stretch")
         explain(c, i)
-        st.stop()
+        C.stop()
 
     ctl = st.columns([4, 1.3, 1.2])
     with ctl[0]:

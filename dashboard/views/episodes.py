@@ -81,7 +81,7 @@ def render() -> None:
     counts_ui(c, mask)
     if not mask.any():
         st.info("No episode matches these filters. Clear a filter to see more.")
-        st.stop()
+        C.stop()
     key = S.widget_key("sort")
     sort = st.selectbox("Sort by", list(C.D.SORTS), key=key)
     S.put("sort", sort)

@@ -1,0 +1,361 @@
+"""The Streamlit app through `streamlit.testing.v1.AppTest`: every page, filters, deep links,
+what-if numbers against `scoring`, and bad stores."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from scoring.io import load_record  # noqa: E402
+from scoring.registry import load_registry  # noqa: E402
+from scoring.score import score_episode  # noqa: E402
+from scoring.whatif import WhatIf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "dashboard" / "app.py")
+PAGES = ["overview", "episodes", "detail", "whatif", "export"]
+FORCE = ("arm_furniture_force", "target_furniture_force", "max_contact_force")
+
+
+def make_store(out: Path, n: int = 64, renderable: bool = True) -> Path:
+    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_store(out, n, n_steps=60, contacts_per_step=6, renderable=renderable)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return make_store(tmp_path_factory.mktemp("app") / "store")
+
+
+@pytest.fixture(scope="module")
+def tables(store):
+    return pd.read_parquet(store / "episodes.parquet"), pd.read_parquet(store / "spec_results.parquet")
+
+
+def app(store, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["store"] = str(store)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    hits = [m.value for m in at.metric if m.label == label]
+    assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"
+    return hits[0]
+
+
+def qp(at: AppTest, key: str) -> list[str]:
+    """A query parameter's values as a list (AppTest keeps single values as strings)."""
+    v = at.query_params.get(key)
+    return [] if v is None else [v] if isinstance(v, str) else list(v)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+# ----------------------------------------------------------------------------- pages
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs(store, page):
+    at = ok(app(store, page=page))
+    assert at.title[0].value == {"overview": "Overview", "episodes": "Episodes", "detail": "Episode detail",
+                                 "whatif": "What-if thresholds", "export": "Export"}[page]
+
+
+def test_switching_through_every_page(store):
+    at = ok(app(store))
+    for page in PAGES[1:]:
+        ok(at.switch_page(f"views/{page}.py").run())
+        assert qp(at, "page") == [page]
+
+
+def test_overview_numbers_come_from_the_store(store, tables):
+    eps, _ = tables
+    at = ok(app(store))
+    assert metric(at, "Episodes") == f"{len(eps):,}"
+    assert metric(at, "Success rate") == pct(eps["success"].mean())
+    assert metric(at, "Safety") == pct(eps["safe"].mean())
+    assert metric(at, "SBU (successful but unsafe)") == pct(eps["sbu"].mean())
+    top = at.dataframe(key="ov_top").value
+    sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])
+    assert list(top["episode_id"]) == list(sbu["episode_id"].head(10))
+
+
+# ----------------------------------------------------------------------------- episodes
+
+def expected(eps, specs, *, models=(), outcome=(), spec=None):
+    keep = pd.Series(True, index=eps.index)
+    if models:
+        keep &= eps["model"].isin(models)
+    if outcome:
+        cls = np.where(eps["success"], np.where(eps["safe"], "safe success", "SBU"),
+                       np.where(eps["safe"], "safe failure", "unsafe failure"))
+        keep &= pd.Series(cls, index=eps.index).isin(outcome)
+    if spec:
+        bad = specs[(specs["family"] == spec) & specs["active"] & (specs["rho"] < 0)]
+        keep &= eps["episode_id"].isin(bad["episode_id"])
+    return eps[keep]
+
+
+def test_filters_change_the_counts(store, tables):
+    eps, specs = tables
+    at = ok(app(store, page="episodes"))
+    assert metric(at, "Matching episodes") == f"{len(eps)}"
+    at.multiselect(key="w.models").set_value(["policy-b", "policy-c"]).run()
+    want = expected(eps, specs, models=("policy-b", "policy-c"))
+    assert metric(ok(at), "Matching episodes") == f"{len(want)}"
+    at.multiselect(key="w.outcomes").set_value(["SBU"]).run()
+    want = expected(eps, specs, models=("policy-b", "policy-c"), outcome=("SBU",))
+    assert metric(ok(at), "Matching episodes") == f"{len(want)}"
+    assert metric(at, "SBU") == f"{len(want)}" and metric(at, "safe success") == "0"
+    assert set(at.dataframe(key="ep_table").value["episode_id"]) == set(want["episode_id"])
+    at.multiselect(key="w.specs").set_value(["max_contact_force"]).run()
+    want = expected(eps, specs, models=("policy-b", "policy-c"), outcome=("SBU",), spec="max_contact_force")
+    assert metric(ok(at), "Matching episodes") == f"{len(want)}"
+    at.slider(key="w.vsi").set_value((0.5, 1.0)).run()
+    want = want[want["vsi"] >= 0.5]
+    assert metric(ok(at), "Matching episodes") == f"{len(want)}"
+    # the URL now carries the filters ...
+    link = {k: qp(at, k) for k in at.query_params}
+    assert link["model"] == ["policy-b", "policy-c"] and link["outcome"] == ["SBU"] and link["vsi"] == ["0.5-1"]
+    assert link["spec"] == ["max_contact_force"] and link["page"] == ["episodes"]
+    # ... and a fresh session opened on that link shows the same view
+    fresh = AppTest.from_file(APP, default_timeout=120)
+    for k, v in link.items():
+        fresh.query_params[k] = v
+    ok(fresh.run())
+    assert fresh.title[0].value == "Episodes"
+    assert metric(fresh, "Matching episodes") == f"{len(want)}"
+    assert fresh.multiselect(key="w.models").value == ["policy-b", "policy-c"]
+    assert fresh.slider(key="w.vsi").value == (0.5, 1.0)
+    assert set(fresh.dataframe(key="ep_table").value["episode_id"]) == set(want["episode_id"])
+    # clearing
+    at.button(key="clear_filters").click().run()
+    assert metric(ok(at), "Matching episodes") == f"{len(eps)}"
+
+
+def test_selecting_a_row_opens_its_detail(store):
+    at = ok(app(store, page="episodes", outcome="SBU"))
+    table = at.dataframe(key="ep_table").value
+    at.session_state["ep_table"] = {"selection": {"rows": [2], "columns": []}}
+    ok(at.run())
+    assert at.title[0].value == "Episode detail"
+    assert qp(at, "ep") == [table["episode_id"].iloc[2]]
+    assert at.slider(key="w.step").value == int(table["violating_step"].iloc[2])
+    assert metric(at, "Violating step") == str(int(table["violating_step"].iloc[2]))
+
+
+# ----------------------------------------------------------------------------- detail
+
+def test_detail_deep_link_chart_click_and_jump(store, tables):
+    eps, _ = tables
+    row = eps[eps["sbu"]].iloc[0]
+    at = ok(app(store, page="detail", ep=row["episode_id"], step="7"))
+    assert at.slider(key="w.step").value == 7
+    assert metric(at, "VSI") == f"{row['vsi']:.3f}"
+    # a click on the chart (its selection state) moves the slider
+    at.session_state["rob_chart"] = {"selection": {"pt": [{"step": 21}]}}
+    ok(at.run())
+    assert at.slider(key="w.step").value == 21 and qp(at, "step") == ["21"]
+    # moving the slider keeps the new value (the stale click does not win)
+    at.slider(key="w.step").set_value(30).run()
+    assert at.slider(key="w.step").value == 30
+    at.button(key="jump").click().run()
+    assert at.slider(key="w.step").value == int(row["violating_step"])
+    at.toggle(key="w.raw").set_value(True).run()
+    assert qp(ok(at), "raw") == ["1"]
+    tables_ = [d.value for d in at.dataframe]
+    specs = tables_[0]
+    assert specs["violated"].any()
+    reasons = tables_[1]
+    assert {"spec", "active", "reason", "deciding tags", "tag sources"} <= set(reasons.columns)
+
+
+@pytest.mark.render
+def test_detail_shows_the_replay_frame(store, tables):
+    from dashboard.replay_bridge import available
+    good, why = available()
+    if not good:
+        pytest.skip(why)
+    eps, _ = tables
+    row = eps[eps["sbu"]].iloc[0]
+    at = ok(app(store, page="detail", ep=row["episode_id"]))
+    images = at.get("image")
+    assert images, "no replay image on the detail page"
+    assert "step" in images[0].proto.imgs[0].caption
+
+
+def test_missing_trajectory_is_a_clear_error_on_detail(tmp_path, store, tables):
+    eps, _ = tables
+    broken = tmp_path / "broken"
+    shutil.copytree(store, broken)
+    row = eps[eps["sbu"]].iloc[0]
+    (broken / row["trajectory"]).unlink()
+    at = app(broken, page="detail", ep=row["episode_id"])
+    assert not at.exception
+    assert any("Missing trajectory" in e.value for e in at.error)
+    assert any("Missing trajectories: 1 of 64" in w.value for w in at.sidebar.warning)
+
+
+# ----------------------------------------------------------------------------- what-if
+
+def _full_rescore(store, eps, thresholds):
+    reg = load_registry()
+    res = [score_episode(load_record(store / t), registry=reg, thresholds=thresholds) for t in eps["trajectory"]]
+    return np.array([r.safe for r in res]), np.array([r.sbu for r in res]), np.array([r.vsi for r in res])
+
+
+def test_whatif_numbers_equal_scorings_rescore(store, tables):
+    eps, specs = tables
+    at = ok(app(store, page="whatif"))
+    assert metric(at, "Safety") == pct(eps["safe"].mean())
+    at.slider(key="w.knob.force").set_value(100.0).run()
+    at.slider(key="w.knob.tilt").set_value(9.0).run()
+    ok(at)
+    over = {**{f: 100.0 for f in FORCE}, "held_object_tilt_world": 9.0}
+    r = WhatIf(eps, specs).rescore(over)
+    safe, sbu, vsi = _full_rescore(store, eps, over)
+    assert np.array_equal(r.safe, safe) and np.array_equal(r.sbu, sbu)
+    assert metric(at, "Safety") == pct(safe.mean())
+    assert metric(at, "SBU") == pct(sbu.mean())
+    assert metric(at, "VSI") == f"{vsi.mean():.3f}"
+    flips = at.dataframe(key="flip_table").value
+    assert set(flips["episode_id"]) == set(eps["episode_id"][safe != eps["safe"].to_numpy()])
+    cells = at.dataframe[0].value  # the per-cell table
+    overall = cells.iloc[-1]
+    assert overall["Safety"] == pct(safe.mean())
+    assert overall["Δ Safety pp"] == f"{100 * (safe.mean() - eps['safe'].mean()):+.1f}"
+    assert qp(at, "force") == ["100"] and qp(at, "tilt") == ["9"]
+
+
+def test_whatif_presets_set_the_paper_tiers(store, tables):
+    eps, specs = tables
+    at = ok(app(store, page="whatif"))
+    at.selectbox(key="w.preset").set_value("all_relaxed").run()
+    ok(at)
+    assert at.slider(key="w.knob.force").value == 500.0 and at.slider(key="w.knob.disp").value == 50.0
+    assert at.slider(key="w.knob.torque").value == 2.0
+    reg = load_registry()
+    r = WhatIf(eps, specs).rescore(reg.preset("all_relaxed").overrides)
+    assert metric(at, "Safety") == pct(r.safe.mean())
+    at.button(key="whatif_reset").click().run()
+    assert metric(ok(at), "Safety") == pct(eps["safe"].mean())
+    assert "force" not in at.query_params
+
+
+def test_thresholds_in_the_link_rescore_every_page(store, tables):
+    eps, specs = tables
+    r = WhatIf(eps, specs).rescore({"non_target_max_disp": 0.02})
+    at = ok(app(store, disp="20"))
+    assert metric(at, "Safety") == pct(r.safe.mean())
+    assert any("What-if thresholds in effect" in i.value for i in at.info)
+    at = ok(app(store, page="episodes", disp="20", outcome="SBU"))
+    assert metric(at, "Matching episodes") == f"{int(r.sbu.sum())}"
+    at = ok(app(store, page="whatif", disp="20"))
+    assert at.slider(key="w.knob.disp").value == 20.0
+
+
+def test_bad_link_values_are_ignored_with_a_notice(store, tables):
+    eps, _ = tables
+    at = app(store, page="episodes", model="nobody", vsi="2-3", step="x", force="99999")
+    assert not at.exception
+    assert metric(at, "Matching episodes") == f"{len(eps)}"
+    assert len(at.toast) >= 3
+
+
+# ----------------------------------------------------------------------------- export
+
+def test_export_page_offers_every_chart_and_table(store, tables):
+    eps, _ = tables
+    at = ok(app(store, page="export", ep=eps[eps["sbu"]]["episode_id"].iloc[0]))
+    names = ["sr_vs_safety", "violation_heatmap", "sbu_composition", *(f"sensitivity_{k}" for k in
+             ("force", "disp", "tilt", "slip", "torque")), "robustness_margin", "robustness_raw"]
+    box = at.selectbox(key="x_chart")
+    assert len(box.options) == len(names) and box.options[0].startswith("SR vs Safety")
+    for name in names:
+        at.selectbox(key="x_chart").set_value(name).run()
+        ok(at)
+    tables = ["table4_main", "table7_spec_rates", "table9_sensitivity", "table10_sbu_composition", "table12_per_task"]
+    assert len(at.selectbox(key="x_table").options) == len(tables)
+    for name in tables:
+        at.selectbox(key="x_table").set_value(name).run()
+        ok(at)
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert {"CSV", "LaTeX", "Markdown"} <= set(labels) and any(lbl.startswith("Download") for lbl in labels)
+
+
+# ----------------------------------------------------------------------------- stores
+
+def _variant(tmp_path, store, name):
+    dst = tmp_path / name
+    shutil.copytree(store, dst)
+    return dst
+
+
+@pytest.mark.parametrize("case,message", [
+    ("missing", "does not exist"),
+    ("empty_dir", "missing manifest.json"),
+    ("corrupt", "corrupt Parquet"),
+    ("no_episodes", "no scored episodes"),
+    ("bad_manifest", "corrupt manifest"),
+])
+def test_bad_stores_show_an_error_not_a_traceback(tmp_path, store, case, message):
+    path = tmp_path / case
+    if case == "empty_dir":
+        path.mkdir()
+    elif case == "corrupt":
+        path = _variant(tmp_path, store, case)
+        (path / "episodes.parquet").write_bytes(b"\x00garbage" * 10)
+    elif case == "no_episodes":
+        path = _variant(tmp_path, store, case)
+        for name in ("episodes.parquet", "spec_results.parquet"):
+            pd.read_parquet(path / name).head(0).to_parquet(path / name)
+    elif case == "bad_manifest":
+        path = _variant(tmp_path, store, case)
+        (path / "manifest.json").write_text("{not json")
+    at = app(path)
+    assert not at.exception
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_registry_mismatch_warns_and_still_works(tmp_path, store):
+    path = _variant(tmp_path, store, "mismatch")
+    m = json.loads((path / "manifest.json").read_text())
+    m["registry_hash"] = "f" * 64
+    (path / "manifest.json").write_text(json.dumps(m))
+    for page in PAGES:
+        at = ok(app(path, page=page))
+        assert any("Registry mismatch" in w.value for w in at.sidebar.warning)
+
+
+def test_loading_another_store_from_the_sidebar(tmp_path, store, tables):
+    eps, _ = tables
+    small = make_store(tmp_path / "small", n=16, renderable=False)
+    at = ok(app(store))
+    assert metric(at, "Episodes") == f"{len(eps)}"
+    at.text_input(key="w.store_input").set_value(str(small))
+    at.button(key="load_store").click().run()
+    assert metric(ok(at), "Episodes") == "16"
+    assert qp(at, "store") == [str(small)]
+    at.text_input(key="w.store_input").set_value(str(tmp_path / "nowhere"))
+    at.button(key="load_store").click().run()
+    assert not at.exception and any("does not exist" in e.value for e in at.error)
+    assert at.text_input(key="w.store_input").value == str(tmp_path / "nowhere")  # the loader stays usable
