@@ -1,0 +1,164 @@
+"""`safevla compare STORE --models A B [C...]`: paired comparison tables as CSV, Markdown, LaTeX.
+
+The main CLI (`scoring.cli`) registers `add_compare_parser`; `python -m scoring.compare_cli
+compare ...` runs it standalone. `comparison_tables` turns a `Comparison` into display tables
+(strings, percent with one decimal) that a dashboard page can show as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from scoring.compare import BY_CHOICES, Comparison, compare_models, discordant_episodes
+from scoring.errors import SafeVLAError
+from scoring.io import atomic_write_bytes
+from scoring.ranking import HIGHER_IS_BETTER, LABELS, METRICS
+from scoring.tables import DASH, ci_pct, pct, write_tables
+
+EXIT_BAD_INPUT = 2  # as scoring.cli: bad input exits 2 with a one-line cause
+
+
+def add_compare_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds the `compare` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "compare", help="paired comparison of models on shared init states and seeds",
+        description="Compare two or more models episode by episode on the (suite, task, init state, seed) keys "
+                    "they share: exact McNemar tests and Newcombe intervals for SR, Safety and SBU differences, "
+                    "a paired bootstrap for VSI, Holm correction over pairs, tiers of no significant difference, "
+                    "and Kendall's tau between the SR and Safety rankings. Writes CSV, Markdown and LaTeX.")
+    p.add_argument("store", help="run store directory")
+    # nargs="*" so that zero or one model gets our one-line cause (with the valid names), not argparse's usage
+    p.add_argument("--models", nargs="*", default=[], metavar="MODEL", help="two or more model names")
+    p.add_argument("--out", default=None, help="output directory (default: STORE/compare)")
+    p.add_argument("--by", default="suite", help="'suite' (per suite and overall, default) or 'none' (overall only)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for VSI (default 10000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.set_defaults(func=run_compare)
+    return p
+
+
+def run_compare(args) -> int:
+    """Runs `safevla compare`; bad input raises SafeVLAError (the caller prints it on one line)."""
+    from scoring.store import load_store
+    by = {"suite": "suite", "none": None}.get(args.by, args.by)
+    if by not in BY_CHOICES:
+        raise SafeVLAError(f"--by: unknown grouping {args.by!r}; valid choices: suite, none")
+    _, episodes, _ = load_store(args.store)
+    if episodes.empty:
+        raise SafeVLAError(f"run store {args.store!r} has no scored episodes")
+    cmp = compare_models(episodes, args.models, by=by, alpha=args.alpha, n_resamples=args.resamples, seed=args.seed)
+    out = Path(args.out) if args.out else Path(args.store) / "compare"
+    paths = write_tables(comparison_tables(cmp), out)
+    for name, frame in (("compare_discordant", discordant_table(cmp)), ("compare_unpaired", cmp.unpaired)):
+        path = out / f"{name}.csv"
+        atomic_write_bytes(path, frame.to_csv(index=False).encode())
+        paths.append(path)
+    print(f"compared {', '.join(cmp.models)} on {len(cmp.pairing.keys)} shared keys "
+          f"(paired on {', '.join(cmp.pairing.key_columns)}); {len(cmp.unpaired)} unpaired key(s)")
+    for note in cmp.notes:
+        print(f"note: {note}")
+    print(f"wrote {len(paths)} files to {out}")
+    return 0
+
+
+def _p(p: float) -> str:
+    return DASH if p is None or math.isnan(p) else ("<0.0001" if p < 1e-4 else f"{p:.4f}")
+
+
+def _value(metric: str, v: float) -> str:
+    return f"{v:.3f}" if metric == "vsi" else pct(v)
+
+
+def _interval(metric: str, lo: float, hi: float) -> str:
+    return f"[{lo:.3f}, {hi:.3f}]" if metric == "vsi" else ci_pct(lo, hi)
+
+
+def _label(metric: str) -> str:
+    return f"{LABELS[metric]} ({'higher' if HIGHER_IS_BETTER[metric] else 'lower'} is better)"
+
+
+def comparison_tables(cmp: Comparison) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Display tables of a comparison: name -> (caption, table of strings)."""
+    level = f"{100 * cmp.confidence:g}%"
+    pairs = pd.DataFrame({
+        "group": cmp.pairs["group"], "metric": cmp.pairs["metric"].map(_label),
+        "model A": cmp.pairs["model_a"], "model B": cmp.pairs["model_b"], "n": cmp.pairs["n"],
+        **{label: cmp.pairs[col].astype(object).where(cmp.pairs[col].notna(), DASH)
+           for label, col in (("both", "both"), ("b: only A", "only_a"), ("c: only B", "only_b"),
+                              ("neither", "neither"))},
+        "A": [_value(k, v) for k, v in zip(cmp.pairs["metric"], cmp.pairs["value_a"])],
+        "B": [_value(k, v) for k, v in zip(cmp.pairs["metric"], cmp.pairs["value_b"])],
+        "A - B": [_value(k, v) for k, v in zip(cmp.pairs["metric"], cmp.pairs["diff"])],
+        f"{level} CI": [_interval(k, lo, hi) for k, lo, hi in
+                        zip(cmp.pairs["metric"], cmp.pairs["diff_lo"], cmp.pairs["diff_hi"])],
+        "test": cmp.pairs["test"], "p": cmp.pairs["p_value"].map(_p), "p (Holm)": cmp.pairs["p_holm"].map(_p),
+        "significant": cmp.pairs["significant"].map({True: "yes", False: "no"}),
+    })
+    rank = {(g, k, m): (v, r, t) for g, k, m, v, r, t in
+            cmp.ranking[["group", "metric", "model", "value", "rank", "tier"]].itertuples(index=False)}
+    wide = []
+    for g in cmp.groups:
+        for model in cmp.models:
+            row = {"group": g, "model": model}
+            for k in METRICS:
+                v, r, t = rank[g, k, model]
+                row[LABELS[k] + (" %" if k != "vsi" else "")] = _value(k, v)
+                row[f"{LABELS[k]} rank"], row[f"{LABELS[k]} tier"] = int(r), int(t)
+            wide.append(row)
+    agreement = pd.DataFrame({
+        "group": cmp.agreement["group"], "models": cmp.agreement["n_models"],
+        "Kendall tau (SR vs Safety)": [DASH if math.isnan(t) else f"{t:.3f}" for t in cmp.agreement["tau"]],
+        "p": cmp.agreement["p_value"].map(_p), "rank flips": cmp.agreement["n_flips"],
+        "significant flips": cmp.agreement["n_significant_flips"],
+        "flips": cmp.agreement["flips"].replace("", DASH)})
+    flips = pd.DataFrame({
+        "group": cmp.flips["group"], "ahead by SR": cmp.flips["model_1"], "ahead by Safety": cmp.flips["model_2"],
+        "SR %": [f"{pct(a)} vs {pct(b)}" for a, b in zip(cmp.flips["sr_1"], cmp.flips["sr_2"])],
+        "Safety %": [f"{pct(a)} vs {pct(b)}" for a, b in zip(cmp.flips["safety_1"], cmp.flips["safety_2"])],
+        "p SR (Holm)": cmp.flips["p_sr"].map(_p), "p Safety (Holm)": cmp.flips["p_safety"].map(_p),
+        "both significant": cmp.flips["significant"].map({True: "yes", False: "no"})})
+    keys = ", ".join(cmp.pairing.key_columns)
+    return {
+        "compare_pairs": (f"Paired differences on shared ({keys}) keys: exact McNemar with Newcombe {level} CI "
+                          f"(SR, Safety, SBU; percent), paired bootstrap ({cmp.n_resamples} resamples, seed "
+                          f"{cmp.seed}) for VSI; Holm over pairs per group and metric, alpha {cmp.alpha:g}.", pairs),
+        "compare_ranking": ("Ranks and tiers: models sorted by the metric; a model opens a new tier when it differs "
+                            "significantly (Holm) from the top model of the current tier.", pd.DataFrame(wide)),
+        "compare_rank_agreement": ("Kendall's tau-b between the SR and Safety rankings, with the rank flips.",
+                                   agreement),
+        "compare_flips": ("Rank flips: pairs ordered one way by SR and the other way by Safety.", flips),
+    }
+
+
+def discordant_table(cmp: Comparison) -> pd.DataFrame:
+    """Safety-discordant keys of every pair (A safe and B unsafe, or the reverse), for replay."""
+    parts = []
+    for i, a in enumerate(cmp.models):
+        for b in cmp.models[i + 1:]:
+            d = discordant_episodes(cmp.pairing, a, b, metric="safety")
+            d.insert(0, "model_b", b)
+            d.insert(0, "model_a", a)
+            parts.append(d)
+    return pd.concat(parts, ignore_index=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry: `python -m scoring.compare_cli compare STORE --models A B`."""
+    parser = argparse.ArgumentParser(prog="safevla")
+    add_compare_parser(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SafeVLAError as exc:
+        print(f"safevla {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
