@@ -68,7 +68,9 @@ def run_compare(args) -> int:
 
 
 def _p(p: float) -> str:
-    return DASH if p is None or math.isnan(p) else ("<0.0001" if p < 1e-4 else f"{p:.4f}")
+    # scientific notation below 0.001 rather than "<0.001": a bare "<" prints as an inverted
+    # exclamation mark in LaTeX's default font encoding
+    return DASH if p is None or math.isnan(p) else (f"{p:.4f}" if p >= 1e-3 else f"{p:.1e}")
 
 
 def _value(metric: str, v: float) -> str:
