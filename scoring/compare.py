@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -60,9 +60,9 @@ class Pairing:
         return self.episodes[column].to_numpy()[self.index]
 
 
-def check_models(episodes: pd.DataFrame, models: Sequence[str]) -> tuple[str, ...]:
+def check_models(episodes: pd.DataFrame, models: Iterable[str]) -> tuple[str, ...]:
     """The validated model tuple; unknown names list the models in the store."""
-    if isinstance(models, str) or not isinstance(models, Sequence):
+    if isinstance(models, (str, bytes)) or not isinstance(models, Iterable):
         raise SafeVLAError(f"models must be a list of model names, got {models!r}")
     models = tuple(models)
     known = sorted(episodes["model"].dropna().unique()) if "model" in episodes else []
@@ -124,8 +124,7 @@ def pair_episodes(episodes: pd.DataFrame, models: Sequence[str]) -> Pairing:
                           f"({', '.join(used)}) key ({n_dup} duplicated key(s) in all)", field="key")
     index = np.full((n_keys, m), -1, dtype=np.int64)
     index[kid, mcode] = np.arange(len(frame))
-    first_row = np.zeros(n_keys, dtype=np.int64)
-    first_row[kid[::-1]] = np.arange(len(frame))[::-1]  # smallest row of each key
+    _, first_row = np.unique(kid, return_index=True)  # ngroup numbers keys 0..n_keys-1
     all_keys = frame[used].iloc[first_row].reset_index(drop=True)
     complete = (index >= 0).all(axis=1)
     unpaired = all_keys[~complete].reset_index(drop=True)

@@ -86,7 +86,7 @@ def newcombe_paired_ci(both, only_a, only_b, neither, *, confidence: float = 0.9
     """Newcombe (1998) square-and-add interval for p_A - p_B from a paired 2x2 table.
 
     Hybrid score interval built from the Wilson intervals of both marginals, with the
-    correlation correction psi as in Fagerland, Lydersen & Laake (2014), Section 8.
+    correlation correction psi as in Fagerland, Lydersen & Laake (2017), chapter 8.
     Vectorises over array arguments; returns (lo, hi).
     """
     a, b, c, d = (np.asarray(x, dtype=np.float64) for x in (both, only_a, only_b, neither))
@@ -226,7 +226,7 @@ def _order(rates: pd.DataFrame, metric: str) -> pd.DataFrame:
     return rates.sort_values(["value", "position"], ascending=[asc, True], kind="stable")
 
 
-def _significance(pairs: pd.DataFrame, alpha: float) -> dict:
+def _significance(pairs: pd.DataFrame) -> dict:
     """(group, metric, model, model) -> Holm-adjusted p, both orders."""
     out = {}
     for g, k, a, b, p in pairs[["group", "metric", "model_a", "model_b", "p_holm"]].itertuples(index=False):
@@ -243,19 +243,20 @@ def tier_table(rates: pd.DataFrame, pairs: pd.DataFrame, *, alpha: float = 0.05)
     significantly (Holm-adjusted p < alpha) from that tier's top model, in which case it
     opens the next tier and becomes its top. Tiers are contiguous in the ranking. Because
     "not significantly different" is not transitive, a model may still not differ from a
-    non-top member of the tier above; comparing with the top is the conservative reading
-    (the tier's best is what a user would pick instead).
+    non-top member of the tier above; comparing with the top keeps every member of a tier
+    indistinguishable from the tier's best, the model a user would pick instead.
     """
-    p = _significance(pairs, alpha)
+    p = _significance(pairs)
     parts = []
     for (g, k), cell in rates.groupby(["group", "metric"], sort=False):
         cell = _order(cell, k).copy()
         tiers, tier, top = [], 1, None
         for model in cell["model"]:
-            if top is not None and p.get((g, k, top, model), 1.0) < alpha:
+            if top is None:
+                top = model
+            elif p.get((g, k, top, model), 1.0) < alpha:  # differs from the tier's top: next tier
                 tier += 1
                 top = model
-            top = model if top is None else top
             tiers.append(tier)
         cell["rank"] = np.arange(1, len(cell) + 1)
         cell["tier"] = tiers
@@ -277,7 +278,7 @@ def rank_agreement(rates: pd.DataFrame, pairs: pd.DataFrame, *, x: str = "sr", y
     for name in (x, y):
         if name not in HIGHER_IS_BETTER:
             raise SafeVLAError(f"unknown metric {name!r}; valid choices: {', '.join(METRICS)}")
-    p = _significance(pairs, alpha)
+    p = _significance(pairs)
     rows, flips = [], []
     for g, cell in rates.groupby("group", sort=False):
         vx = cell[cell["metric"] == x].set_index("model")["value"]

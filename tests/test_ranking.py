@@ -18,7 +18,7 @@ TABLES = [
     (0, 0, 0, 1),      # a single concordant pair
     (0, 10, 0, 0),     # all discordant one way
     (3, 0, 12, 1),     # all discordant the other way
-    (59, 6, 16, 80),   # Fagerland et al. (2014) Ch. 8, Cavo et al. (2012)
+    (59, 6, 16, 80),   # Fagerland et al. (2017) ch. 8, Cavo et al. (2012)
     (40, 25, 24, 11),  # balanced discordance
     (0, 1, 0, 0),      # one discordant pair
     (120, 200, 170, 10),
@@ -50,7 +50,7 @@ def test_mcnemar_edge_values():
 
 
 def test_newcombe_matches_published_example():
-    # Fagerland, Lydersen & Laake (2014) Table 8.x / R contingencytables: -0.0621 (-0.1186 to -0.0046)
+    # Fagerland, Lydersen & Laake (2017), chapter 8 (Cavo et al. 2012): -0.0621 (-0.1186 to -0.0046)
     res = paired_binary(*outcomes(59, 6, 16, 80))
     assert res.diff == pytest.approx(-10 / 161)
     assert (round(res.diff_lo, 4), round(res.diff_hi, 4)) == (-0.1186, -0.0046)
