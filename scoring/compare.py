@@ -261,7 +261,7 @@ def compare_models(episodes: pd.DataFrame, models: Sequence[str], *, by: str | N
         for metric, x in outcome.items():
             xi = x[rows].astype(np.int64)
             k, both = xi.sum(axis=0), xi.T @ xi
-            lo, hi = wilson_interval(k, np.full(m, n))
+            lo, hi = wilson_interval(k, np.full(m, n), confidence)
             rates += [{**base, "metric": metric, "model": models[j], "position": j, "value": k[j] / n,
                        "lo": lo[j], "hi": hi[j]} for j in range(m)]
             bb = both[ia, ib]

@@ -137,6 +137,18 @@ def test_vsi_pair_agrees_with_paired_bootstrap():
     assert again.pairs.equals(cmp.pairs)  # seeded: reproducible to the bit
 
 
+def test_confidence_level_sets_every_interval():
+    eps = paired_episodes(200, ["a", "b"])
+    wide = compare_models(eps, ["a", "b"], n_resamples=1000)
+    narrow = compare_models(eps, ["a", "b"], n_resamples=1000, confidence=0.8)
+    assert ((narrow.rates["hi"] - narrow.rates["lo"]) < (wide.rates["hi"] - wide.rates["lo"])).all()
+    assert ((narrow.pairs["diff_hi"] - narrow.pairs["diff_lo"]) < (wide.pairs["diff_hi"] - wide.pairs["diff_lo"])).all()
+    with pytest.raises(SafeVLAError, match="confidence"):
+        compare_models(eps, ["a", "b"], confidence=95)
+    with pytest.raises(SafeVLAError, match="alpha"):
+        compare_models(eps, ["a", "b"], alpha=0)
+
+
 def test_rank_flip_between_sr_and_safety():
     models = ["fast", "middle", "careful"]
     eps = paired_episodes(2000, models, seed=1, sr=[0.95, 0.85, 0.70], safety=[0.60, 0.75, 0.95])
