@@ -12,7 +12,7 @@ def run(*argv):
     return subprocess.run([sys.executable, "-m", "scoring.cli", *argv], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("command", ["score", "report", "rollout", "replay", "figure", "dashboard"])
+@pytest.mark.parametrize("command", ["score", "report", "rollout", "replay", "figure", "compare", "dashboard"])
 def test_every_subcommand_has_help(command):
     out = run(command, "--help")
     assert out.returncode == 0 and "usage: safevla" in out.stdout
