@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,7 @@ def sidebar_store(path: str, origin: str) -> None:
 
 
 def main() -> None:
+    st.session_state["_run_start"] = time.perf_counter()
     path, origin = C.chosen_store()
     sidebar_store(path, origin)
     try:
@@ -92,11 +94,16 @@ def main() -> None:
         if c.overrides:
             st.caption(":material/tune: What-if thresholds active (see What-if).")
     st.session_state["_switching"] = False
+    t0 = time.perf_counter()
     try:
         pg.run()
     finally:
         if not st.session_state.get("_switching"):
             S.sync_url(page, data, store_param=store_param)
+        # script time of this run (app + page), for benchmarks/bench_dashboard.py
+        st.session_state.setdefault("_timings", []).append(
+            (page, time.perf_counter() - st.session_state.get("_run_start", t0)))
+        del st.session_state["_timings"][:-50]
 
 
 main()

@@ -98,7 +98,7 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
     diag = alt.Chart(pd.DataFrame({"sr": [0.0, 1.0], "safety": [0.0, 1.0]})).mark_line(
         color="#bbb", strokeDash=[2, 3], strokeWidth=1).encode(x="sr:Q", y="safety:Q")
     return alt.layer(diag, front, xerr, yerr, points).properties(
-        width=width, height=height,
+        width=width, height=height, usermeta={"display_height": height + 90},
         title=alt.Title("SR vs Safety per cell", subtitle="Wilson 95% bars; dashed: non-dominated frontier"))
 
 
@@ -121,7 +121,8 @@ def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None =
     df = _clean(df)
     spec_order = [labels.get(f, f) for f in fam_order]
     cells = list(dict.fromkeys(df["cell"]))
-    x = alt.X("spec:N", sort=spec_order, title=None, axis=alt.Axis(labelAngle=-35, labelLimit=160))
+    x = alt.X("spec:N", sort=spec_order, title=None, axis=alt.Axis(labelAngle=-40, labelLimit=160,
+                                                                   labelOverlap=False, orient="bottom"))
     y = alt.Y("cell:N", sort=cells, title=None, axis=alt.Axis(labelLimit=220))
     base = alt.Chart(df).encode(x=x, y=y)
     tooltip = [alt.Tooltip("cell:N"), alt.Tooltip("spec:N"), alt.Tooltip("rate:Q", format=".1%"),
@@ -129,13 +130,13 @@ def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None =
                alt.Tooltip("n:Q", title="episodes")]
     grey = base.transform_filter(alt.datum.inactive).mark_rect(color="#eeeeee")
     rect = base.transform_filter("!datum.inactive").mark_rect().encode(
-        color=alt.Color("rate:Q", title="violation rate", scale=alt.Scale(scheme="reds", domainMin=0),
-                        legend=alt.Legend(format="%")), tooltip=tooltip)
+        color=alt.Color("rate:Q", title="violation rate", scale=alt.Scale(scheme="reds", domainMin=0, domainMax=1),
+                        legend=None), tooltip=tooltip)
     text = base.mark_text(fontSize=11).encode(
         text="text:N",
         color=alt.condition("datum.rate > 0.35", alt.value("white"), alt.value("#333")))
     return alt.layer(grey, rect, text).properties(
-        width=width, height=max(120, 22 * len(cells)),
+        width=width, height=max(120, 22 * len(cells)), usermeta={"display_height": max(120, 22 * len(cells)) + 175},
         title=alt.Title("Per-spec violation rate", subtitle="share of the cell's episodes; — = inactive"))
 
 
@@ -162,6 +163,7 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
                  alt.Tooltip("sbu_rate:Q", format=".1%", title="cell SBU"),
                  alt.Tooltip("sbu_count:Q", title="SBU episodes"), alt.Tooltip("n:Q", title="episodes")],
     ).properties(width=width, height=max(120, 22 * len(cells)),
+                 usermeta={"display_height": max(120, 22 * len(cells)) + 100},
                  title=alt.Title("SBU composition", subtitle="which specs the unsafe successes violate"))
 
 
@@ -187,6 +189,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
     lo, hi = MARGIN_CLIP
     df["shade"] = np.where(df["margin"] < 0, np.maximum(df["margin"], lo), np.nan)
     df["zero"] = 0.0
+    df["step_end"] = df["step"] + 1
     df = _clean(df)
     pick = alt.selection_point(name=selection, fields=["step"], nearest=True, on="click", empty=False,
                                clear="dblclick")
@@ -212,8 +215,9 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
     if mode == "margin":
         y = alt.Y("margin:Q", title="margin / |threshold|  (< 0 violated)",
                   scale=alt.Scale(domain=[lo, hi], clamp=True))
-        shade = base.mark_area(color=VIOLATION_RED, opacity=0.3, interpolate="step-after").encode(
-            x=x, y=alt.Y("shade:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)), y2="zero:Q", detail="spec:N")
+        # one rect per violated step (an area would drop isolated steps)
+        shade = base.transform_filter("isValid(datum.shade)").mark_rect(color=VIOLATION_RED, opacity=0.3).encode(
+            x=x, x2="step_end:Q", y=alt.Y("shade:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)), y2="zero:Q")
         zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#333", strokeWidth=1.2).encode(y="y:Q")
         lines = base.mark_line(strokeWidth=1.8, interpolate="step-after").encode(x=x, y=y, color=color)
         clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip).add_params(pick)
@@ -227,7 +231,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
                               .encode(x="step:Q", y=alt.Y("margin:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)),
                                       tooltip=tooltip))
         return alt.layer(*layers).properties(
-            width=width, height=height,
+            width=width, height=height, usermeta={"display_height": height + 90},
             title=alt.Title("Robustness over time", subtitle="normalised by threshold; red = violated; "
                                                              "click to move the step"))
     # raw mode: one row per spec, each with its own y scale and threshold line
@@ -244,9 +248,11 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
             x=alt.datum(int(violating_step))))
     if step is not None:
         layers.insert(0, base.mark_rule(color="#111", strokeWidth=2).encode(x=alt.datum(int(step))))
-    return alt.layer(*layers).properties(width=width, height=max(70, int(height / max(1, len(specs))) + 20)).facet(
+    row_h = max(70, int(height / max(1, len(specs))) + 20)
+    return alt.layer(*layers).properties(width=width, height=row_h).facet(
         row=alt.Row("spec:N", sort=specs, title=None, header=alt.Header(labelAngle=0, labelAlign="left"))
     ).resolve_scale(y="independent").properties(
+        usermeta={"display_height": len(specs) * (row_h + 22) + 100},
         title=alt.Title("Raw signals", subtitle="dashed red: threshold; red dots: violating steps"))
 
 
@@ -276,7 +282,7 @@ def sensitivity_chart(curve: pd.DataFrame, *, current: float | None = None, defa
         layers.append(alt.Chart(pd.DataFrame({"value": [current], "what": ["current"]})).mark_rule(
             color="#111", strokeWidth=2).encode(x="value:Q", tooltip=["what:N", "value:Q"]))
     return alt.layer(*layers).properties(
-        width=width, height=height,
+        width=width, height=height, usermeta={"display_height": height + 90},
         title=alt.Title(f"Sensitivity to {label}", subtitle="grey: registry default; black: current setting"))
 
 
@@ -290,10 +296,18 @@ def outcome_bar(counts: Mapping[str, int], *, width: int = 520) -> alt.Chart:
         color=alt.Color("outcome:N", scale=alt.Scale(domain=order, range=[OUTCOME_COLORS[o] for o in order]),
                         legend=alt.Legend(orient="right", title=None, direction="horizontal")),
         order=alt.Order("rank:Q"), tooltip=["outcome:N", "episodes:Q"],
-    ).properties(width=width, height=20)
+    ).properties(width=width, height=20, usermeta={"display_height": 44})
 
 
 # ----------------------------------------------------------------------------- export
+
+def display_height(chart: alt.TopLevelMixin, default: int | None = None) -> int | None:
+    """The pixel height to show `chart` at in Streamlit, which fits the whole chart (titles,
+    axes and legends included) into the height it is given."""
+    meta = getattr(chart, "usermeta", None)
+    meta = meta.to_dict() if hasattr(meta, "to_dict") else meta
+    return int(meta["display_height"]) if isinstance(meta, dict) and "display_height" in meta else default
+
 
 def chart_bytes(chart: alt.TopLevelMixin, fmt: str, *, scale: float = 2.0) -> bytes:
     """The chart as PNG, SVG or PDF bytes, rendered offline by vl-convert."""

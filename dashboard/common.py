@@ -103,14 +103,27 @@ def overview_tables(_data: D.StoreData, key: str, items: tuple) -> dict:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
+def composition_table(_data: D.StoreData, key: str, items: tuple) -> pd.DataFrame:
+    from scoring.tables import composition_table as build
+    v = verdicts(_data, key, items)
+    return build(v.frame, D.spec_results_under(_data, v), registry=_data.registry)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
 def main_table(_data: D.StoreData, key: str, items: tuple, ci: bool) -> pd.DataFrame:
     from scoring.tables import main_table as build
     return build(verdicts(_data, key, items).frame, ci=ci)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def sensitivity(_data: D.StoreData, key: str, knob: str, items: tuple) -> pd.DataFrame:
-    return D.sensitivity_curve(_data, D.KNOB_BY_NAME[knob], dict(items))
+@st.cache_resource(show_spinner=False, max_entries=32)
+def sensitivity(_data: D.StoreData, key: str, knob: str) -> pd.DataFrame:
+    """The knob's sweep with every other threshold at its default (computed once per store)."""
+    return D.sensitivity_curve(_data, D.KNOB_BY_NAME[knob])
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def base_aggregates(_data: D.StoreData, key: str) -> dict:
+    return D.base_aggregates(verdicts(_data, key, ()))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -235,6 +248,13 @@ def reset_knobs(data: D.StoreData) -> None:
     for name, value in D.knob_defaults(data.registry).items():
         S.set_widget(f"knob.{name}", value)
     st.session_state.pop("w.preset", None)
+
+
+def show(chart, **kw):
+    """`st.altair_chart` at the chart's full width and the height its decorations need."""
+    from dashboard.charts import display_height
+    kw.setdefault("width", "stretch")
+    return st.altair_chart(chart, height=display_height(chart) or "content", **kw)
 
 
 def pct(x) -> str:

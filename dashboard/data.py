@@ -254,15 +254,24 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
 
 
 def _missing_trajectories(path: str, episodes: pd.DataFrame) -> np.ndarray:
+    """(N,) bool: the episode's trajectory file does not exist (one directory listing per folder)."""
     if "trajectory" not in episodes:
         return np.ones(len(episodes), dtype=bool)
     rel = episodes["trajectory"].to_numpy(object)
     root = Path(path)
-    exists = {}
+    listing: dict[Path, set] = {}
+    exists: dict[str, bool] = {}
     for p in pd.unique(rel):
-        if isinstance(p, str) and p:
-            q = Path(p)
-            exists[p] = (q if q.is_absolute() else root / q).is_file()
+        if not isinstance(p, str) or not p:
+            continue
+        q = Path(p) if Path(p).is_absolute() else root / p
+        folder = q.parent
+        if folder not in listing:
+            try:
+                listing[folder] = {e.name for e in os.scandir(folder) if e.is_file()}
+            except OSError:
+                listing[folder] = set()
+        exists[p] = q.name in listing[folder]
     return np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool)
 
 
@@ -430,18 +439,25 @@ def top_sbu(data: StoreData, v: Verdicts, n: int = 10) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- what-if
 
-def whatif_summary(data: StoreData, v: Verdicts, base: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    """Per cell (plus "all"): SR, Safety, SBU, P[U|S], VSI under `v`, and deltas against `base`."""
+def base_aggregates(v: Verdicts, *, by: Sequence[str] = BY) -> dict:
+    """`aggregate` per cell and overall (ci off): the reference side of `whatif_summary`."""
+    return {"cells": aggregate(v.frame, by=by, ci=False), "all": aggregate(v.frame, by=(), ci=False)}
+
+
+def whatif_summary(data: StoreData, v: Verdicts, base: Verdicts | dict, *, by: Sequence[str] = BY) -> pd.DataFrame:
+    """Per cell (plus "all"): SR, Safety, SBU, P[U|S], VSI under `v`, and deltas against `base`
+    (verdicts, or their `base_aggregates`)."""
+    ref_aggs = base if isinstance(base, dict) else base_aggregates(base, by=by)
     rows = []
-    for b in (by, ()):
+    for b, name in ((by, "cells"), ((), "all")):
         cur = aggregate(v.frame, by=b, ci=False)
-        ref = aggregate(base.frame, by=b, ci=False)
+        ref = ref_aggs[name]
         for (_, c), (_, r) in zip(cur.iterrows(), ref.iterrows()):
             row = {col: c[col] for col in by} if b else {col: "all" for col in by}
             row["n"] = int(c["n"])
-            for name in ("sr", "safety", "sbu", "p_unsafe_given_success", "vsi"):
-                row[name] = c[name]
-                row[f"d_{name}"] = c[name] - r[name]
+            for name_ in ("sr", "safety", "sbu", "p_unsafe_given_success", "vsi"):
+                row[name_] = c[name_]
+                row[f"d_{name_}"] = c[name_] - r[name_]
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -466,9 +482,12 @@ def knob_grid(knob: Knob, *, current: float | None, default: float | None, n: in
     return np.unique(np.round(np.concatenate([grid, pts]), 9))
 
 
-def sensitivity_curve(data: StoreData, knob: Knob, values: Mapping[str, float], *, n: int = 21) -> pd.DataFrame:
-    """Safety, SBU and P[U|S] over all episodes as `knob` sweeps its range, the other knobs
-    held at `values` (the continuous version of Table 9). Re-scored by `WhatIf.rescore`."""
+def sensitivity_curve(data: StoreData, knob: Knob, values: Mapping[str, float] | None = None, *,
+                      n: int = 21) -> pd.DataFrame:
+    """Safety, SBU and P[U|S] over all episodes as `knob` sweeps its range, every other
+    threshold at `values` (default: the registry defaults, as Table 9 varies one family
+    at a time): the continuous version of Table 9, re-scored by `WhatIf.rescore`."""
+    values = dict(values or {})
     default = knob_defaults(data.registry).get(knob.name)
     tiers = []
     for fam in knob.families[:1]:
@@ -517,6 +536,37 @@ def violating_frame(data: StoreData, v: Verdicts, i: int) -> int | None:
         return None if s is None or pd.isna(s) else int(s)
     s = violating_steps(data, v, np.array([i]))[0]
     return None if np.isnan(s) else int(s)
+
+
+def format_value(value: float, unit: str, ref: float | None = None) -> str:
+    """A readable quantity: metres under 10 cm (by `ref`) in mm, degrees with °, ratios as x."""
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    scale = abs(ref) if ref else abs(value)
+    if unit == "m" and scale < 0.1:
+        value, unit = value * 1000.0, "mm"
+    text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return {"deg": f"{text}°", "ratio": f"{text}× limit", "count": text, "bool": text}.get(unit, f"{text} {unit}")
+
+
+def violation_lines(data: StoreData, v: Verdicts, i: int) -> list[str]:
+    """One line per violated scored spec of episode `i`, worst first:
+    "bystander displacement: 19.1 mm > 5 mm at step 35 (t = 1.75 s)"."""
+    rows = episode_specs(data, v, i)
+    bad = rows[rows["violated"] & ~rows["report_only"].astype(bool)].copy()
+    if bad.empty:
+        return []
+    worst = v.frame["worst_spec"].iat[i]
+    bad["_w"] = bad["family"] != worst
+    bad = bad.sort_values(["_w", "rho"])
+    dt = float(v.frame["dt"].iat[i]) if "dt" in v.frame else 0.0
+    out = []
+    for r in bad.itertuples(index=False):
+        op = ">" if r.extreme > r.threshold else "<"
+        step = "" if pd.isna(r.extreme_step) else f" at step {int(r.extreme_step)} (t = {int(r.extreme_step) * dt:.2f} s)"
+        out.append(f"{r.label}: {format_value(r.extreme, r.unit, r.threshold)} {op} "
+                   f"{format_value(r.threshold, r.unit, r.threshold)}{step}")
+    return out
 
 
 def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float],

@@ -99,12 +99,14 @@ def traces():
 
 def test_robustness_chart_margin_mode(traces):
     spec = charts.robustness_chart(traces, step=4, violating_step=3).to_dict()
-    assert _marks(spec) == ["area", "rule", "line", "rule", "rule", "point", "point"]
+    assert _marks(spec) == ["rect", "rule", "line", "rule", "rule", "point", "point"]
     shade, zero, lines, viol, cur, clicks, tri = spec["layer"]
     # zero line
     assert _data(spec, zero) == [{"y": 0.0}] and zero["encoding"]["y"]["field"] == "y"
     # shading only where the margin is negative, from the margin up to zero
     assert (shade["encoding"]["y"]["field"], shade["encoding"]["y2"]["field"]) == ("shade", "zero")
+    assert (shade["encoding"]["x"]["field"], shade["encoding"]["x2"]["field"]) == ("step", "step_end")
+    assert shade["transform"] == [{"filter": "isValid(datum.shade)"}]
     shaded = [(r["step"], r["shade"]) for r in _data(spec) if r["shade"] is not None]
     assert shaded == [(2, -0.25), (3, -1.0)]
     # normalised margins, gaps (None) where the gate is closed

@@ -175,7 +175,7 @@ def test_whatif_summary_and_flips(sd):
 
 def test_sensitivity_curve_passes_through_whatif(sd):
     knob = D.KNOB_BY_NAME["force"]
-    curve = D.sensitivity_curve(sd, knob, D.knob_defaults(sd.registry), n=5)
+    curve = D.sensitivity_curve(sd, knob, n=5)
     assert {200.0, 25.0, 1000.0} <= set(curve["value"])
     for x in (25.0, 200.0, 1000.0):
         r = sd.whatif.rescore(D.knob_overrides(sd.registry, {"force": x}))

@@ -84,14 +84,17 @@ def header(c: C.Ctx, i: int, vstep: int | None) -> None:
         st.caption(f"“{ep['language']}” · {ep['model']} · {ep['suite']} · {ep['task_id']}")
     else:
         st.caption(f"{ep['model']} · {ep['suite']} · {ep['task_id']}")
-    cols = st.columns(5)
+    cols = st.columns(4)
     cols[0].metric("Success", "yes" if ep["success"] else "no")
     cols[1].metric("Safe", "yes" if ep["safe"] else "no")
-    cols[2].metric("VSI", f"{float(ep['vsi']):.3f}")
-    worst = ep.get("worst_spec")
-    cols[3].metric("Worst spec", c.data.label(worst) if isinstance(worst, str) and not ep["safe"] else "—")
-    cols[4].metric("Violating step", "—" if vstep is None else f"{vstep}",
+    cols[2].metric("VSI", f"{float(ep['vsi']):.3f}", help="violation severity index: 0 safe, 1 severe")
+    cols[3].metric("Violating step", "—" if vstep is None else f"{vstep}",
                    help=None if vstep is None else f"t = {vstep * float(ep['dt']):.2f} s")
+    lines = C.D.violation_lines(c.data, c.v, i)
+    if lines:
+        st.markdown("<div style='color:#d62728;font-weight:600'>Violated: " + lines[0] + "</div>"
+                    + "".join(f"<div style='color:#b04040'>also: {x}</div>" for x in lines[1:4]),
+                    unsafe_allow_html=True)
 
 
 def spec_table(c: C.Ctx, i: int) -> pd.DataFrame:
@@ -193,7 +196,7 @@ def render() -> None:
         C.episode_record(data, i)
     except C.D.StoreProblem as exc:
         st.error(f"**Missing trajectory.** {exc}", icon=":material/block:")
-        st.dataframe(spec_table(c, i), hide_index=True, width="stretch")
+        st.dataframe(spec_table(c, i), hide_index=True)
         explain(c, i)
         C.stop()
 
@@ -216,7 +219,7 @@ def render() -> None:
             st.info("No active spec has a signal for this episode, so there is nothing to plot.")
         else:
             chart = charts.robustness_chart(tr, step=step, violating_step=vstep, mode="raw" if raw else "margin")
-            st.altair_chart(chart, key=CHART_KEY, on_select="rerun", selection_mode="pt", width="stretch")
+            C.show(chart, key=CHART_KEY, on_select="rerun", selection_mode="pt")
             st.caption("Click the chart to move the step; the black rule follows the slider, the red dashed rule "
                        "marks the violating step.")
     with right:
@@ -227,7 +230,7 @@ def render() -> None:
     clip_panel(c, i, vstep, n_steps)
 
     st.subheader("Spec results")
-    st.dataframe(spec_table(c, i), hide_index=True, width="stretch",
+    st.dataframe(spec_table(c, i), hide_index=True,
                  column_config={"robustness": st.column_config.NumberColumn(format="%.4g"),
                                 "worst value": st.column_config.NumberColumn(format="%.4g")})
     explain(c, i)
@@ -238,7 +241,7 @@ def explain(c: C.Ctx, i: int) -> None:
     table = C.D.applicability_table(c.data, i)
     if table.attrs.get("note"):
         st.warning(table.attrs["note"])
-    st.dataframe(table, hide_index=True, width="stretch",
+    st.dataframe(table, hide_index=True,
                  column_config={"tag sources": st.column_config.TextColumn(width="large"),
                                 "reason": st.column_config.TextColumn(width="large")})
 

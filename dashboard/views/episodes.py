@@ -68,7 +68,7 @@ def counts_ui(c: C.Ctx, mask) -> dict:
     for col, o in zip(cols[1:], C.D.OUTCOMES):
         col.metric(o, f"{counts[o]:,}")
     if n:
-        st.altair_chart(charts.outcome_bar(counts), width="stretch")
+        C.show(charts.outcome_bar(counts))
     return counts
 
 
@@ -91,7 +91,7 @@ def render() -> None:
                                                                       if n > len(table) else "")
                + ". Click a row's checkbox to open its detail; click a header to sort.")
     ev = st.dataframe(
-        table, key="ep_table", on_select="rerun", selection_mode="single-row", hide_index=True, width="stretch",
+        table, key="ep_table", on_select="rerun", selection_mode="single-row", hide_index=True,
         height=min(38 + 35 * len(table), 560),
         column_config={
             "episode_id": st.column_config.TextColumn("episode", width="large"),

@@ -36,7 +36,7 @@ def chart_catalog(c: C.Ctx) -> dict:
         if k.name in defaults:
             out[f"sensitivity_{k.name}"] = (
                 f"Sensitivity to {k.label.lower()}",
-                lambda k=k: charts.sensitivity_chart(C.sensitivity(data, c.key, k.name, tuple(sorted(c.knobs.items()))),
+                lambda k=k: charts.sensitivity_chart(C.sensitivity(data, c.key, k.name),
                                                      current=c.knobs[k.name], default=defaults[k.name],
                                                      label=k.label, unit=k.unit))
     eid = S.get("ep")

@@ -65,14 +65,14 @@ def render() -> None:
             want_ci = True
     with st.spinner("Bootstrapping VSI confidence intervals …" if want_ci else "Building the table …"):
         table = C.main_table(data, c.key, c.items, bool(want_ci))
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True)
 
     left, right = st.columns(2)
     with left:
-        st.altair_chart(charts.sr_safety_scatter(tabs["agg"]), width="stretch")
+        C.show(charts.sr_safety_scatter(tabs["agg"]))
     with right:
         labels = {f: data.label(f) for f in data.families}
-        st.altair_chart(charts.violation_heatmap(tabs["rates"], labels=labels), width="stretch")
+        C.show(charts.violation_heatmap(tabs["rates"], labels=labels))
 
     st.subheader("SBU composition (Tables 10/11)")
     comp = tabs["comp"]
@@ -80,11 +80,9 @@ def render() -> None:
         st.info("No successful-but-unsafe episodes, so nothing to decompose.")
     else:
         labels = {f: data.label(f) for f in data.families}
-        st.altair_chart(charts.composition_bars(comp, tabs["agg"], labels=labels), width="stretch")
-        from scoring.tables import composition_table
-        with st.expander("Composition table"):
-            st.dataframe(composition_table(c.v.frame, C.D.spec_results_under(data, c.v), registry=data.registry),
-                         hide_index=True, width="stretch")
+        C.show(charts.composition_bars(comp, tabs["agg"], labels=labels))
+        if st.toggle("Show the composition table", key="ov_comp_table"):
+            st.dataframe(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
 
 
 if __name__ == "__main__":

@@ -61,8 +61,7 @@ def render() -> None:
     st.session_state["_ctx"] = c
     st.button("Reset to defaults", on_click=C.reset_knobs, args=(data,), key="whatif_reset")
 
-    base = C.verdicts(data, c.key, ())
-    summary = C.D.whatif_summary(data, c.v, base)
+    summary = C.D.whatif_summary(data, c.v, C.base_aggregates(data, c.key))
     overall = summary.iloc[-1]
     cols = st.columns(5)
     for col, (name, label) in zip(cols, (("sr", "Success rate"), ("safety", "Safety"), ("sbu", "SBU"),
@@ -118,11 +117,12 @@ def render() -> None:
         S.put("sens", knob)
         k = C.D.KNOB_BY_NAME[knob]
         with st.spinner("Re-scoring across the threshold range …"):
-            curve = C.sensitivity(data, c.key, knob, tuple(sorted(values.items())))
-        st.altair_chart(charts.sensitivity_chart(curve, current=values[knob],
+            curve = C.sensitivity(data, c.key, knob)
+        C.show(charts.sensitivity_chart(curve, current=values[knob],
                                                  default=C.D.knob_defaults(data.registry)[knob],
-                                                 label=k.label, unit=k.unit), width="stretch")
-        st.caption("Other thresholds held at their current setting; over all episodes.")
+                                                 label=k.label, unit=k.unit))
+        st.caption("Every other threshold at its registry default, as Table 9 varies one family at a time; "
+                   "over all episodes. The black rule is this slider's current setting.")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,223 @@
+"""The dashboard in a real headless chromium (Debian's /usr/bin/chromium through Playwright).
+
+Starts `streamlit run dashboard/app.py` on a free port over the bundled demo store (or a
+small renderable synthetic store when the demo store is absent), then: opens every page,
+opens an SBU episode from the Overview table and checks the replay image, moves a
+threshold slider and sees the table change, downloads a PNG chart, and saves screenshots
+(to $SAFEVLA_SCREENSHOTS, else a temporary directory).
+"""
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "assets" / "demo" / "store"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is absent: apt-get install -y chromium", allow_module_level=True)
+pytest.importorskip("streamlit")
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    if (DEMO / "manifest.json").exists() and os.environ.get("SAFEVLA_BROWSER_SYNTHETIC") != "1":
+        return DEMO
+    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_store(tmp_path_factory.mktemp("browser") / "store", 64, n_steps=60, contacts_per_step=6,
+                           renderable=True)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    out = Path(os.environ.get("SAFEVLA_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(store, tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    env = {**os.environ, "MUJOCO_GL": "egl"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+         "--", "--store", str(store)],
+        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(60_000)
+    yield pg
+    ctx.close()
+
+
+def settle(pg, extra: float = 0.4) -> None:
+    """Waits for the script run that an action triggered to finish."""
+    time.sleep(extra)
+    pg.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=90_000)
+    time.sleep(0.3)
+
+
+def open_url(pg, url: str) -> None:
+    pg.goto(url)
+    pg.get_by_test_id("stApp").wait_for()
+    settle(pg, 1.0)
+
+
+def no_exception(pg) -> None:
+    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
+
+
+def full_shot(pg, path: Path, height: int = 2400) -> None:
+    """Streamlit scrolls inside its own container: grow the viewport to capture the page."""
+    size = pg.viewport_size
+    pg.set_viewport_size({"width": size["width"], "height": height})
+    time.sleep(1.0)
+    settle(pg, 0.2)
+    pg.screenshot(path=str(path))
+    pg.set_viewport_size(size)
+
+
+def title(pg) -> str:
+    return pg.locator("h1").first.inner_text().strip()
+
+
+def test_every_page_opens_from_the_sidebar(server, page, shots):
+    open_url(page, server)
+    assert title(page) == "Overview"
+    no_exception(page)
+    for label, want in (("Episodes", "Episodes"), ("Episode detail", "Episode detail"), ("What-if", "What-if thresholds"),
+                        ("Export", "Export"), ("Overview", "Overview")):
+        page.locator('[data-testid="stSidebarNav"] a', has_text=label).first.click()
+        settle(page, 0.8)
+        assert title(page) == want
+        no_exception(page)
+        page.screenshot(path=str(shots / f"page_{want.split()[0].lower().replace('-', '')}.png"))
+
+
+def test_deep_link_restores_the_episodes_view(server, page):
+    open_url(page, f"{server}/episodes?outcome=SBU&vsi=0.5-1")
+    assert title(page) == "Episodes"
+    no_exception(page)
+    chips = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Outcome").inner_text()
+    assert "SBU" in chips
+    assert "0.50" in page.locator('[data-testid="stSlider"]').filter(has_text="VSI range").inner_text()
+
+
+def _click_first_row(pg, table) -> None:
+    """Clicks the selection checkbox of the first row of a glide-data-grid table."""
+    table.scroll_into_view_if_needed()
+    box = table.bounding_box()
+    pg.mouse.click(box["x"] + 16, box["y"] + 35 + 17)
+
+
+def test_sbu_episode_opens_with_its_replay_frame(server, page, shots):
+    open_url(page, server)
+    worst = page.locator('[data-testid="stDataFrame"]').first
+    _click_first_row(page, worst)
+    page.wait_for_url("**/detail?**", timeout=60_000)
+    settle(page, 1.0)
+    assert title(page) == "Episode detail"
+    no_exception(page)
+    assert "SBU" in page.locator('[data-testid="stMarkdown"]').filter(has_text="SBU").first.inner_text()
+    img = page.locator('[data-testid="stImage"] img').first
+    img.wait_for(timeout=60_000)
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle(), timeout=60_000)
+    natural = img.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    assert natural[0] > 0 and natural[1] > 0
+    assert "step=" in page.url and "ep=" in page.url
+    full_shot(page, shots / "detail.png", height=1500)
+    page.screenshot(path=str(shots / "detail_viewport.png"))
+
+
+def test_threshold_slider_changes_the_table(server, page, shots):
+    open_url(page, f"{server}/whatif")
+    no_exception(page)
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.scroll_into_view_if_needed()
+    before_png = table.screenshot()
+    safety = page.locator('[data-testid="stMetric"]').filter(has_text="Safety").first
+    before = safety.inner_text()
+    thumb = page.locator('[data-testid="stSlider"]').filter(has_text="Contact force").get_by_role("slider")
+    thumb.focus()
+    thumb.press("End")
+    settle(page, 1.0)
+    no_exception(page)
+    assert "force=1000" in page.url
+    after = page.locator('[data-testid="stMetric"]').filter(has_text="Safety").first.inner_text()
+    assert after != before, after
+    table = page.locator('[data-testid="stDataFrame"]').first
+    assert table.screenshot() != before_png
+    full_shot(page, shots / "whatif.png", height=1900)
+
+
+def test_download_png_chart(server, page, shots, tmp_path):
+    open_url(page, f"{server}/export")
+    no_exception(page)
+    button = page.get_by_role("button", name="Download PNG")
+    with page.expect_download(timeout=90_000) as dl:
+        button.click()
+    path = tmp_path / "chart.png"
+    dl.value.save_as(path)
+    blob = path.read_bytes()
+    assert blob[:8] == b"\x89PNG\r\n\x1a\n" and len(blob) > 5000
+    (shots / "downloaded_chart.png").write_bytes(blob)
+
+
+def test_overview_screenshot(server, page, shots):
+    open_url(page, server)
+    no_exception(page)
+    page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60_000)
+    full_shot(page, shots / "overview.png", height=2300)
