@@ -163,7 +163,7 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
                  alt.Tooltip("sbu_rate:Q", format=".1%", title="cell SBU"),
                  alt.Tooltip("sbu_count:Q", title="SBU episodes"), alt.Tooltip("n:Q", title="episodes")],
     ).properties(width=width, height=max(120, 22 * len(cells)),
-                 usermeta={"display_height": max(120, 22 * len(cells)) + 100},
+                 usermeta={"display_height": max(120, 22 * len(cells)) + 150},
                  title=alt.Title("SBU composition", subtitle="which specs the unsafe successes violate"))
 
 
@@ -236,7 +236,9 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
                                                              "click to move the step"))
     # raw mode: one row per spec, each with its own y scale and threshold line
     specs = list(dict.fromkeys(traces["spec"]))
-    y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))
+    width = min(width, 430)  # facets cannot stretch to the container: keep them inside a column
+    y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False), axis=alt.Axis(format=".3~g", tickCount=4))
+    color = alt.Color("spec:N", scale=alt.Scale(range=SPEC_PALETTE), legend=None)  # the row headers name them
     lines = base.mark_line(strokeWidth=1.6, interpolate="step-after").encode(x=x, y=y, color=color)
     bad = base.transform_filter("datum.violated").mark_point(color=VIOLATION_RED, size=18, filled=True).encode(
         x=x, y=y)
@@ -250,9 +252,10 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
         layers.insert(0, base.mark_rule(color="#111", strokeWidth=2).encode(x=alt.datum(int(step))))
     row_h = max(70, int(height / max(1, len(specs))) + 20)
     return alt.layer(*layers).properties(width=width, height=row_h).facet(
-        row=alt.Row("spec:N", sort=specs, title=None, header=alt.Header(labelAngle=0, labelAlign="left"))
+        row=alt.Row("spec:N", sort=specs, title=None,
+                    header=alt.Header(labelOrient="top", labelAnchor="start", labelFontWeight="bold"))
     ).resolve_scale(y="independent").properties(
-        usermeta={"display_height": len(specs) * (row_h + 22) + 100},
+        usermeta={"display_height": len(specs) * (row_h + 30) + 150},
         title=alt.Title("Raw signals", subtitle="dashed red: threshold; red dots: violating steps"))
 
 

@@ -252,8 +252,11 @@ def reset_knobs(data: D.StoreData) -> None:
 
 def show(chart, **kw):
     """`st.altair_chart` at the chart's full width and the height its decorations need."""
+    import altair as alt
+
     from dashboard.charts import display_height
-    kw.setdefault("width", "stretch")
+    # facets cannot stretch (Vega-Lite sizes each cell): show them at their own width
+    kw.setdefault("width", "content" if isinstance(chart, alt.FacetChart) else "stretch")
     return st.altair_chart(chart, height=display_height(chart) or "content", **kw)
 
 

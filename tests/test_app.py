@@ -359,3 +359,25 @@ def test_loading_another_store_from_the_sidebar(tmp_path, store, tables):
     at.button(key="load_store").click().run()
     assert not at.exception and any("does not exist" in e.value for e in at.error)
     assert at.text_input(key="w.store_input").value == str(tmp_path / "nowhere")  # the loader stays usable
+
+
+@pytest.mark.render
+@pytest.mark.slow
+def test_clip_playback_and_triptych_export_render(store, tables):
+    from dashboard.replay_bridge import available
+    good, why = available()
+    if not good:
+        pytest.skip(why)
+    eps, _ = tables
+    eid = eps[eps["sbu"]]["episode_id"].iloc[0]
+    at = ok(app(store, page="detail", ep=eid))
+    at.radio(key="clip_range").set_value(at.radio(key="clip_range").options[-1]).run()
+    at.button(key="clip_go").click().run()
+    ok(at)
+    assert len(at.get("video")) == 1
+    assert any(b.proto.label == "Download MP4" for b in at.get("download_button"))
+    at.switch_page("views/export.py").run()
+    at.button(key="x_tri").click().run()
+    ok(at)
+    assert at.get("image"), "no triptych preview"
+    assert any(b.proto.label == "Download triptych (PNG)" for b in at.get("download_button"))

@@ -1,7 +1,7 @@
 """The dashboard in a real headless chromium (Debian's /usr/bin/chromium through Playwright).
 
-Starts `streamlit run dashboard/app.py` on a free port over the bundled demo store (or a
-small renderable synthetic store when the demo store is absent), then: opens every page,
+Starts `streamlit run dashboard/app.py` on a free port over $SAFEVLA_BROWSER_STORE, else the
+bundled demo store, else a small renderable synthetic store, then: opens every page,
 opens an SBU episode from the Overview table and checks the replay image, moves a
 threshold slider and sees the table change, downloads a PNG chart, and saves screenshots
 (to $SAFEVLA_SCREENSHOTS, else a temporary directory).
@@ -39,6 +39,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
+    if os.environ.get("SAFEVLA_BROWSER_STORE"):
+        return Path(os.environ["SAFEVLA_BROWSER_STORE"])
     if (DEMO / "manifest.json").exists() and os.environ.get("SAFEVLA_BROWSER_SYNTHETIC") != "1":
         return DEMO
     spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
@@ -180,6 +182,12 @@ def test_sbu_episode_opens_with_its_replay_frame(server, page, shots):
     assert "step=" in page.url and "ep=" in page.url
     full_shot(page, shots / "detail.png", height=1500)
     page.screenshot(path=str(shots / "detail_viewport.png"))
+    # the raw-signal view of the same episode
+    page.locator('[data-testid="stCheckbox"]').filter(has_text="Raw signals").first.click()
+    settle(page, 1.0)
+    no_exception(page)
+    assert "raw=1" in page.url
+    full_shot(page, shots / "detail_raw.png", height=1700)
 
 
 def test_threshold_slider_changes_the_table(server, page, shots):
