@@ -70,7 +70,8 @@ def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | N
 
 def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
                           record: EpisodeRecord | None = None, row: dict | None = None):
-    """Every violated spec of the episode as `Violation`s, the worst spec first.
+    """Every violated scored spec of the episode as `Violation`s, the worst spec first
+    (report-only diagnostics are not violations).
 
     The worst spec (`episodes.worst_spec`) is first and its `extreme_step` is the violating
     frame; the others follow, most negative robustness first. Empty if the episode is safe.
@@ -78,7 +79,10 @@ def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
     """
     row = row if row is not None else store_row(store_dir, episode_id)
     specs = _read_store_table(store_dir, "spec_results.parquet", episode_id)
-    bad = specs[specs["active"].fillna(False).astype(bool) & (specs["rho"] < 0)] if not specs.empty else specs
+    if specs.empty:
+        return ()
+    scored = ~specs["report_only"].fillna(False).astype(bool) if "report_only" in specs else True
+    bad = specs[specs["active"].fillna(False).astype(bool) & (specs["rho"] < 0) & scored]
     if bad.empty:
         return ()
     record = record if record is not None else store_record(store_dir, episode_id, row=row)

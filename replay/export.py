@@ -204,7 +204,8 @@ def triptych_image(items: Iterable, *, size: tuple[int, int] = (480, 360), camer
     """The Figure 3 triptych as a PIL image: one row per (record, violation) item.
 
     With `inset`, the violating panel also gets a close-up from a free camera aimed at the
-    violation, in the corner farthest from it (small contacts stay visible at print size).
+    violation, other movable bodies translucent, in the corner farthest from it (small
+    contacts stay visible at print size, and nothing in front hides them).
     """
     from PIL import Image
 
@@ -262,7 +263,8 @@ def _add_inset(img: np.ndarray, rp: Replayer, v: Violation, quality: str) -> Non
     """Pastes a red-framed close-up of the violation into the corner of `img` farthest from it."""
     h, w = img.shape[:2]
     iw, ih = _even_size((max(16, int(w * 0.4)), max(16, int(h * 0.4))))
-    with Replayer(rp.record, width=iw, height=ih, camera="free:violation", quality=quality, window=0) as zoom:
+    with Replayer(rp.record, width=iw, height=ih, camera="free:violation", quality=quality, window=0,
+                  xray=True) as zoom:
         close = zoom.frame(v.step, violation=v, annotate=False)
     at = rp.project(rp.violation_point(v)) or (w / 2, h / 2)
     b = border_width(w) + 2

@@ -121,8 +121,9 @@ def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | 
 
     Contact families: the pair of the contact (within the family's role pairs) whose force
     is nearest `value` (the recorded extreme), or the largest when `value` is unknown.
-    Displacement: the bystander displaced most at `step`. Tilt/grasp/speed: the targets.
-    EEF kinematics: the gripper. Joint torque: the robot links.
+    Displacement: the bystander displaced most at `step`. Tilt/grasp/speed: the target
+    nearest the end effector (the held one).
+    EEF kinematics: the gripper. Joint torque: the link of the most loaded joint.
     """
     fam = canonical_family(family)
     by_role = lambda *roles: tuple(b for b, r in zip(record.bodies, record.roles) if r in roles)  # noqa: E731
@@ -146,19 +147,36 @@ def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | 
             return ()
         disp = np.linalg.norm(record.body_pos[step, idx] - record.body_pos[0, idx], axis=-1)
         return (record.pose_bodies[idx[int(np.argmax(disp))]],)
-    if fam in _TARGET_FAMILIES:
-        return tuple(dict.fromkeys((*record.targets, *by_role("target"))))
+    if fam in _TARGET_FAMILIES:  # the target in the hand: the one nearest the end effector
+        targets = tuple(dict.fromkeys((*record.targets, *by_role("target"))))
+        posed = [b for b in targets if b in record.pose_bodies]
+        if len(targets) < 2 or not posed or not 0 <= step < record.n_steps:
+            return targets
+        pos = record.body_pos[step, [record.pose_bodies.index(b) for b in posed]]
+        return (posed[int(np.argmin(np.linalg.norm(pos - record.eef_pos[step], axis=-1)))],)
     if fam in _GRIPPER_FAMILIES:
         return by_role("gripper")
     if fam == "joint_torque":
-        return by_role("robot")
+        return _torque_link(record, step, by_role("robot"))
     return ()
+
+
+def _torque_link(record: EpisodeRecord, step: int, links: tuple[str, ...]) -> tuple[str, ...]:
+    """The link moved by the joint with the largest torque ratio at `step` (a serial arm: the
+    last J robot bodies in record order, one per recorded joint), else all robot links."""
+    tau = record.joint_torque
+    if tau is None or not 0 <= step < record.n_steps or len(links) < tau.shape[1] or not tau.shape[1]:
+        return links
+    limits = record.meta.get("joint_torque_limit_nm")
+    ratio = np.abs(tau[step]) / (np.asarray(limits) if limits is not None else np.abs(tau).max(axis=0) + 1e-12)
+    return (links[len(links) - tau.shape[1] + int(np.argmax(ratio))],)
 
 
 # ----------------------------------------------------------------- 3-D highlighting
 
 TINT_RGBA = np.array([1.0, 0.06, 0.06, 1.0], dtype=np.float32)
 CONTACT_RGBA = np.array([1.0, 0.85, 0.0, 1.0], dtype=np.float32)
+XRAY_ALPHA = 0.25
 _GEOM, _UNKNOWN, _DECOR = int(mujoco.mjtObj.mjOBJ_GEOM), int(mujoco.mjtObj.mjOBJ_UNKNOWN), \
     int(mujoco.mjtCatBit.mjCAT_DECOR)
 _ARROWS = frozenset(int(t) for t in (mujoco.mjtGeom.mjGEOM_ARROW, mujoco.mjtGeom.mjGEOM_ARROW1,
@@ -243,9 +261,11 @@ class SceneHighlighter:
         m.vis.map.force = 2.5 * size * m.stat.meanmass / ref
         self._arrow = (2.2 * size, 3.5 * size)
 
-    def decorate(self, scn: mujoco.MjvScene, d: mujoco.MjData, active: Sequence[Violation]) -> None:
+    def decorate(self, scn: mujoco.MjvScene, d: mujoco.MjData, active: Sequence[Violation], *,
+                 xray: bool = False) -> None:
         """Tints the violating geoms red; keeps only the violating contacts' points and arrows,
-        arrows turned out of the furniture, where they show (call `prepare` first)."""
+        arrows turned out of the furniture, where they show (call `prepare` first). With
+        `xray`, every other movable body turns translucent, so nothing hides the violation."""
         m, focus = self.model, [self.focus(v) for v in active]
         geoms = frozenset().union(*(f.tint_geoms for f in focus))
         keep = np.logical_or.reduce([f.contacts(m, d) for f in focus]) if d.ncon and focus \
@@ -259,6 +279,9 @@ class SceneHighlighter:
                     g.rgba[:] = TINT_RGBA
                     g.matid = -1
                     g.emission = 0.35
+                elif xray and m.geom_bodyid[g.objid] not in self.furniture:
+                    g.rgba[3] = XRAY_ALPHA
+                    g.transparent = 1
             elif g.objtype == _UNKNOWN and g.category == _DECOR and g.type in _CONTACT_DECOR:
                 if not (0 <= g.objid < d.ncon and keep[g.objid]):
                     g.size[:] = 0.0

@@ -119,6 +119,20 @@ def load_model(record: EpisodeRecord) -> mujoco.MjModel:
     return copy.copy(model)
 
 
+def _ensure_offscreen_gl() -> None:
+    """MuJoCo picks its GL backend when first imported. If something imported it before
+    MUJOCO_GL was set (e.g. another tool loaded at CLI start-up), it chose GLFW, which
+    cannot open a context without a display: switch this process to EGL, as MUJOCO_GL asks."""
+    from mujoco.rendering.classic import gl_context
+
+    backend = getattr(gl_context, "GLContext", None)
+    if backend is not None and backend.__module__ == "mujoco.glfw" and not os.environ.get("DISPLAY") \
+            and os.environ.get("MUJOCO_GL") == "egl":
+        from mujoco.egl import GLContext
+
+        gl_context.GLContext = GLContext
+
+
 class Replayer:
     """Renders any step of a recorded episode offscreen; a context manager (frees its GL context).
 
@@ -133,11 +147,12 @@ class Replayer:
         own visual quality; for figures).
       geom_groups: geom groups to draw; None hides group 0 (collision meshes) when the
         model keeps visual geoms in group 1 (robosuite/LIBERO), else draws all.
+      xray: on highlighted frames, make every other movable body translucent (close-ups).
     """
 
     def __init__(self, record: EpisodeRecord | str | os.PathLike, *, width: int = 640, height: int = 480,
                  camera: str | None = None, window: int = 3, quality: str = "fast",
-                 geom_groups: Sequence[int] | None = None):
+                 geom_groups: Sequence[int] | None = None, xray: bool = False):
         self.record = record if isinstance(record, EpisodeRecord) else load_record(record)
         if quality not in QUALITIES:
             raise RenderError(f"unknown quality {quality!r}; expected one of {', '.join(QUALITIES)}")
@@ -151,6 +166,7 @@ class Replayer:
         self._check_state()
         self.data = mujoco.MjData(m)
         self.width, self.height, self.window, self.quality = int(width), int(height), int(window), quality
+        self.xray = bool(xray)
         m.vis.global_.offwidth = max(m.vis.global_.offwidth, self.width)
         m.vis.global_.offheight = max(m.vis.global_.offheight, self.height)
         if quality == "fast":
@@ -167,7 +183,9 @@ class Replayer:
         self._hl_opt.flags[mujoco.mjtVisFlag.mjVIS_CONTACTFORCE] = 1
         self._hl = SceneHighlighter(m, self.record)
         self._free_cam: mujoco.MjvCamera | None = None
+        self._aimed: dict[Violation, mujoco.MjvCamera] = {}
         self._last_cam = None
+        _ensure_offscreen_gl()
         self._renderer = mujoco.Renderer(m, self.height, self.width)
         if quality == "fast":
             self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
@@ -251,12 +269,14 @@ class Replayer:
                 mujoco.mjv_defaultFreeCamera(self.model, self._free_cam)
             return self._free_cam
         if self._camera == FREE_VIOLATION:
-            focus = (list(active) + list(all_violations))[:1]
-            if focus:
+            focus = next(iter(active or all_violations), None)
+            if focus is not None and focus not in self._aimed:
                 view = next((c for c in AGENT_VIEWS if c in self.camera_names), None)
-                d = self.set_state(focus[0].step)
+                d = self.set_state(focus.step)
                 xmat = d.cam_xmat[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, view)] if view else None
-                self._free_cam = self._hl.look_at(d, focus[0], xmat)
+                self._aimed[focus] = self._hl.look_at(d, focus, xmat)
+            if focus is not None:
+                self._free_cam = self._aimed[focus]
             if self._free_cam is None:
                 raise RenderError("camera 'free:violation' needs a violation to aim at: pass violation= to frame()")
             return self._free_cam
@@ -285,7 +305,7 @@ class Replayer:
             self._hl.prepare(active)
         r.update_scene(d, camera=cam, scene_option=self._hl_opt if show_contacts else self._opt)
         if active:
-            self._hl.decorate(r.scene, d, active)
+            self._hl.decorate(r.scene, d, active, xray=self.xray)
         img = r.render()
         if active and annotate:
             draw_border(img, VIOLATION_RGB)

@@ -165,6 +165,9 @@ def make_store(tmp_path: Path, *, safe_too: bool = True) -> Path:
         {"episode_id": "toy-1", "family": "max_contact_force", "spec_id": "max_contact_force_under_200N",
          "active": True, "reason": None, "rho": -212.0, "extreme": 412.0, "extreme_step": 6,
          "first_violation_step": 6, "depth": 0.7, "threshold": 200.0, "unit": "N", "signal": "f"},
+        {"episode_id": "toy-1", "family": "eef_speed", "spec_id": "eef_speed_under_1mps", "report_only": True,
+         "active": True, "reason": None, "rho": -0.5, "extreme": 1.5, "extreme_step": 3,
+         "first_violation_step": 3, "depth": np.nan, "threshold": 1.0, "unit": "m/s", "signal": "v"},
         {"episode_id": "toy-1", "family": "joint_torque", "spec_id": "joint_torque", "active": False,
          "reason": "signal unavailable", "rho": np.nan, "extreme": np.nan, "extreme_step": None,
          "first_violation_step": None, "depth": np.nan, "threshold": 1.0, "unit": "ratio", "signal": "tq"},
@@ -182,7 +185,7 @@ def make_store(tmp_path: Path, *, safe_too: bool = True) -> Path:
 def test_violations_from_store_worst_first_with_bodies(tmp_path):
     store = make_store(tmp_path)
     vs = violations_from_store(store, "toy-1")
-    assert [v.family for v in vs] == ["max_contact_force", "non_target_max_disp"]
+    assert [v.family for v in vs] == ["max_contact_force", "non_target_max_disp"]  # not the report-only one
     assert vs[0] == Violation("max_contact_force", 6, 412.0, 200.0, "N", ">", ("box", "world"))
     assert vs[1].bodies == ("ball",) and vs[1].caption == "non_target_max_disp 6 mm > 5 mm"
     assert violations_from_store(store, "toy-safe") == ()

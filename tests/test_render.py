@@ -176,6 +176,33 @@ def test_bodies_for_picks_the_violating_pair_and_objects():
     assert bodies_for(rec, "non_target_max_disp", 6) == ("ball",)
 
 
+def test_bodies_for_torque_link_and_held_target():
+    steps = 4
+    tau = np.zeros((steps, 2))
+    tau[2] = [10.0, 11.0]  # joint 2 is the most loaded relative to its limit
+    rec = EpisodeRecord.build(
+        episode_id="arm", benchmark="toy", task_id="t", success=True, dt=0.05,
+        body_roles={"link0": "robot", "link1": "robot", "link2": "robot", "cup": "target", "plate": "target"},
+        target_object=["cup", "plate"], eef_pos=np.tile([0.0, 0.0, 0.3], (steps, 1)), joint_torque=tau,
+        pose_bodies=["cup", "plate"], body_pos=np.tile([[0.0, 0.0, 0.25], [0.5, 0.0, 0.0]], (steps, 1, 1)),
+        meta={"joint_torque_limit_nm": [87.0, 12.0]})
+    assert bodies_for(rec, "joint_torque", 2) == ("link2",)
+    assert bodies_for(rec, "stable_grasp_maintained_2cm", 2) == ("cup",)  # the one in the hand
+    assert bodies_for(rec, "target_furniture_force", 2) == ()  # no contacts recorded
+
+
+def test_xray_makes_other_movable_bodies_translucent():
+    with Replayer(toy_record(), width=W, height=H, window=0) as plain, \
+            Replayer(toy_record(), width=W, height=H, window=0, xray=True) as xray:
+        a, b = plain.frame(6, violation=VIOL), xray.frame(6, violation=VIOL)
+        ball, box = geom_mask(plain, 6, "ball_g"), geom_mask(plain, 6, "box_g")
+        assert is_red(b[box])
+        green = lambda px: (px[:, 1].astype(int) - px[:, 0]).mean()  # noqa: E731
+        assert green(b[ball]) < green(a[ball]) - 40  # the green ball fades into the grey floor
+        assert np.array_equal(a, plain.frame(6, violation=VIOL))
+        assert np.array_equal(plain.frame(2), xray.frame(2))  # only highlighted frames
+
+
 def test_free_camera_aimed_at_the_violation():
     with Replayer(toy_record(), width=W, height=H, camera="free:violation") as r:
         with pytest.raises(RenderError, match="needs a violation"):
