@@ -14,8 +14,10 @@
    wall time of the AppTest run. Cold start is the median of `--repeat` fresh processes;
    each interaction the least-disturbed of `--repeat` passes (the machine is shared).
 4. First replay frame: a fresh process opens the demo store (assets/demo/store, else a
-   small renderable synthetic store), then the detail page of its worst SBU episode;
-   the detail run (MuJoCo import, model compile, first render) is timed.
+   small renderable synthetic store) on the Overview, waits `--think` seconds (the user
+   reading it; meanwhile the app warms up the replay of the worst SBU episode in the
+   background), then opens that episode: the detail run is timed. The same without any
+   warm-up (scene compiled and renderer opened on the click) is reported alongside.
 
 Targets: each filter change or slider move <= 300 ms of script time; cold start < 5 s;
 first replay frame < 2 s. Prints ONE JSON line.
@@ -119,7 +121,8 @@ sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True]
 eid = (sbu if len(sbu) else eps).iloc[0]["episode_id"]
 at = AppTest.from_file(sys.argv[1], default_timeout=600)
 at.query_params["store"] = store
-at.run()                                    # the server is up and the store loaded
+at.run()                                    # the server is up, the Overview drawn
+time.sleep(float(sys.argv[3]))              # the user reads the Overview before clicking
 at.session_state["s.ep"] = eid              # what selecting the episode's row does
 at.switch_page("views/detail.py")
 t0 = time.perf_counter()
@@ -131,8 +134,8 @@ print(json.dumps({"episode": eid, "wall_s": wall, "script_s": at.session_state["
 """
 
 
-def _child(code: str, *args: str) -> dict | list:
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "PYTHONPATH": str(ROOT)}
+def _child(code: str, *args: str, env: dict | None = None) -> dict | list:
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "PYTHONPATH": str(ROOT), **(env or {})}
     res = subprocess.run([sys.executable, "-c", code, str(APP), *args], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=1800)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("{", "["))]
@@ -145,6 +148,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--store", default="/tmp/safevla_bench_dashboard_20k", help="scale store (built if missing)")
     p.add_argument("--episodes", type=int, default=20_000)
+    p.add_argument("--think", type=float, default=5.0,
+                   help="seconds the user spends on the Overview before opening the worst SBU (default 5)")
     p.add_argument("--repeat", type=int, default=3, help="cold starts and interaction passes (default 3)")
     p.add_argument("--demo", default=None, help="store for the replay-frame timing (default: the demo store, "
                                                 "else a small renderable synthetic store)")
@@ -171,7 +176,11 @@ def main(argv=None) -> int:
         demo = ensure_store(Path("/tmp/safevla_bench_dashboard_render"), 64, renderable=True, n_steps=120,
                             contacts=8)
         demo_kind = "synthetic-renderable (assets/demo/store absent)"
-    frame = _child(_FRAME, str(demo))
+    # the Overview -> worst SBU path: the user looks at the Overview for a few seconds while
+    # the replay of its first row warms up in the background ...
+    frame = _child(_FRAME, str(demo), str(args.think))
+    # ... and the worst case: no warm-up at all, the scene compiled on the click
+    frame_cold = _child(_FRAME, str(demo), "0", env={"SAFEVLA_NO_PREWARM": "1"})
 
     worst = max(steps, key=lambda s: s["script_s"])
     filt = [s for s in steps if s["action"].startswith(("filter", "clear"))]
@@ -191,7 +200,9 @@ def main(argv=None) -> int:
         "slowest_action": worst["action"],
         "replay_store": demo_kind, "first_replay_frame_s": round(frame["script_s"], 3),
         "first_replay_frame_wall_s": round(frame["wall_s"], 3), "replay_image_shown": frame["image"],
-        "errors": [e for s in steps for e in s["errors"]] + [e for c in colds for e in c["errors"]] + frame["errors"],
+        "think_s": args.think, "first_replay_frame_no_prewarm_s": round(frame_cold["script_s"], 3),
+        "errors": [e for s in steps for e in s["errors"]] + [e for c in colds for e in c["errors"]] + frame["errors"]
+        + frame_cold["errors"],
     }
     out["targets_met"] = {
         "interaction_le_300ms": max(s["script_s"] for s in steps) <= TARGET_INTERACTION_S,

@@ -35,6 +35,8 @@ def _load_other_store() -> None:
     path = (st.session_state.get("w.store_input") or "").strip()
     if path:
         st.session_state["s.store"] = path
+        for name in ("s.ep", "s.step"):  # episodes of the old store mean nothing in the new one
+            st.session_state.pop(name, None)
         for k in [k for k in st.session_state if str(k).startswith(("_url_loaded:", "w.")) and k != "w.store_input"]:
             del st.session_state[k]
 
@@ -87,8 +89,9 @@ def main() -> None:
     st.session_state["_ctx"] = c
     with st.sidebar:
         n = len(data.episodes)
-        st.caption(f"{n:,} episodes · {data.episodes['model'].nunique()} models · "
-                   f"{data.episodes['suite'].nunique()} suites" + (" · **synthetic**" if data.synthetic else ""))
+        n_models, n_suites = data.episodes["model"].nunique(), data.episodes["suite"].nunique()
+        st.caption(f"{n:,} episode{'s' * (n != 1)} · {n_models} model{'s' * (n_models != 1)} · "
+                   f"{n_suites} suite{'s' * (n_suites != 1)}" + (" · **synthetic**" if data.synthetic else ""))
         for w in data.warnings:
             (st.caption if w.startswith("Synthetic") else st.warning)(w)
         if c.overrides:
@@ -100,6 +103,7 @@ def main() -> None:
     finally:
         if not st.session_state.get("_switching"):
             S.sync_url(page, data, store_param=store_param)
+            C.prewarm_replays(c)  # after the page is drawn, so it never delays it
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(
             (page, time.perf_counter() - st.session_state.get("_run_start", t0)))

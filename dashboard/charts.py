@@ -25,7 +25,7 @@ VIOLATION_RED = "#d62728"
 EXPORT_FORMATS = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 MARGIN_CLIP = (-4.0, 2.0)
 # spec lines avoid red, which marks violations
-SPEC_PALETTE = ["#1f77b4", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#2ca02c",
+SPEC_PALETTE = ["#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#7f7f7f",
                 "#aec7e8", "#c5b0d5"]
 
 
@@ -142,8 +142,21 @@ def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None =
 
 # ----------------------------------------------------------------------------- Tables 10/11
 
+def spec_scale(colors: Mapping[str, str] | None) -> alt.Scale:
+    """A colour scale giving each spec the same colour in every chart (red is kept for violations)."""
+    if colors:
+        return alt.Scale(domain=list(colors), range=list(colors.values()))
+    return alt.Scale(range=SPEC_PALETTE)
+
+
+def spec_colors(labels: Sequence[str]) -> dict[str, str]:
+    """label -> colour, in the given (registry) order."""
+    return {lab: SPEC_PALETTE[i % len(SPEC_PALETTE)] for i, lab in enumerate(labels)}
+
+
 def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[str, str] | None = None,
-                     by: Sequence[str] = ("model", "suite"), width: int = 520) -> alt.Chart:
+                     by: Sequence[str] = ("model", "suite"), width: int = 520,
+                     colors: Mapping[str, str] | None = None) -> alt.Chart:
     """SBU composition per cell: one bar per cell as long as its SBU rate, split by the share
     of each violated family (`scoring.metrics.sbu_composition` output)."""
     by = list(by)
@@ -155,10 +168,12 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
     df["sbu_rate"] = [rate.get(tuple(r[c] for c in by), np.nan) for r in df.to_dict("records")]
     df["part"] = df["share"] * df["sbu_rate"]
     cells = [cell_label(r, by) for r in agg.to_dict("records")] if by else ["all"]
+    if colors:  # only the specs drawn, so the legend lists no others
+        colors = {k: v for k, v in colors.items() if k in set(df["spec"])}
     return alt.Chart(df).mark_bar().encode(
         x=alt.X("part:Q", stack="zero", title="SBU rate, split by violated spec", axis=alt.Axis(format="%")),
         y=alt.Y("cell:N", sort=cells, title=None, axis=alt.Axis(labelLimit=220)),
-        color=alt.Color("spec:N", title="violated spec"),
+        color=alt.Color("spec:N", title="violated spec", scale=spec_scale(colors)),
         tooltip=[alt.Tooltip("cell:N"), alt.Tooltip("spec:N"), alt.Tooltip("share:Q", format=".0%"),
                  alt.Tooltip("sbu_rate:Q", format=".1%", title="cell SBU"),
                  alt.Tooltip("sbu_count:Q", title="SBU episodes"), alt.Tooltip("n:Q", title="episodes")],
@@ -171,7 +186,7 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
 
 def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
                      mode: str = "margin", selection: str = "pt", width: int = 620,
-                     height: int = 300) -> alt.TopLevelMixin:
+                     height: int = 300, colors: Mapping[str, str] | None = None) -> alt.TopLevelMixin:
     """Robustness over time of each active spec.
 
     `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
@@ -199,7 +214,9 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
                alt.Tooltip("value:Q", format=".4g", title="signal"), alt.Tooltip("threshold:Q", format=".4g"),
                alt.Tooltip("unit:N")]
     base = alt.Chart(df)
-    color = alt.Color("spec:N", title="spec", scale=alt.Scale(range=SPEC_PALETTE))
+    if colors:  # only the specs drawn, so the legend lists no others
+        colors = {k: v for k, v in colors.items() if k in set(traces["spec"])}
+    color = alt.Color("spec:N", title="spec", scale=spec_scale(colors))
 
     def markers(y_field: str | None):
         layers = []
@@ -238,7 +255,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
     specs = list(dict.fromkeys(traces["spec"]))
     width = min(width, 430)  # facets cannot stretch to the container: keep them inside a column
     y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False), axis=alt.Axis(format=".3~g", tickCount=4))
-    color = alt.Color("spec:N", scale=alt.Scale(range=SPEC_PALETTE), legend=None)  # the row headers name them
+    color = alt.Color("spec:N", scale=spec_scale(colors), legend=None)  # the row headers name them
     lines = base.mark_line(strokeWidth=1.6, interpolate="step-after").encode(x=x, y=y, color=color)
     bad = base.transform_filter("datum.violated").mark_point(color=VIOLATION_RED, size=18, filled=True).encode(
         x=x, y=y)

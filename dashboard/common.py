@@ -159,6 +159,29 @@ def replay_status() -> tuple[bool, str]:
     return available()
 
 
+@st.cache_resource(show_spinner=False)
+def _prewarmed() -> set:
+    return set()
+
+
+def prewarm_replays(c: "Ctx", n: int = 6) -> None:
+    """Once per store: in the background, open the replay of the worst SBU episode and
+    compile the scenes of the next few, so the first frame a user asks for is quick."""
+    done = _prewarmed()
+    if c.key in done or os.environ.get("SAFEVLA_NO_PREWARM"):
+        return
+    done.add(c.key)
+    top = overview_tables(c.data, c.key, c.items)["top"]
+    jobs = []
+    for eid in top["episode_id"].head(n):
+        i = c.data.index_of(eid)
+        path = c.data.trajectory_path(i) if i is not None else None
+        if path is not None and not c.data.missing_trajectory[i]:
+            jobs.append((f"{c.key}#{i}", str(path)))
+    if jobs:
+        render_service().prewarm_episodes(jobs)
+
+
 @st.cache_data(show_spinner=False, max_entries=400)
 def frame_jpeg(_data: D.StoreData, key: str, i: int, step: int, items: tuple, highlight: bool) -> bytes:
     from dashboard.replay_bridge import jpeg

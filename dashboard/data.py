@@ -159,6 +159,11 @@ class StoreData:
     def label(self, family: str) -> str:
         return SHORT.get(family, family)
 
+    def colors(self) -> dict[str, str]:
+        """Spec label -> colour, the same in every chart (registry order)."""
+        from dashboard.charts import spec_colors
+        return spec_colors([self.label(f) for f in self.families])
+
     def index_of(self, episode_id: str) -> int | None:
         hit = np.flatnonzero(self.episodes["episode_id"].to_numpy() == episode_id)
         return int(hit[0]) if hit.size else None

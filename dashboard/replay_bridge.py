@@ -12,13 +12,14 @@ why, and the pages show an `st.info` instead of frames.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import queue
 import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +32,11 @@ CLIP_SIZE = (400, 300)
 
 def available() -> tuple[bool, str]:
     """(True, "") when replay rendering can work here, else (False, why)."""
+    import importlib
+
     try:
-        import replay.render  # noqa: F401
-        import replay.highlight  # noqa: F401
+        for name in ("replay.render", "replay.highlight", "replay.export"):
+            importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - ImportError, EGL/GL errors at import
         return False, f"replay rendering is unavailable ({type(exc).__name__}: {exc}); install the replay extra: " \
                       "pip install 'safevla-bench[replay]'"
@@ -65,14 +68,36 @@ def build_violations(record, rows: Sequence[dict]):
     return tuple(out)
 
 
+USER, BACKGROUND = 0, 10  # render-queue priorities: what a page waits for goes first
+
+
 class RenderService:
-    """One rendering thread with a small pool of open `Replayer`s (LRU by record path)."""
+    """One rendering thread, a priority queue of jobs, and a few open `Replayer`s (LRU).
+
+    Pages wait on USER jobs; `prewarm` queues BACKGROUND jobs (compile a scene, open a
+    renderer) that run only when no page is waiting, one small job at a time.
+    """
 
     def __init__(self, max_open: int = 3):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-render")
+        self._q: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
         self._max_open = max_open
-        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            _, _, job = self._q.get()
+            if job is None:
+                return
+            fn, args, kwargs, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting page
+                fut.set_exception(exc)
 
     # -- runs on the render thread ------------------------------------------------
     def _replayer(self, key: str, record, size: tuple[int, int]):
@@ -94,18 +119,57 @@ class RenderService:
         step = int(min(max(step, 0), rp.n_steps - 1))
         return rp.frame(step, violation=violations, highlight=highlight)
 
+    @staticmethod
+    def _compile(record) -> None:
+        from replay.render import load_model
+        load_model(record)  # replay caches compiled scenes by MJCF
+
+    def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int) -> None:
+        """Queues, in the background, a renderer for the first `n_renderers` (key, record path)
+        jobs and a scene compile for every other distinct scene."""
+        ok, _ = available()
+        if not ok:
+            return
+        from scoring.io import load_record
+
+        seen = set()
+        for n, (key, path) in enumerate(jobs):
+            try:
+                rec = load_record(path)
+                scene = (rec.replay.mjcf if rec.replay is not None and rec.replay.mjcf_is_xml
+                         else str(Path(path).parent / rec.replay.mjcf) if rec.replay is not None else None)
+            except Exception:  # noqa: BLE001 - a broken record shows its error when opened
+                continue
+            if scene is None:
+                continue
+            if n < n_renderers:
+                self.prewarm(key, rec, size)
+            elif scene not in seen:
+                self.prewarm(None, rec, renderer=False)
+            seen.add(scene)
+
     # -- called from script threads -------------------------------------------------
-    def submit(self, fn: Callable, *args, **kwargs) -> Future:
-        return self._pool.submit(fn, *args, **kwargs)
+    def prewarm_episodes(self, jobs: Sequence[tuple[str, str]], *, size=FRAME_SIZE, n_renderers: int = 1) -> Future:
+        """Background warm-up for the episodes a user is likely to open first (the worst SBU):
+        `jobs` are (frame key, trajectory path)."""
+        return self.submit(self._prewarm_many, list(jobs), tuple(size), n_renderers, priority=BACKGROUND)
+
+    def submit(self, fn: Callable, *args, priority: int = USER, **kwargs) -> Future:
+        fut: Future = Future()
+        self._q.put((priority, next(self._seq), (fn, args, kwargs, fut)))
+        return fut
 
     def frame(self, key: str, record, step: int, violations=(), *, size=FRAME_SIZE, highlight: bool = True,
-              timeout: float = 60.0) -> np.ndarray:
+              timeout: float = 120.0) -> np.ndarray:
         """The (H, W, 3) uint8 frame of `step`, with `violations` highlighted."""
         return self.submit(self._frame, key, record, step, violations, tuple(size), highlight).result(timeout)
 
-    def prewarm(self, key: str, record, size=FRAME_SIZE) -> Future:
-        """Compiles the model and opens a renderer in the background (first frame faster)."""
-        return self.submit(self._replayer, key, record, tuple(size))
+    def prewarm(self, key: str | None, record, size=FRAME_SIZE, *, renderer: bool = True) -> Future:
+        """In the background: compile the record's scene and (with `renderer`) open its
+        replayer, so the first frame of that episode is quick."""
+        if renderer and key is not None:
+            return self.submit(self._replayer, key, record, tuple(size), priority=BACKGROUND)
+        return self.submit(self._compile, record, priority=BACKGROUND)
 
     def clip(self, record, violations, *, size=CLIP_SIZE, fps: float = 20, step_range=None,
              progress: Callable[[int, int], None] | None = None) -> bytes:
@@ -151,8 +215,9 @@ class RenderService:
             for rp in self._open.values():
                 rp.close()
             self._open.clear()
-        self._pool.submit(shut).result()
-        self._pool.shutdown()
+        self.submit(shut).result()
+        self._q.put((USER - 1, -1, None))
+        self._thread.join(timeout=10)
 
 
 def jpeg(img: np.ndarray, quality: int = 90) -> bytes:

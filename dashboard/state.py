@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import streamlit as st
 
@@ -262,6 +262,3 @@ def go(page: str, data: StoreData, *, store_param: str | None = None, **state) -
     target = nav.pages[page] if nav is not None else page
     st.switch_page(target, query_params=params_for(page, data, store_param=store_param))
 
-
-def seq(x) -> Sequence:
-    return list(x) if x is not None else []

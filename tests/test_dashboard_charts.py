@@ -170,3 +170,18 @@ def test_chart_bytes_renders_offline(agg, fmt, magic):
 def test_chart_bytes_rejects_unknown_format(agg):
     with pytest.raises(ValueError, match="png, svg, pdf"):
         charts.chart_bytes(charts.sr_safety_scatter(agg), "gif")
+
+
+def test_specs_keep_one_colour_across_charts(traces):
+    colors = charts.spec_colors(["max contact force", "bystander displacement", "held-object tilt"])
+    assert charts.VIOLATION_RED not in colors.values()
+    spec = charts.robustness_chart(traces, colors=colors).to_dict()
+    scale = next(lay["encoding"]["color"]["scale"] for lay in spec["layer"] if "color" in lay.get("encoding", {}))
+    # only the drawn specs, in registry order, each with its colour
+    assert scale == {"domain": ["max contact force", "held-object tilt"],
+                     "range": [colors["max contact force"], colors["held-object tilt"]]}
+    comp = pd.DataFrame({"model": ["a"], "suite": ["s"], "family": ["max_contact_force"], "violations": [1],
+                         "share": [1.0], "sbu_count": [1], "n": [2]})
+    bars = charts.composition_bars(comp, pd.DataFrame({"model": ["a"], "suite": ["s"], "sbu": [0.5]}),
+                                   labels={"max_contact_force": "max contact force"}, colors=colors).to_dict()
+    assert bars["encoding"]["color"]["scale"]["range"][0] == colors["max contact force"]

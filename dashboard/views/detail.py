@@ -46,6 +46,9 @@ def _pick_episode(c: C.Ctx) -> int | None:
     table = C.D.episode_table(data, c.v, mask, sort=S.get("sort"), limit=PICKER_LIMIT)
     options = list(table["episode_id"])
     cur = S.get("ep")
+    if cur is not None and data.index_of(cur) is None:  # not in this store (another store was loaded)
+        S.put("ep", None)
+        cur = None
     if cur is not None and cur not in options:
         options.insert(0, cur)
     meta = c.v.frame.set_index("episode_id").loc[options, ["outcome", "vsi"]] if options else None
@@ -218,7 +221,8 @@ def render() -> None:
         if tr.empty:
             st.info("No active spec has a signal for this episode, so there is nothing to plot.")
         else:
-            chart = charts.robustness_chart(tr, step=step, violating_step=vstep, mode="raw" if raw else "margin")
+            chart = charts.robustness_chart(tr, step=step, violating_step=vstep, mode="raw" if raw else "margin",
+                                           colors=data.colors())
             C.show(chart, key=CHART_KEY, on_select="rerun", selection_mode="pt")
             st.caption("Click the chart to move the step; the black rule follows the slider, the red dashed rule "
                        "marks the violating step.")

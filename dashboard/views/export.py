@@ -29,7 +29,8 @@ def chart_catalog(c: C.Ctx) -> dict:
         "violation_heatmap": ("Per-spec violation rate (Figure 2, right)",
                               lambda: charts.violation_heatmap(tabs()["rates"], labels=labels)),
         "sbu_composition": ("SBU composition (Tables 10/11)",
-                            lambda: charts.composition_bars(tabs()["comp"], tabs()["agg"], labels=labels)),
+                            lambda: charts.composition_bars(tabs()["comp"], tabs()["agg"], labels=labels,
+                                                            colors=data.colors())),
     }
     defaults = C.D.knob_defaults(data.registry)
     for k in C.D.KNOBS:
@@ -47,7 +48,7 @@ def chart_catalog(c: C.Ctx) -> dict:
             out[f"robustness_{mode}"] = (
                 f"Robustness over time of {eid}" + (" (raw signals)" if mode == "raw" else ""),
                 lambda mode=mode: charts.robustness_chart(C.traces(data, c.key, i, c.items), step=None,
-                                                          violating_step=vstep, mode=mode))
+                                                          violating_step=vstep, mode=mode, colors=data.colors()))
     return out
 
 

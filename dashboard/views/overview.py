@@ -80,7 +80,7 @@ def render() -> None:
         st.info("No successful-but-unsafe episodes, so nothing to decompose.")
     else:
         labels = {f: data.label(f) for f in data.families}
-        C.show(charts.composition_bars(comp, tabs["agg"], labels=labels))
+        C.show(charts.composition_bars(comp, tabs["agg"], labels=labels, colors=data.colors()))
         if st.toggle("Show the composition table", key="ov_comp_table"):
             st.dataframe(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
 
