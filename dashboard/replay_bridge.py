@@ -11,6 +11,7 @@ why, and the pages show an `st.info` instead of frames.
 
 from __future__ import annotations
 
+import atexit
 import io
 import itertools
 import os
@@ -83,13 +84,24 @@ class RenderService:
         self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
         self._max_open = max_open
+        self._closing = False
+        self._open_registered = False
         self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
         self._thread.start()
+        # EGL work still running while the interpreter finalises crashes the process: at exit,
+        # drop what is queued, let the running job finish and close the renderers.
+        atexit.register(self.close)
 
     def _loop(self) -> None:
         while True:
             _, _, job = self._q.get()
             if job is None:
+                for rp in self._open.values():
+                    try:
+                        rp.close()
+                    except Exception:  # noqa: BLE001 - EGL may already be torn down at exit
+                        pass
+                self._open.clear()
                 return
             fn, args, kwargs, fut = job
             if not fut.set_running_or_notify_cancel():
@@ -107,6 +119,11 @@ class RenderService:
         rp = self._open.get(k)
         if rp is None:
             rp = Replayer(record, width=size[0], height=size[1])
+            if not self._open_registered:
+                # registered after MuJoCo's EGL set-up, so (atexit runs last-in first-out) the
+                # renderers close before EGL terminates
+                atexit.register(self.close)
+                self._open_registered = True
             self._open[k] = rp
             while len(self._open) > self._max_open:
                 _, old = self._open.popitem(last=False)
@@ -156,6 +173,9 @@ class RenderService:
 
     def submit(self, fn: Callable, *args, priority: int = USER, **kwargs) -> Future:
         fut: Future = Future()
+        if self._closing:
+            fut.cancel()
+            return fut
         self._q.put((priority, next(self._seq), (fn, args, kwargs, fut)))
         return fut
 
@@ -210,14 +230,20 @@ class RenderService:
             if progress is not None:
                 progress(done, total)
 
-    def close(self) -> None:
-        def shut():
-            for rp in self._open.values():
-                rp.close()
-            self._open.clear()
-        self.submit(shut).result()
-        self._q.put((USER - 1, -1, None))
-        self._thread.join(timeout=10)
+    def close(self, timeout: float = 60.0) -> None:
+        """Cancels queued jobs, waits for the running one, closes the renderers, stops the thread."""
+        if self._closing:
+            return
+        self._closing = True
+        while True:
+            try:
+                _, _, job = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[3].cancel()
+        self._q.put((USER - 100, -1, None))
+        self._thread.join(timeout=timeout)
 
 
 def jpeg(img: np.ndarray, quality: int = 90) -> bytes:
