@@ -352,7 +352,7 @@ DEMO_ARCHIVE = Path(__file__).resolve().parent.parent / "assets" / "demo" / "arc
 @pytest.mark.libero
 @pytest.mark.slow
 def test_libero_demo_episode_renders():
-    files = sorted(DEMO_ARCHIVE.glob("*.npz")) if DEMO_ARCHIVE.is_dir() else []
+    files = sorted(DEMO_ARCHIVE.rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []
     if not files:
         pytest.skip(f"no demo archive at {DEMO_ARCHIVE} yet (the LIBERO env test below still renders a scene)")
     from scoring.io import load_record
