@@ -86,6 +86,22 @@ def test_roles_come_from_the_env(spatial0):
         spatial0.reset(init_state=50, seed=0)
 
 
+@pytest.mark.libero
+@pytest.mark.slow
+def test_each_host_keeps_its_own_scene_xml(spatial0):
+    spatial0.reset(init_state=1, seed=3)
+    other = host_mod.LiberoHost("libero_object", 0)  # loads another model in this process
+    try:
+        other.reset(init_state=0, seed=0)
+        for host in (spatial0, other):
+            model = mujoco.MjModel.from_xml_string(host.mjcf())
+            assert [model.body(i).name for i in range(model.nbody)] == \
+                [host.model.body(i).name for i in range(host.model.nbody)]
+            np.testing.assert_array_equal(model.body_pos, host.model.body_pos)  # fixtures as placed
+    finally:
+        other.close()
+
+
 class CarefulThenHold:
     """Careful pick for `n` steps (the bowl ends up lifted), then holds still."""
 

@@ -127,6 +127,7 @@ class LiberoHost:
         self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, has_renderer=False,
                                       has_offscreen_renderer=False, use_camera_obs=False)
         self._ready = False
+        self._xml = ""
 
     # ------------------------------------------------------------------ episode control
 
@@ -139,6 +140,9 @@ class LiberoHost:
         # before each reset makes episode k the same scene for every policy.
         self.env.seed(int(seed))
         self.env.reset()
+        # mj_saveLastXML writes the XML *last loaded in this process*: read it now, while
+        # that is this env's (reset reloads the model), not after another host loaded one
+        self._xml = full_precision_bodies(self.env.sim.model.get_xml(), self.model)
         obs = self.env.set_init_state(self._init_states[init_state])
         for _ in range(SETTLE_STEPS):
             obs, _, _, _ = self.env.step(SETTLE_ACTION.copy())
@@ -167,7 +171,9 @@ class LiberoHost:
         state does not cover; `mj_saveLastXML` writes the edited values. Mesh and texture
         files are referenced by absolute paths inside the installed LIBERO assets package.
         """
-        return full_precision_bodies(self.env.sim.model.get_xml(), self.model)
+        if not self._ready:
+            raise RuntimeError("call reset() first: the scene (fixture placement) is sampled at reset")
+        return self._xml
 
     def close(self) -> None:
         self.env.close()
