@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -45,7 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="LIBERO recording overhead and storage")
     p.add_argument("--reps", type=int, default=3, help="plain/instrumented episode pairs (default 3)")
     args = p.parse_args(argv)
+    # LIBERO prints progress to stdout; keep stdout for the one JSON line
+    with contextlib.redirect_stdout(sys.stderr):
+        out = measure(args.reps)
+    print(json.dumps(out))
+    return 0
 
+
+def measure(reps: int) -> dict:
     from replay.hosts.libero import LiberoHost
     from replay.policies import scripted
     from replay.rollout import run_episode
@@ -56,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         rec, _, _ = run_episode(host, scripted("careful")(), init_state=0, seed=0, model="bench")
         actions = [np.asarray(a) for a in rec.actions[1:]]
         plain, inst, observe = [], [], []
-        for _ in range(args.reps):
+        for _ in range(reps):
             plain.append(timed_episode(host, actions, record=False)[0])
             s, o = timed_episode(host, actions, record=True)
             inst.append(s + o)
@@ -73,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         host.close()
     size = len(record_to_npz_bytes(long, compress=True))
-    n = len(actions) * args.reps
-    out = {
+    n = len(actions) * reps
+    return {
         "benchmark": "record",
         "steps_timed": n,
         "step_ms_plain": round(1000 * sum(plain) / n, 3),
@@ -88,8 +96,6 @@ def main(argv: list[str] | None = None) -> int:
         "target_bytes": 150 * 1024,
         "mjcf_bytes_once_per_scene": mjcf_bytes,
     }
-    print(json.dumps(out))
-    return 0
 
 
 if __name__ == "__main__":
