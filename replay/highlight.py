@@ -85,11 +85,9 @@ def format_quantity(value: float, unit: str, scale: float | None = None) -> str:
     text = f"{value:.0f}" if abs(value) >= 10 or float(value).is_integer() else f"{value:.3g}"
     if unit in ("deg", "°"):
         return text + "°"
-    unit = _UNIT_TEXT.get(unit, unit)
-    return f"{text} {unit}" if unit else text
-
-
-_UNIT_TEXT = {"ratio": "", "count": "", "bool": "", "m/s^2": "m/s²", "m/s^3": "m/s³"}
+    if unit == "ratio":  # joint torque over its limit
+        return f"{text}x limit"
+    return f"{text} {unit}" if unit not in ("", "count", "bool") else text  # ASCII and °: Pillow's font has them
 
 
 # ----------------------------------------------------------------- which bodies to tint
