@@ -154,7 +154,7 @@ def _score_item(kind: str, payload, source: str, store: str, copy: bool, registr
     except RecordError as exc:
         return None, None, _error_row(exc, source)
     ep, specs = result_rows(result, dict(rec.meta))
-    ep["source"] = source
+    ep["source"] = _store_relative(source, store)
     ep["registry_hash"] = registry.hash
     if converted or copy:
         dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
@@ -177,6 +177,14 @@ def _relocated(rec, dest: Path):
     mjcf = resolve_mjcf(rec)
     return dataclasses.replace(rec, replay=dataclasses.replace(
         rec.replay, mjcf=os.path.relpath(os.path.abspath(mjcf), os.path.abspath(dest.parent))))
+
+
+def _store_relative(source: str, store: str) -> str:
+    """`source` ("path" or "path:line") with the path relative to the store, so stores move."""
+    path, sep, line = source.rpartition(":")
+    if not (sep and line.isdigit()):
+        path, sep, line = source, "", ""
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(store)) + sep + line
 
 
 def _error_row(exc: RecordError, source: str) -> dict:
@@ -215,10 +223,10 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
     return _Batch(_table(eps, EPISODE_COLUMNS), _table(specs, SPEC_COLUMNS), counts, errors, len(job.items))
 
 
-def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int]) -> Iterator[_Job]:
+def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path) -> Iterator[_Job]:
     items = []
     for path in paths:
-        if str(path) in done_sources:
+        if _store_relative(str(path), str(store)) in done_sources:
             skipped[0] += 1
             continue
         if path.suffix == ".jsonl":
@@ -291,7 +299,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
 
     from tqdm.auto import tqdm
     has_lines = any(p.suffix == ".jsonl" for p in files)
-    todo = None if has_lines else sum(str(p) not in done_sources for p in files)
+    todo = None if has_lines else sum(_store_relative(str(p), str(store)) not in done_sources for p in files)
     bar = tqdm(total=todo, unit="ep", desc="scoring", disable=None if progress is None else not progress)
     errors: list[dict] = []
     seen: dict[str, str] = {}
@@ -314,7 +322,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         pending, pending_rows = [], 0
 
     skipped_files = [0]
-    jobs = _jobs(files, done_sources, batch, skipped_files)
+    jobs = _jobs(files, done_sources, batch, skipped_files, store)
     pool = None
     if workers > 1:
         pool = get_context("fork" if os.name == "posix" else "spawn").Pool(

@@ -123,3 +123,18 @@ def test_bad_stores_give_clear_errors(tmp_path):
     (tmp_path / "s" / "episodes.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(RecordError, match="episodes.parquet.*(corrupt|missing)"):
         load_store(tmp_path / "s")
+
+
+def test_a_store_moved_with_its_archive_still_resolves_and_resumes(archive, tmp_path):
+    import shutil
+    score_archive([archive], tmp_path / "store", progress=False)
+    _, eps, _ = load_store(tmp_path / "store")
+    assert not any(s.startswith("/") for s in eps["source"])  # relative to the store
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.move(str(archive), moved / "arch")
+    shutil.move(str(tmp_path / "store"), moved / "store")
+    _, eps, _ = load_store(moved / "store")
+    assert load_record(moved / "store" / eps["trajectory"].iloc[0]).episode_id == eps["episode_id"].iloc[0]
+    again = score_archive([moved / "arch"], moved / "store", progress=False)
+    assert (again.scored, again.skipped) == (0, 24)
