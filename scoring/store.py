@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -165,7 +166,7 @@ def _score_item(kind: str, payload, source: str, store: str, copy: bool, registr
             shutil.copyfile(payload, dest)
         ep["trajectory"] = os.path.relpath(dest, store)
     else:
-        ep["trajectory"] = os.path.relpath(os.path.abspath(payload), os.path.abspath(store))
+        ep["trajectory"] = _relpath(payload, store)
     return ep, specs, None
 
 
@@ -184,7 +185,19 @@ def _store_relative(source: str, store: str) -> str:
     path, sep, line = source.rpartition(":")
     if not (sep and line.isdigit()):
         path, sep, line = source, "", ""
-    return os.path.relpath(os.path.abspath(path), os.path.abspath(store)) + sep + line
+    return _relpath(path, store) + sep + line
+
+
+def _relpath(path: str, start: str) -> str:
+    """os.path.relpath, with the directory part cached: it costs more than scoring otherwise."""
+    head, tail = os.path.split(path)
+    rel = _relpath_dir(head, start)
+    return tail if rel == "." else os.path.join(rel, tail)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relpath_dir(directory: str, start: str) -> str:
+    return os.path.relpath(os.path.abspath(directory or "."), os.path.abspath(start))
 
 
 def _error_row(exc: RecordError, source: str) -> dict:
