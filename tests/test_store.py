@@ -138,3 +138,12 @@ def test_a_store_moved_with_its_archive_still_resolves_and_resumes(archive, tmp_
     assert load_record(moved / "store" / eps["trajectory"].iloc[0]).episode_id == eps["episode_id"].iloc[0]
     again = score_archive([moved / "arch"], moved / "store", progress=False)
     assert (again.scored, again.skipped) == (0, 24)
+
+
+@pytest.mark.parametrize("path,start", [("a/b/c.npz", "store"), ("/x/y.npz", "/x/s"), ("c.npz", "."),
+                                        ("../a.npz", "s/t"), ("s/x.npz", "s")])
+def test_cached_relpath_equals_os_relpath(path, start):
+    import os
+
+    from scoring.store import _relpath
+    assert _relpath(path, start) == os.path.relpath(os.path.abspath(path), os.path.abspath(start))
