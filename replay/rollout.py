@@ -185,6 +185,9 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None, help="override the suite's horizon")
     p.add_argument("--model-name", default=None, help="model name recorded in meta.model (default from --policy)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local process pool (default) or Ray actors: env workers + a policy server (docs/cluster.md)")
+    p.add_argument("--address", default=None, help="Ray cluster address for --engine ray (default: start Ray locally)")
     p.set_defaults(func=run_rollout)
     return p
 
@@ -214,7 +217,11 @@ def run_rollout(args) -> int:
     kwargs = {"policy_spec": args.policy, "archive": args.out, "seed": args.seed, "max_steps": args.max_steps,
               "model": args.model_name or name}
     jobs = [(args.suite, t, list(range(args.episodes)), kwargs) for t in tasks]
-    run_jobs(jobs, workers=args.workers, progress=not args.no_progress)
+    if getattr(args, "engine", "local") == "ray":
+        from replay.ray_engine import run_jobs_ray  # Ray stays optional: imported only here
+        run_jobs_ray(jobs, workers=args.workers, address=args.address, progress=not args.no_progress)
+    else:
+        run_jobs(jobs, workers=args.workers, progress=not args.no_progress)
     return 0
 
 

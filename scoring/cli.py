@@ -31,6 +31,9 @@ def _score_parser(sub) -> None:
                    help="copy .npz records into STORE/trajectories instead of referencing them in place")
     p.add_argument("--synthetic", action="store_true", help="mark the store as synthetic in its manifest")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local process pool (default) or Ray tasks; both write the same Parquet (docs/cluster.md)")
+    p.add_argument("--address", default=None, help="Ray cluster address for --engine ray (default: start Ray locally)")
     p.set_defaults(func=run_score)
 
 
@@ -38,9 +41,15 @@ def run_score(args) -> int:
     from scoring.store import score_archive
     if args.workers < 1:
         raise SafeVLAError(f"--workers expects a positive integer, got {args.workers}")
-    summary = score_archive(args.archives, args.out, workers=args.workers, registry_path=args.registry,
-                            copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
-                            progress=False if args.no_progress else None)
+    if getattr(args, "engine", "local") == "ray":
+        from scoring.ray_score import score_archive_ray  # Ray stays optional: imported only here
+        summary = score_archive_ray(args.archives, args.out, address=args.address, registry_path=args.registry,
+                                    copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
+                                    progress=False if args.no_progress else None)
+    else:
+        summary = score_archive(args.archives, args.out, workers=args.workers, registry_path=args.registry,
+                                copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
+                                progress=False if args.no_progress else None)
     for err in summary.errors:
         print(f"error: {err['message']}", file=sys.stderr)
     print(f"scored {summary.scored}, skipped {summary.skipped} already scored, {len(summary.errors)} failed "

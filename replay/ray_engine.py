@@ -1,0 +1,497 @@
+"""`safevla rollout --engine ray`: LIBERO rollouts on a Ray cluster.
+
+Three kinds of process take part:
+
+- **Env workers** (`EnvWorker` actors, one CPU each). A worker keeps one LIBERO env and
+  reuses it for every episode of the same task; it receives episodes as
+  `(suite, task, k)` and runs them through the same `replay.rollout.run_episode` as the
+  local engine, so the records are the same. Each finished episode is written
+  atomically into the archive (shared storage), and an episode whose file exists is
+  skipped, so a resumed or retried run never records an episode twice.
+- **The policy server** (`PolicyServer`, an async actor). Every env worker calls it once
+  per control step. It collects the requests that arrive together (until every open
+  episode has asked, `max_batch` are queued, or `max_wait_s` has passed) and answers them
+  with one batched call, the way one GPU VLA is shared by many simulators. Policy state
+  is kept per worker and per episode (a session id), so batching never mixes episodes.
+- **The driver** (`run_jobs_ray`): hands episodes to free workers (a worker keeps its
+  task while that task has episodes left), shows a tqdm bar, and prints a per-worker
+  throughput summary and the server's batching figures.
+
+Failures use Ray's own retry options: env workers and the server are restarted
+(`max_restarts`) and an episode call that died with its worker is re-run on the
+restarted worker (`max_task_retries`); `max_retries` covers the scoring tasks.
+
+Wrapping a VLA as the policy server: give `--policy module:Factory` a factory (class)
+whose product has `act_batch(sessions, observations, languages) -> list of (7,)
+actions` (and optionally `open_session(session, task_info)` / `close_session(session)`).
+The server builds it once and calls it with whole batches. Actor options come from a
+`ray_actor_options` attribute on the factory, e.g. `{"num_gpus": 1}`. See docs/cluster.md.
+
+Ray is imported lazily: nothing else in the package imports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scoring.errors import SafeVLAError
+
+ENV_WORKER_RESTARTS = 3
+EPISODE_RETRIES = 3
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise SafeVLAError(f"--engine ray needs Ray ({exc}); pip install 'safevla-bench[ray]'") from None
+    return ray
+
+
+def ensure_ray(address: str | None = None, **init_kwargs: Any) -> bool:
+    """Connects to (or starts) Ray unless it is already up; returns True if this call started it."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    kwargs = {"include_dashboard": False, "log_to_driver": True, **init_kwargs}
+    if address:
+        kwargs.pop("num_cpus", None)
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(**kwargs)
+    return True
+
+
+# ----------------------------------------------------------------------------- policy server
+
+class PerWorkerPolicies:
+    """Adapts a plain per-episode policy (`(obs, language) -> action`) to batched serving.
+
+    One policy object per env worker, reused across that worker's episodes with
+    `set_task` and `reset` at the start of each (as the local engine does); a batch is
+    answered by calling each request's own policy, so episodes never share state.
+    """
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.factory = factory
+        self.by_worker: dict[str, Any] = {}
+        self.by_session: dict[str, Any] = {}
+
+    def open_session(self, session: str, task_info: Any, worker: str) -> None:
+        policy = self.by_worker.get(worker)
+        if policy is None:
+            policy = self.by_worker[worker] = self.factory()
+        if task_info is not None and hasattr(policy, "set_task"):
+            policy.set_task(task_info)
+        if hasattr(policy, "reset"):
+            policy.reset()
+        self.by_session[session] = policy
+
+    def close_session(self, session: str) -> None:
+        self.by_session.pop(session, None)
+
+    def act_batch(self, sessions: Sequence[str], observations: Sequence[dict], languages: Sequence[str]) -> list:
+        return [self.by_session[s](o, lang) for s, o, lang in zip(sessions, observations, languages)]
+
+
+class PolicyServer:
+    """The policy-server actor body (wrapped with `ray.remote` by `policy_server_actor`)."""
+
+    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float = 0.004):
+        from replay.policies import load_policy
+        _, factory = load_policy(policy_spec)
+        probe = factory() if not isinstance(factory, type) or hasattr(factory, "act_batch") else None
+        self.batched = probe is not None and hasattr(probe, "act_batch")
+        self.backend = probe if self.batched else PerWorkerPolicies(factory)
+        self.max_batch = int(max_batch)
+        self.max_wait_s = float(max_wait_s)
+        self.pending: list[tuple[str, dict, str, asyncio.Future]] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.session_of: dict[str, str] = {}  # worker -> its open session
+        self.n_requests = 0
+        self.n_batches = 0
+        self.busy_s = 0.0
+        self.first = self.last = None
+
+    def _backend_open(self, session: str, task_info: Any, worker: str) -> None:
+        if isinstance(self.backend, PerWorkerPolicies):
+            self.backend.open_session(session, task_info, worker)
+        elif hasattr(self.backend, "open_session"):
+            self.backend.open_session(session, task_info)
+
+    def _backend_close(self, session: str) -> None:
+        if hasattr(self.backend, "close_session"):
+            self.backend.close_session(session)
+
+    async def open(self, worker: str, session: str, task_info: Any = None) -> None:
+        """Starts an episode; a worker's previous session (e.g. lost in a crash) is closed."""
+        old = self.session_of.pop(worker, None)
+        if old is not None:
+            self._backend_close(old)
+        self._backend_open(session, task_info, worker)
+        self.session_of[worker] = session
+
+    async def close(self, worker: str, session: str) -> None:
+        if self.session_of.get(worker) == session:
+            del self.session_of[worker]
+        self._backend_close(session)
+        self._maybe_flush()  # one fewer episode to wait for
+
+    async def act(self, session: str, obs: dict, language: str):
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((session, obs, language, fut))
+        self._maybe_flush()
+        if self.pending and self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._flush)
+        return await fut
+
+    def _maybe_flush(self) -> None:
+        # every open episode has asked: nobody else can join this batch
+        if self.pending and len(self.pending) >= min(self.max_batch, max(1, len(self.session_of))):
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        batch, self.pending = self.pending[:self.max_batch], self.pending[self.max_batch:]
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        try:
+            actions = list(self.backend.act_batch([b[0] for b in batch], [b[1] for b in batch],
+                                                  [b[2] for b in batch]))
+            if len(actions) != len(batch):
+                raise ValueError(f"act_batch returned {len(actions)} actions for {len(batch)} requests")
+        except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
+            for *_, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+        else:
+            for (*_, fut), a in zip(batch, actions):
+                if not fut.done():
+                    fut.set_result(np.asarray(a))
+        t1 = time.perf_counter()
+        self.busy_s += t1 - t0
+        self.first = t0 if self.first is None else self.first
+        self.last = t1
+        self.n_requests += len(batch)
+        self.n_batches += 1
+        if self.pending:
+            self._maybe_flush()
+            if self.pending and self.timer is None:
+                self.timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._flush)
+
+    async def name(self) -> str:
+        import ray
+        return ray.get_runtime_context().get_actor_name()
+
+    async def stats(self) -> dict:
+        span = (self.last - self.first) if self.first is not None else 0.0
+        return {"requests": self.n_requests, "batches": self.n_batches,
+                "mean_batch": self.n_requests / self.n_batches if self.n_batches else 0.0,
+                "requests_per_s": self.n_requests / span if span > 0 else 0.0,
+                "busy_s": self.busy_s, "batched_backend": self.batched}
+
+    async def reset_stats(self) -> None:
+        self.n_requests = self.n_batches = 0
+        self.busy_s = 0.0
+        self.first = self.last = None
+
+
+def policy_server_actor(policy_spec: str, *, options: dict | None = None, max_batch: int = 64,
+                        max_wait_s: float = 0.004):
+    """Starts the policy-server actor. `options` go to `.options()` (e.g. num_gpus=1)."""
+    ray = _ray()
+    from replay.policies import load_policy
+    _, factory = load_policy(policy_spec)
+    opts = {"num_cpus": 0, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": 0,
+            "max_concurrency": 1000}
+    opts.update(getattr(factory, "ray_actor_options", None) or {})
+    opts.update(options or {})
+    opts.setdefault("name", f"safevla-policy-server-{uuid.uuid4().hex[:12]}")
+    cls = ray.remote(PolicyServer)
+    return cls.options(**opts).remote(policy_spec, max_batch=max_batch, max_wait_s=max_wait_s)
+
+
+# ----------------------------------------------------------------------------- env workers
+
+class RemotePolicy:
+    """What `run_episode` sees inside an env worker: a stub that asks the policy server."""
+
+    def __init__(self, server, worker: str):
+        self.server, self.worker = server, worker
+        self.task_info = None
+        self.session: str | None = None
+        self.label = "episode"
+        self.requests = 0
+        self.wait_s = 0.0
+
+    def set_task(self, task_info) -> None:
+        self.task_info = task_info
+
+    def reset(self) -> None:
+        import ray
+        self.session = f"{self.worker}/{self.label}/{uuid.uuid4().hex[:8]}"
+        ray.get(self.server.open.remote(self.worker, self.session, self.task_info))
+
+    def __call__(self, obs, language):
+        import ray
+        t0 = time.perf_counter()
+        out = ray.get(self.server.act.remote(self.session, obs, language))
+        self.wait_s += time.perf_counter() - t0
+        self.requests += 1
+        return out
+
+    def close(self) -> None:
+        import ray
+        if self.session is not None:
+            ray.get(self.server.close.remote(self.worker, self.session))
+            self.session = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeOutcome:
+    """One episode as an env worker reports it."""
+
+    path: str
+    suite: str
+    task: int
+    episode: int
+    success: bool | None
+    steps: int
+    skipped: bool
+    worker: str
+    seconds: float       # wall time of the episode (reset to write)
+    build_s: float       # env build time charged to this episode (0 when reused)
+    policy_wait_s: float  # time spent waiting for the policy server
+
+
+class EnvWorker:
+    """The env-worker actor body (wrapped with `ray.remote` by `env_worker_actors`)."""
+
+    def __init__(self, worker: str, server: str, *, archive: str, policy_spec: str, seed: int,
+                 max_steps: int | None, model: str, cwd: str | None = None):
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)  # a relative --out means the same place as on the driver
+        import ray
+        # the server by name, so a restarted worker finds it without object-store arguments
+        self.worker, self.server = worker, ray.get_actor(server)
+        self.archive, self.policy_spec, self.seed = archive, policy_spec, int(seed)
+        self.max_steps, self.model = max_steps, model
+        self.host = None
+        self.key: tuple[str, int] | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def prepare(self, suite: str, task: int) -> float:
+        """Makes sure the env of (suite, task) is built; returns the build seconds (0 if reused)."""
+        if self.key == (suite, task):
+            return 0.0
+        from replay.hosts.libero import LiberoHost
+        if self.host is not None:
+            self.host.close()
+            self.host, self.key = None, None
+        t0 = time.perf_counter()
+        self.host = LiberoHost(suite, task)
+        self.key = (suite, task)
+        return time.perf_counter() - t0
+
+    def run(self, suite: str, task: int, k: int) -> EpisodeOutcome:
+        from replay.rollout import episode_path, run_episode, store_mjcf
+        from scoring.io import save_record
+        t0 = time.perf_counter()
+        path = episode_path(self.archive, suite, task, self.model, k)
+        if path.exists():  # done by an earlier run, or by this call before a crash
+            return EpisodeOutcome(str(path), suite, task, k, None, 0, True, self.worker, 0.0, 0.0, 0.0)
+        build = self.prepare(suite, task)
+        archive = self.archive
+
+        def stored(xml: str, where: Path = path.parent) -> str:
+            return os.path.relpath(store_mjcf(archive, xml), where)
+        policy = RemotePolicy(self.server, self.worker)
+        policy.label = f"{suite}/{task}/{k}"
+        try:
+            rec, success, steps = run_episode(self.host, policy, init_state=k, seed=self.seed + k, model=self.model,
+                                              max_steps=self.max_steps, mjcf=stored)
+        finally:
+            policy.close()
+        save_record(rec, path, compress=True)
+        return EpisodeOutcome(str(path), suite, task, k, bool(success), int(steps), False, self.worker,
+                              time.perf_counter() - t0, build, policy.wait_s)
+
+    def close(self) -> None:
+        if self.host is not None:
+            self.host.close()
+            self.host, self.key = None, None
+
+
+def env_worker_actors(n: int, server: str, *, archive: str, policy_spec: str, seed: int, max_steps: int | None,
+                      model: str, options: dict | None = None) -> list:
+    ray = _ray()
+    opts = {"num_cpus": 1, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": EPISODE_RETRIES}
+    opts.update(options or {})
+    cls = ray.remote(EnvWorker)
+    return [cls.options(**opts).remote(f"w{i}", server, archive=archive, policy_spec=policy_spec, seed=seed,
+                                       max_steps=max_steps, model=model, cwd=os.getcwd())
+            for i in range(n)]
+
+
+# ----------------------------------------------------------------------------- driver
+
+@dataclasses.dataclass
+class RayRolloutResult:
+    outcomes: list[EpisodeOutcome]
+    worker_stats: dict[str, dict]
+    server_stats: dict
+    wall_s: float
+
+
+def _check_jobs(jobs: Sequence[tuple]) -> tuple[dict, list[tuple[str, int, int]]]:
+    kw = None
+    episodes = []
+    for suite, task, eps, kwargs in jobs:
+        if kw is None:
+            kw = dict(kwargs)
+        elif dict(kwargs) != kw:
+            raise SafeVLAError("--engine ray runs one policy and one archive per invocation")
+        episodes.extend((suite, int(task), int(k)) for k in eps)
+    return kw or {}, episodes
+
+
+def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = None, progress: bool = True,
+                 on_result: Callable[[EpisodeOutcome, list], None] | None = None,
+                 server_options: dict | None = None, worker_options: dict | None = None,
+                 max_batch: int = 64, max_wait_s: float = 0.004, summary: bool = True) -> RayRolloutResult:
+    """Runs the same (suite, task, episodes, run_task kwargs) jobs as `rollout.run_jobs`, on Ray.
+
+    `on_result(outcome, workers)` is called on the driver after every episode (tests use
+    it to kill a worker mid-run). Episodes already in the archive are skipped.
+    """
+    ray = _ray()
+    from tqdm import tqdm
+    from replay.policies import load_policy
+    kw, episodes = _check_jobs(jobs)
+    name, _ = load_policy(kw["policy_spec"])
+    model = kw.get("model") or name
+    archive, seed, max_steps = kw["archive"], int(kw.get("seed", 0)), kw.get("max_steps")
+    from replay.rollout import episode_path
+    done = [e for e in episodes if episode_path(archive, e[0], e[1], model, e[2]).exists()]
+    todo = [e for e in episodes if e not in set(done)]
+    outcomes = [EpisodeOutcome(str(episode_path(archive, s, t, model, k)), s, t, k, None, 0, True, "-", 0, 0, 0)
+                for s, t, k in done]
+    t_start = time.perf_counter()
+    started = ensure_ray(address)
+    server = wlist = None
+    try:
+        n = max(1, min(int(workers), len({(s, t) for s, t, _ in todo}) if todo else 1, len(todo) or 1))
+        if todo:
+            server = policy_server_actor(kw["policy_spec"], options=server_options, max_batch=max_batch,
+                                         max_wait_s=max_wait_s)
+            server_name = ray.get(server.name.remote())
+            wlist = env_worker_actors(n, server_name, archive=archive, policy_spec=kw["policy_spec"],
+                                      seed=seed, max_steps=max_steps, model=model, options=worker_options)
+            # one task per worker at a time; tasks with more episodes go first
+            remaining: dict[tuple[str, int], list[int]] = defaultdict(list)
+            for s, t, k in todo:
+                remaining[(s, t)].append(k)
+            current: dict[int, tuple[str, int] | None] = {i: None for i in range(len(wlist))}
+            inflight: dict[Any, int] = {}
+
+            def next_for(i: int):
+                key = current[i]
+                if key is None or not remaining.get(key):
+                    busy = {current[j] for j in current if j != i}
+                    free = [k for k, v in remaining.items() if v and k not in busy]
+                    pool = free or [k for k, v in remaining.items() if v]
+                    if not pool:
+                        return None
+                    key = max(pool, key=lambda k: len(remaining[k]))
+                    current[i] = key
+                k = remaining[key].pop(0)
+                return key[0], key[1], k
+
+            def submit(i: int) -> None:
+                job = next_for(i)
+                if job is not None:
+                    inflight[wlist[i].run.remote(*job)] = i
+
+            for i in range(len(wlist)):
+                submit(i)
+            with tqdm(total=len(episodes), initial=len(done), unit="ep", disable=not progress,
+                      desc="rollout (ray)") as bar:
+                while inflight:
+                    ready, _ = ray.wait(list(inflight), num_returns=1)
+                    i = inflight.pop(ready[0])
+                    out = ray.get(ready[0])
+                    outcomes.append(out)
+                    bar.update(1)
+                    if on_result is not None:
+                        on_result(out, wlist)
+                    submit(i)
+        stats = ray.get(server.stats.remote()) if server is not None else {}
+    finally:
+        for actor in (wlist or []):
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - best-effort cleanup
+                pass
+        if server is not None:
+            try:
+                ray.kill(server)
+            except Exception:  # noqa: BLE001
+                pass
+        if started:
+            ray.shutdown()
+    wall = time.perf_counter() - t_start
+    per = worker_summary(outcomes)
+    result = RayRolloutResult(outcomes, per, stats, wall)
+    if summary:
+        print_summary(result, total=len(episodes), file=sys.stderr)
+    return result
+
+
+def worker_summary(outcomes: Sequence[EpisodeOutcome]) -> dict[str, dict]:
+    per: dict[str, dict] = {}
+    for o in outcomes:
+        if o.skipped:
+            continue
+        w = per.setdefault(o.worker, {"episodes": 0, "steps": 0, "busy_s": 0.0, "build_s": 0.0,
+                                      "policy_wait_s": 0.0})
+        w["episodes"] += 1
+        w["steps"] += o.steps
+        w["busy_s"] += o.seconds
+        w["build_s"] += o.build_s
+        w["policy_wait_s"] += o.policy_wait_s
+    for w in per.values():
+        run = max(w["busy_s"] - w["build_s"], 1e-9)
+        w["episodes_per_s"] = w["episodes"] / max(w["busy_s"], 1e-9)
+        w["steps_per_s"] = w["steps"] / run
+    return dict(sorted(per.items()))
+
+
+def print_summary(result: RayRolloutResult, *, total: int, file=sys.stderr) -> None:
+    ran = [o for o in result.outcomes if not o.skipped]
+    ok = sum(bool(o.success) for o in ran)
+    print(f"recorded {len(ran)} episodes ({ok} successful), skipped {total - len(ran)} already recorded, "
+          f"{result.wall_s:.0f} s", file=file)
+    for name, w in result.worker_stats.items():
+        print(f"  worker {name}: {w['episodes']} episodes, {w['steps']} steps, {w['episodes_per_s']:.2f} ep/s, "
+              f"{w['steps_per_s']:.0f} steps/s (env build {w['build_s']:.0f} s, policy wait "
+              f"{w['policy_wait_s']:.1f} s)", file=file)
+    s = result.server_stats
+    if s:
+        print(f"  policy server: {s['requests']} requests in {s['batches']} batches, mean batch "
+              f"{s['mean_batch']:.2f}, {s['requests_per_s']:.0f} requests/s", file=file)
