@@ -28,7 +28,9 @@ st.set_page_config(page_title="SafeVLA-Bench dashboard", page_icon=":material/sh
 
 HERE = Path(__file__).resolve().parent
 ICONS = {"overview": ":material/insights:", "episodes": ":material/table_rows:", "detail": ":material/frame_inspect:",
-         "whatif": ":material/tune:", "export": ":material/download:"}
+         "whatif": ":material/tune:", "export": ":material/download:", "compare": ":material/compare:"}
+# pages whose link parameters the page keeps itself (not in state.PAGE_PARAMS): name -> title
+EXTRA_PAGES = {"compare": "Compare"}
 
 
 def _load_other_store() -> None:
@@ -71,8 +73,11 @@ def main() -> None:
     store_param = path if os.path.abspath(path) != os.path.abspath(default_path) else None
 
     st.session_state.setdefault("_link_problems", []).extend(S.load_from_url(data))
-    pages = {name: st.Page(str(HERE / "views" / f"{name}.py"), title=C.PAGE_TITLES[name], icon=ICONS[name],
-                           url_path=name, default=name == "overview") for name in S.PAGES}
+    titles = {**C.PAGE_TITLES, **EXTRA_PAGES}
+    order = [n for n in S.PAGES if n not in ("whatif", "export")] + list(EXTRA_PAGES) + \
+        [n for n in S.PAGES if n in ("whatif", "export")]
+    pages = {name: st.Page(str(HERE / "views" / f"{name}.py"), title=titles[name], icon=ICONS[name],
+                           url_path=name, default=name == "overview") for name in order}
     pg = st.navigation(list(pages.values()))
     st.session_state["_nav"] = S.Nav(pages)
     page = next((n for n, p in pages.items() if p is pg), "overview")
@@ -102,7 +107,7 @@ def main() -> None:
         pg.run()
     finally:
         if not st.session_state.get("_switching"):
-            S.sync_url(page, data, store_param=store_param)
+            C.sync_url(page, data, store_param=store_param)
             C.prewarm_replays(c)  # after the page is drawn, so it never delays it
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(

@@ -285,3 +285,140 @@ def show(chart, **kw):
 
 def pct(x) -> str:
     return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}%"
+
+
+# ----------------------------------------------------------------------------- paired comparison (issue 7)
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def comparison(_data: D.StoreData, key: str, items: tuple, models: tuple):
+    """The paired comparison of `models` (`scoring.compare.compare_models`), once per store,
+    thresholds and model choice."""
+    return D.comparison(verdicts(_data, key, items), models)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def comparison_tables(_data: D.StoreData, key: str, items: tuple, models: tuple) -> dict:
+    from scoring.compare_cli import comparison_tables as build
+    return build(comparison(_data, key, items, models))
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def discordant(_data: D.StoreData, key: str, items: tuple, models: tuple, a: str, b: str, metric: str) -> pd.DataFrame:
+    return D.discordant(_data, verdicts(_data, key, items), comparison(_data, key, items, models), a, b, metric)
+
+
+def sync_url(page: str, data: D.StoreData, *, store_param: str | None = None) -> None:
+    """`state.sync_url`, plus the link parameters a page keeps itself in
+    `st.session_state["_params:<page>"]` (pages outside `state.PAGE_PARAMS`, e.g. Compare)."""
+    extra = st.session_state.get(f"_params:{page}")
+    if not extra:
+        S.sync_url(page, data, store_param=store_param)
+        return
+    want = {**S.params_for(page, data, store_param=store_param), **extra}
+    have = {}
+    for k in st.query_params.keys():
+        vals = st.query_params.get_all(k)
+        have[k] = vals if len(vals) > 1 else st.query_params.get(k)
+    norm = {k: (v if isinstance(v, str) or len(v) != 1 else v[0]) for k, v in want.items()}
+    if have != norm:
+        st.query_params.from_dict(want)
+
+
+def side_by_side(images, captions, *, gap: int = 16, title: str | None = None):
+    """Frames side by side (each (H, W, 3) uint8, heights may differ) on white, one caption
+    (a string or lines) under each, an optional title above; a PIL image."""
+    from PIL import Image
+
+    from replay.highlight import paste_tile, text_tile
+
+    ink, clear = (20, 20, 20), (0, 0, 0, 0)
+    px = max(12, max(im.shape[1] for im in images) // 30)
+    lines = [[c] if isinstance(c, str) else list(c) for c in captions]
+    tiles = [[text_tile(t, px, ink, clear) for t in ls] for ls in lines]
+    cap_h = max(sum(t.shape[0] + 2 for t in ts) for ts in tiles) + gap // 2
+    head = text_tile(title, int(px * 1.2), ink, clear) if title else None
+    top = gap + (head.shape[0] + gap // 2 if head is not None else 0)
+    width = sum(im.shape[1] for im in images) + gap * (len(images) + 1)
+    height = top + max(im.shape[0] for im in images) + gap // 2 + cap_h + gap // 2
+    canvas = np.full((height + height % 2, width + width % 2, 3), 255, np.uint8)
+    if head is not None:
+        paste_tile(canvas, head, gap, gap)
+    x = gap
+    for im, ts in zip(images, tiles):
+        canvas[top:top + im.shape[0], x:x + im.shape[1]] = im[..., :3]
+        y = top + im.shape[0] + gap // 2
+        for t in ts:
+            paste_tile(canvas, t, x, y)
+            y += t.shape[0] + 2
+        x += im.shape[1] + gap
+    return Image.fromarray(canvas)
+
+
+def png_bytes(image, dpi: int = 200) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", dpi=(dpi, dpi))
+    return buf.getvalue()
+
+
+def pair_figure(data: D.StoreData, key: str, rows: tuple[int, int], steps: tuple[int, int], items: tuple,
+                captions, *, title: str | None = None) -> bytes:
+    """PNG of both episodes' frames at their steps (violations highlighted, red border on the
+    violating frame), side by side with captions; rendered through the render queue."""
+    svc = render_service()
+    frames = [svc.frame(f"{key}#{i}", episode_record(data, i), int(s), violations(data, key, i, items))
+              for i, s in zip(rows, steps)]
+    return png_bytes(side_by_side(frames, captions, title=title))
+
+
+def _pair_clip_job(recs, vss, labels, size, fps, out: str, progress) -> None:
+    """Runs on the render thread: both clips (`replay.export.iter_clip_frames`, timeline bar
+    under each), synced by step, the shorter one holding its last frame, written as MP4."""
+    import imageio.v2 as iio
+
+    from replay.export import iter_clip_frames
+    from replay.highlight import paste_tile, text_tile
+
+    n = max(int(r.replay.qpos.shape[0]) for r in recs)
+    gens = [iter_clip_frames(r, violations=vs, size=size) for r, vs in zip(recs, vss)]
+    last = [None] * len(gens)
+    writer = iio.get_writer(out, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
+                            macro_block_size=1, ffmpeg_log_level="error",
+                            output_params=["-preset", "veryfast", "-crf", "20"])
+    try:
+        for step in range(n):
+            panels = []
+            for j, g in enumerate(gens):
+                f = next(g, None)
+                if f is not None:
+                    last[j] = f
+                head = np.full((28, last[j].shape[1], 3), 32, np.uint8)  # the label strip above each clip
+                paste_tile(head, text_tile(labels[j], 14, (255, 255, 255), (0, 0, 0, 0)), 6, 4)
+                panels.append(np.concatenate([head, last[j]], axis=0))
+            h = max(p.shape[0] for p in panels)
+            gap = np.full((h, 8, 3), 255, np.uint8)
+            row = [np.pad(p, ((0, h - p.shape[0]), (0, 0), (0, 0)), constant_values=255) for p in panels]
+            writer.append_data(np.concatenate([row[0], *[x for p in row[1:] for x in (gap, p)]], axis=1))
+            if progress is not None:
+                progress(step + 1, n)
+    finally:
+        writer.close()
+        for g in gens:
+            g.close()
+
+
+def pair_clip(data: D.StoreData, key: str, rows: tuple[int, int], items: tuple, labels, *, fps: float = 20,
+              progress=None) -> bytes:
+    """MP4 bytes of both episodes side by side, synced by step (progress: (done, total))."""
+    import tempfile
+
+    from dashboard.replay_bridge import CLIP_SIZE
+
+    recs = [episode_record(data, i) for i in rows]
+    vss = [violations(data, key, i, items) for i in rows]
+    with tempfile.TemporaryDirectory(prefix="safevla-pair-") as tmp:
+        out = str(Path(tmp) / "pair.mp4")
+        render_service()._run_with_progress(
+            lambda cb: _pair_clip_job(recs, vss, list(labels), tuple(CLIP_SIZE), fps, out, cb), progress)
+        return Path(out).read_bytes()

@@ -1,0 +1,281 @@
+"""The Compare page (issue 7) through `streamlit.testing.v1.AppTest`: paired tables from
+`scoring.compare`, model choice, the discordant list against `discordant_episodes`, deep
+links, and the side-by-side replay (render tests need EGL)."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("statsmodels")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from scoring.compare import compare_models, discordant_episodes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "dashboard" / "app.py")
+DEMO = ROOT / "assets" / "demo" / "store"
+MODELS = ["policy-a", "policy-b", "policy-c", "policy-d"]
+
+
+def make_store(out: Path, n: int, *, paired: bool) -> Path:
+    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    store = mod.build_store(out, n, n_steps=40, contacts_per_step=4, renderable=True)
+    if paired:
+        # synthetic records draw a seed each; give every model the same seed per init state, as a benchmark run does
+        eps = pd.read_parquet(store / "episodes.parquet")
+        eps["seed"] = eps["init_state"]
+        eps.to_parquet(store / "episodes.parquet", index=False)
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return make_store(tmp_path_factory.mktemp("cmp") / "store", 48, paired=True)
+
+
+@pytest.fixture(scope="module")
+def eps(store) -> pd.DataFrame:
+    return pd.read_parquet(store / "episodes.parquet")
+
+
+@pytest.fixture(autouse=True)
+def _no_prewarm(monkeypatch):
+    monkeypatch.setenv("SAFEVLA_NO_PREWARM", "1")
+
+
+def app(store, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["store"] = str(store)
+    at.query_params["page"] = "compare"
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    hits = [m.value for m in at.metric if m.label == label]
+    assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"
+    return hits[0]
+
+
+def qp(at: AppTest, key: str) -> str | None:
+    v = at.query_params.get(key)
+    return v if v is None or isinstance(v, str) else ",".join(v)
+
+
+# AppTest does not expose a dataframe's key: tell the page's tables by a column of theirs
+COLUMN_OF = {"cmp_pairs": "model A", "cmp_ranking": "SR rank", "cmp_table": "outcome held by"}
+
+
+def table(at: AppTest, key: str) -> pd.DataFrame:
+    hits = [d.value for d in at.dataframe if COLUMN_OF[key] in d.value.columns]
+    assert hits, f"no dataframe {key!r}"
+    return hits[0]
+
+
+def key_of(row, cols=("suite", "task_id", "init_state", "seed")) -> str:
+    return "/".join(str(row[c]) for c in cols)
+
+
+# ----------------------------------------------------------------------------- tables
+
+def test_page_renders_the_comparison(store, eps):
+    at = ok(app(store))
+    assert at.title[0].value == "Compare models"
+    cmp = compare_models(eps, MODELS)
+    assert metric(at, "Paired keys") == f"{len(cmp.pairing.keys):,}"
+    assert metric(at, "Unpaired keys") == "0"
+    tau = cmp.agreement.set_index("group").loc["overall", "tau"]
+    assert metric(at, "Kendall tau (SR vs Safety)") == ("—" if np.isnan(tau) else f"{tau:.3f}")
+    pairs = table(at, "cmp_pairs")
+    assert len(pairs) == 6 * 4  # overall: every pair of 4 models x SR, Safety, SBU, VSI
+    # each row carries its 2x2 table; the counts equal scoring's
+    want = cmp.pairs[(cmp.pairs["group"] == "overall") & (cmp.pairs["metric"] == "safety")]
+    got = pairs[pairs["metric"].str.startswith("Safety")]
+    assert got["b: only A"].astype(int).tolist() == want["only_a"].astype(int).tolist()
+    assert got["c: only B"].astype(int).tolist() == want["only_b"].astype(int).tolist()
+    ranking = table(at, "cmp_ranking")
+    assert set(ranking["model"]) == set(MODELS) and "Safety tier" in ranking.columns
+    assert qp(at, "a") == "policy-a" and qp(at, "b") == "policy-b"
+
+
+def test_choosing_models_changes_the_tables(store, eps):
+    at = ok(app(store))
+    assert len(table(at, "cmp_pairs")) == 24
+    at.multiselect(key="w.cmp_models").set_value(["policy-b", "policy-d"]).run()
+    ok(at)
+    pairs = table(at, "cmp_pairs")
+    assert len(pairs) == 4 and set(pairs["model A"]) == {"policy-b"} and set(pairs["model B"]) == {"policy-d"}
+    assert len(table(at, "cmp_ranking")) == 2
+    assert at.selectbox(key="w.cmp_a").value == "policy-b" and at.selectbox(key="w.cmp_b").value == "policy-d"
+    assert qp(at, "models") == "policy-b,policy-d"
+    # one model is not a comparison
+    at.multiselect(key="w.cmp_models").set_value(["policy-b"]).run()
+    assert not at.exception and any("at least two" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize("a,b,which", [("policy-a", "policy-b", "safety"), ("policy-a", "policy-d", "safety"),
+                                       ("policy-c", "policy-b", "sr")])
+def test_discordant_list_equals_scoring(store, eps, a, b, which):
+    at = ok(app(store))
+    at.selectbox(key="w.cmp_a").set_value(a).run()
+    at.selectbox(key="w.cmp_b").set_value(b).run()
+    at.selectbox(key="w.cmp_metric").set_value(which).run()
+    ok(at)
+    want = discordant_episodes(eps, a, b, metric=which)
+    if want.empty:
+        assert any("agree" in i.value for i in at.info)
+        return
+    got = table(at, "cmp_table")
+    assert len(got) == len(want)
+    assert got["key"].tolist() == [key_of(r) for _, r in want.iterrows()]
+    assert (got["outcome held by"] == want["which"]).all()
+    assert at.selectbox(key="w.cmp_key").options == [f"{k}   ·   {w}" for k, w in zip(want.apply(key_of, axis=1),
+                                                                                        want["which"])]
+
+
+def test_unpaired_store_says_why(tmp_path):
+    store = make_store(tmp_path / "unpaired", 16, paired=False)  # every record drew its own seed
+    at = app(store)
+    assert not at.exception
+    assert any("cannot be compared on paired keys" in i.value for i in at.info)
+
+
+@pytest.mark.skipif(not (DEMO / "manifest.json").exists(), reason="no bundled demo store")
+def test_demo_store_profiles_pair():
+    demo = pd.read_parquet(DEMO / "episodes.parquet")
+    models = sorted(demo["model"].unique())
+    at = ok(app(DEMO))
+    cmp = compare_models(demo, models)
+    assert metric(at, "Paired keys") == f"{len(cmp.pairing.keys):,}"
+    got = table(at, "cmp_table")
+    assert len(got) == len(discordant_episodes(demo, models[0], models[1]))
+
+
+# ----------------------------------------------------------------------------- deep links
+
+def _first_key(eps, a, b, which="safety") -> tuple[str, pd.Series]:
+    d = discordant_episodes(eps, a, b, metric=which)
+    assert len(d), "the fixture store has no discordant key for this pair"
+    return key_of(d.iloc[0]), d.iloc[0]
+
+
+def test_deep_link_restores_pair_and_key(store, eps):
+    key, row = _first_key(eps, "policy-b", "policy-d")
+    at = ok(app(store, models="policy-b,policy-c,policy-d", a="policy-b", b="policy-d", key=key, cstep="5"))
+    assert at.multiselect(key="w.cmp_models").value == ["policy-b", "policy-c", "policy-d"]
+    assert at.selectbox(key="w.cmp_a").value == "policy-b" and at.selectbox(key="w.cmp_b").value == "policy-d"
+    assert at.selectbox(key="w.cmp_key").value == key
+    assert at.slider(key="w.cmp_step").value == 5
+    assert (qp(at, "a"), qp(at, "b"), qp(at, "key"), qp(at, "cstep")) == ("policy-b", "policy-d", key, "5")
+    assert qp(at, "models") == "policy-b,policy-c,policy-d"
+    # the jump button moves both episodes to the unsafe side's violating frame
+    unsafe = "a" if not row["safe_a"] else "b"
+    at.button(key=f"cmp_jump_{unsafe}").click().run()
+    assert at.slider(key="w.cmp_step").value == int(row[f"violating_step_{unsafe}"])
+    assert qp(ok(at), "cstep") == str(int(row[f"violating_step_{unsafe}"]))
+
+
+def test_bad_link_values_are_ignored(store):
+    at = app(store, a="nobody", key="no/such/key/0")
+    assert not at.exception
+    assert at.selectbox(key="w.cmp_a").value == "policy-a"
+    assert at.selectbox(key="w.cmp_key").value is None
+    assert qp(at, "key") is None
+    assert any("nobody" in t.value for t in at.toast) and any("no/such/key/0" in t.value for t in at.toast)
+
+
+def test_ticking_a_discordant_row_picks_its_key(store, eps):
+    at = ok(app(store))
+    want = discordant_episodes(eps, "policy-a", "policy-b")
+    at.session_state["cmp_table"] = {"selection": {"rows": [1], "columns": []}}
+    ok(at.run())
+    assert at.selectbox(key="w.cmp_key").value == key_of(want.iloc[1])
+    assert qp(at, "key") == key_of(want.iloc[1])
+
+
+# ----------------------------------------------------------------------------- side-by-side replay
+
+def test_side_by_side_image_composes_two_frames():
+    from dashboard.common import side_by_side
+
+    a = np.zeros((30, 40, 3), np.uint8)
+    b = np.full((24, 40, 3), 200, np.uint8)
+    img = np.asarray(side_by_side([a, b], [["A: safe", "step 3"], "B: unsafe"], title="k", gap=16))
+    assert img.shape[0] % 2 == 0 and img.shape[1] >= 40 + 40 + 3 * 16
+    assert (img[:, :16] == 255).all()  # white margin
+    top = 16 + 1  # the frames start under the title
+    assert (img[top:, 16:56] == 0).all(axis=-1).any() and (img[:, 72:112] == 200).all(axis=-1).any()
+
+
+def row_steps(eps, row) -> list[int]:
+    n = eps.set_index("episode_id")["n_steps"]
+    return [int(n[row["episode_id_a"]]), int(n[row["episode_id_b"]])]
+
+
+def test_caption_says_when_an_episode_has_ended():
+    from dashboard.views.compare import _caption
+
+    side = {"model": "m", "outcome": "SBU", "vsi": 0.5, "n": 30, "vstep": 12, "worst": "joint_torque"}
+    assert _caption(side, 10) == ["m · SBU · VSI 0.50", "step 10 · violating step 12 (joint_torque)"]
+    assert _caption(side, 50)[1].startswith("step 29 (ended; step 50 asked)")
+
+
+def _replay_or_skip():
+    from dashboard.replay_bridge import available
+    good, why = available()
+    if not good:
+        pytest.skip(why)
+
+
+@pytest.mark.render
+@pytest.mark.slow
+def test_side_by_side_frames_figure_and_clip_render(store, eps):
+    _replay_or_skip()
+    key, row = _first_key(eps, "policy-a", "policy-b")
+    last = int(max(row_steps(eps, row))) - 1
+    at = ok(app(store, key=key, cstep="1000"))  # past the end: clamped to the longer episode's last step
+    assert at.slider(key="w.cmp_step").value == last
+    images = at.get("image")
+    assert len(images) == 2, "expected one replay frame per model"
+    caps = [im.proto.imgs[0].caption for im in images]
+    assert caps[0].startswith("policy-a") and caps[1].startswith("policy-b")
+    assert all(f"step {last}" in c for c in caps)
+    assert any(b.proto.label == "Download figure (PNG)" for b in at.get("download_button"))
+    at.button(key="cmp_clip_go").click().run()
+    ok(at)
+    assert len(at.get("video")) == 1
+    assert any(b.proto.label == "Download clip (MP4)" for b in at.get("download_button"))
+
+
+@pytest.mark.render
+@pytest.mark.slow
+def test_pair_figure_png(store, eps):
+    _replay_or_skip()
+    from PIL import Image
+
+    from dashboard import common as C
+    from dashboard import data as D
+
+    _, row = _first_key(eps, "policy-a", "policy-b")
+    data = D.open_store(store)
+    rows = (data.index_of(row["episode_id_a"]), data.index_of(row["episode_id_b"]))
+    vstep = int(row["violating_step_b"] if not row["safe_b"] else row["violating_step_a"])
+    blob = C.pair_figure(data, data.key, rows, (vstep, vstep), (), [["A"], ["B"]], title="pair")
+    assert blob[:8] == b"\x89PNG\r\n\x1a\n"
+    img = np.asarray(Image.open(__import__("io").BytesIO(blob)).convert("RGB"))
+    assert img.shape[1] > 2 * 480
+    red = (img[..., 0] > 200) & (img[..., 1] < 60) & (img[..., 2] < 60)
+    assert red.sum() > 500, "the violating frame's red border is missing"
