@@ -248,3 +248,42 @@ def test_overview_screenshot(server, page, shots):
     no_exception(page)
     page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60_000)
     full_shot(page, shots / "overview.png", height=2300)
+
+
+def test_compare_page_opens_with_side_by_side_replay(server, store, page, shots):
+    """The Compare page (issue 7) from the sidebar, then a deep link to a discordant key of
+    the first two models: both episodes' frames show."""
+    import pandas as pd
+
+    from scoring.compare import discordant_episodes
+    from scoring.errors import SafeVLAError
+
+    open_url(page, server)
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Compare").first.click()
+    settle(page, 0.8)
+    assert title(page) == "Compare models"
+    no_exception(page)
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+    eps = pd.read_parquet(store / "episodes.parquet")
+    a, b = sorted(eps["model"].unique())[:2]
+    try:
+        d = discordant_episodes(eps, a, b)
+    except SafeVLAError:  # a store whose models do not share keys: the page says so
+        assert "cannot be compared" in page.locator('[data-testid="stAlert"]').first.inner_text()
+        return
+    import re
+    assert page.locator('[data-testid="stMetricLabel"]').filter(has_text=re.compile("^Paired keys$")).count() == 1
+    page.screenshot(path=str(shots / "page_compare.png"))
+    if d.empty:
+        return
+    key = "/".join(str(d.iloc[0][c]) for c in ("suite", "task_id", "init_state", "seed"))
+    from urllib.parse import urlencode
+    open_url(page, f"{server}/compare?" + urlencode({"a": a, "b": b, "key": key}))
+    no_exception(page)
+    imgs = page.locator('[data-testid="stImage"] img')
+    imgs.nth(1).wait_for(timeout=90_000)
+    for n in range(2):
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=imgs.nth(n).element_handle(),
+                               timeout=90_000)
+    assert f"key={key}".replace("/", "%2F") in page.url or f"key={key}" in page.url
+    full_shot(page, shots / "compare.png", height=2400)

@@ -310,9 +310,10 @@ def replay_ui(c: C.Ctx, d, key: str, a: str, b: str) -> None:
         step = int(st.slider("Step (both episodes)", 0, max(n - 1, 1), key="w.cmp_step"))
         S.put("cmp_step", step)
     for col, s, tag in zip(ctl[1:], sides, ("a", "b")):
-        col.button(f"{s['model']}'s violation", key=f"cmp_jump_{tag}", disabled=s["vstep"] is None,
+        col.button(f"{tag.upper()}'s violation", key=f"cmp_jump_{tag}", disabled=s["vstep"] is None,
                    on_click=_jump, args=(s["vstep"] or 0,), icon=":material/skip_next:", width="stretch",
-                   help="move both episodes to this episode's violating frame")
+                   help=f"move both episodes to {s['model']}'s violating frame" if s["vstep"] is not None
+                   else f"{s['model']} has no violation here")
 
     ok, why = C.replay_status()
     cols = st.columns(2)
