@@ -276,6 +276,7 @@ class EpisodeOutcome:
     seconds: float       # wall time of the episode (reset to write)
     build_s: float       # env build time charged to this episode (0 when reused)
     policy_wait_s: float  # time spent waiting for the policy server
+    pid: int = 0          # the worker process (a restarted worker has a new one)
 
 
 class EnvWorker:
@@ -315,7 +316,7 @@ class EnvWorker:
         t0 = time.perf_counter()
         path = episode_path(self.archive, suite, task, self.model, k)
         if path.exists():  # done by an earlier run, or by this call before a crash
-            return EpisodeOutcome(str(path), suite, task, k, None, 0, True, self.worker, 0.0, 0.0, 0.0)
+            return EpisodeOutcome(str(path), suite, task, k, None, 0, True, self.worker, 0.0, 0.0, 0.0, os.getpid())
         build = self.prepare(suite, task)
         archive = self.archive
 
@@ -330,7 +331,7 @@ class EnvWorker:
             policy.close()
         save_record(rec, path, compress=True)
         return EpisodeOutcome(str(path), suite, task, k, bool(success), int(steps), False, self.worker,
-                              time.perf_counter() - t0, build, policy.wait_s)
+                              time.perf_counter() - t0, build, policy.wait_s, os.getpid())
 
     def close(self) -> None:
         if self.host is not None:
