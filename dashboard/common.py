@@ -372,40 +372,45 @@ def pair_figure(data: D.StoreData, key: str, rows: tuple[int, int], steps: tuple
     return png_bytes(side_by_side(frames, captions, title=title))
 
 
-def _pair_clip_job(recs, vss, labels, size, fps, out: str, progress) -> None:
-    """Runs on the render thread: both clips (`replay.export.iter_clip_frames`, timeline bar
-    under each), synced by step, the shorter one holding its last frame, written as MP4."""
+def _pair_clip_job(svc, keys, recs, vss, labels, fps, out: str, progress) -> None:
+    """Runs on the render thread: both episodes frame by frame, synced by step (an episode that
+    has ended holds its last frame), each over its timeline bar (`replay.export.Timeline`),
+    side by side, written as MP4 with imageio.
+
+    Renders with the service's open replayers (the ones the page's frames came from) instead
+    of opening and closing new ones: on EGL, freeing a renderer's context can spoil the
+    frames of another renderer still open on the same thread."""
     import imageio.v2 as iio
 
-    from replay.export import iter_clip_frames
+    from dashboard.replay_bridge import FRAME_SIZE
+    from replay.export import Timeline
     from replay.highlight import paste_tile, text_tile
 
-    n = max(int(r.replay.qpos.shape[0]) for r in recs)
-    gens = [iter_clip_frames(r, violations=vs, size=size) for r, vs in zip(recs, vss)]
-    last = [None] * len(gens)
+    rps = [svc._replayer(k, r, tuple(FRAME_SIZE)) for k, r in zip(keys, recs)]
+    bars = [Timeline(rp.width, range(rp.n_steps), violations=vs, success_step=rp.success_step, window=rp.window,
+                     dt=r.dt) for rp, r, vs in zip(rps, recs, vss)]
+    heads = []
+    for rp, label in zip(rps, labels):
+        head = np.full((28, rp.width, 3), 32, np.uint8)  # the label strip above each clip
+        heads.append(paste_tile(head, text_tile(label, 14, (255, 255, 255), (0, 0, 0, 0)), 6, 4))
+    n = max(rp.n_steps for rp in rps)
     writer = iio.get_writer(out, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
                             macro_block_size=1, ffmpeg_log_level="error",
                             output_params=["-preset", "veryfast", "-crf", "20"])
     try:
         for step in range(n):
             panels = []
-            for j, g in enumerate(gens):
-                f = next(g, None)
-                if f is not None:
-                    last[j] = f
-                head = np.full((28, last[j].shape[1], 3), 32, np.uint8)  # the label strip above each clip
-                paste_tile(head, text_tile(labels[j], 14, (255, 255, 255), (0, 0, 0, 0)), 6, 4)
-                panels.append(np.concatenate([head, last[j]], axis=0))
+            for rp, bar, head, vs in zip(rps, bars, heads, vss):
+                s = min(step, rp.n_steps - 1)
+                panels.append(np.concatenate([head, rp.frame(s, violation=vs), bar.render(s)], axis=0))
             h = max(p.shape[0] for p in panels)
+            panels = [np.pad(p, ((0, h - p.shape[0]), (0, 0), (0, 0)), constant_values=255) for p in panels]
             gap = np.full((h, 8, 3), 255, np.uint8)
-            row = [np.pad(p, ((0, h - p.shape[0]), (0, 0), (0, 0)), constant_values=255) for p in panels]
-            writer.append_data(np.concatenate([row[0], *[x for p in row[1:] for x in (gap, p)]], axis=1))
+            writer.append_data(np.concatenate([panels[0], *[x for p in panels[1:] for x in (gap, p)]], axis=1))
             if progress is not None:
                 progress(step + 1, n)
     finally:
         writer.close()
-        for g in gens:
-            g.close()
 
 
 def pair_clip(data: D.StoreData, key: str, rows: tuple[int, int], items: tuple, labels, *, fps: float = 20,
@@ -413,12 +418,11 @@ def pair_clip(data: D.StoreData, key: str, rows: tuple[int, int], items: tuple, 
     """MP4 bytes of both episodes side by side, synced by step (progress: (done, total))."""
     import tempfile
 
-    from dashboard.replay_bridge import CLIP_SIZE
-
     recs = [episode_record(data, i) for i in rows]
     vss = [violations(data, key, i, items) for i in rows]
+    svc = render_service()
+    keys = [f"{key}#{i}" for i in rows]  # the keys of `frame_jpeg`, so its replayers are reused
     with tempfile.TemporaryDirectory(prefix="safevla-pair-") as tmp:
         out = str(Path(tmp) / "pair.mp4")
-        render_service()._run_with_progress(
-            lambda cb: _pair_clip_job(recs, vss, list(labels), tuple(CLIP_SIZE), fps, out, cb), progress)
+        svc._run_with_progress(lambda cb: _pair_clip_job(svc, keys, recs, vss, list(labels), fps, out, cb), progress)
         return Path(out).read_bytes()

@@ -146,6 +146,18 @@ def test_discordant_list_equals_scoring(store, eps, a, b, which):
                                                                                         want["which"])]
 
 
+def test_whatif_thresholds_rescore_the_comparison(store, eps):
+    from dashboard import data as D
+
+    at = ok(app(store, disp="100"))
+    assert any("re-scored" in i.value for i in at.info)  # the thresholds banner
+    data = D.open_store(store)
+    v = D.verdicts(data, D.knob_overrides(data.registry, {**D.knob_defaults(data.registry), "disp": 100.0}))
+    want = discordant_episodes(v.frame, "policy-a", "policy-b")
+    assert len(table(at, "cmp_table")) == len(want)
+    assert qp(at, "disp") == "100"
+
+
 def test_unpaired_store_says_why(tmp_path):
     store = make_store(tmp_path / "unpaired", 16, paired=False)  # every record drew its own seed
     at = app(store)

@@ -287,3 +287,8 @@ def test_compare_page_opens_with_side_by_side_replay(server, store, page, shots)
                                timeout=90_000)
     assert f"key={key}".replace("/", "%2F") in page.url or f"key={key}" in page.url
     full_shot(page, shots / "compare.png", height=2400)
+    with page.expect_download(timeout=90_000) as dl:  # both frames as one figure
+        page.get_by_role("button", name="Download figure (PNG)").click()
+    blob = Path(dl.value.path()).read_bytes()
+    assert blob[:8] == b"\x89PNG\r\n\x1a\n" and len(blob) > 20_000
+    (shots / "compare_figure.png").write_bytes(blob)

@@ -349,7 +349,7 @@ def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
     steps = tuple(min(step, s["n"] - 1) for s in sides)
     name = _safe(f"compare_{sides[0]['model']}_vs_{sides[1]['model']}_{key}")
     caps = [_caption(s, step) for s in sides]
-    title = f"{key} · step {step}"
+    title = f"{sides[0]['model']} vs {sides[1]['model']} · {key} · step {step}"
     cols = st.columns([1, 1, 2])
     cols[0].download_button(
         "Download figure (PNG)", data=lambda: C.pair_figure(c.data, c.key, rows, steps, c.items, caps, title=title),
