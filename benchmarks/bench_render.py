@@ -7,8 +7,8 @@ at 640x480 on this machine's CPU (EGL through Mesa llvmpipe):
 - `Replayer.frame` fps with every frame highlighted (red bodies, contacts and arrows,
   border, caption) and with no highlight;
 - bare `mujoco.Renderer` fps on the same model, camera, geom groups and render settings
-  (set qpos/qvel, mj_forward, update_scene, render), measured interleaved with the
-  replayer in the same run, and their ratio (target <= 1.3);
+  (set qpos/qvel, mj_forward, update_scene, render), measured interleaved frame by frame
+  with the replayer in the same run, and their ratio (target <= 1.3);
 - bare fps with the model's own visual quality (4x MSAA, reflections), for reference;
 - wall time of `export_clip` to MP4 for the 300 steps (target < 40 s).
 
@@ -105,7 +105,7 @@ def bare_frame(m, d, r, opt, rec: EpisodeRecord, step: int, camera: str) -> np.n
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-render"))
-    ap.add_argument("--frames", type=int, default=40, help="frames per measured block (default 40)")
+    ap.add_argument("--frames", type=int, default=40, help="steps measured per round (default 40)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     args = ap.parse_args()
 
@@ -123,12 +123,13 @@ def main() -> None:
         rp.frame(0, violation=v_all)  # warm-up: first-use costs (textures upload, caches)
         bare_frame(*bare, rec, 0, cam)
         bare_frame(*bare_hq, rec, 0, cam)
-        for _ in range(args.rounds):  # interleaved, so machine load hits all alike
-            for key, fn in (("replay_highlight", lambda s: rp.frame(int(s), violation=v_all)),
-                            ("bare", lambda s: bare_frame(*bare, rec, int(s), cam)),
-                            ("replay_plain", lambda s: rp.frame(int(s))),
-                            ("bare_model_quality", lambda s: bare_frame(*bare_hq, rec, int(s), cam))):
-                for s in steps:
+        runs = (("replay_highlight", lambda s: rp.frame(int(s), violation=v_all)),
+                ("bare", lambda s: bare_frame(*bare, rec, int(s), cam)),
+                ("replay_plain", lambda s: rp.frame(int(s))),
+                ("bare_model_quality", lambda s: bare_frame(*bare_hq, rec, int(s), cam)))
+        for _ in range(args.rounds):  # interleaved frame by frame, so machine load hits all alike
+            for s in steps:
+                for key, fn in runs:
                     t0 = time.perf_counter()
                     fn(s)
                     times[key].append(time.perf_counter() - t0)

@@ -175,11 +175,7 @@ def _torque_link(record: EpisodeRecord, step: int, links: tuple[str, ...]) -> tu
 TINT_RGBA = np.array([1.0, 0.06, 0.06, 1.0], dtype=np.float32)
 CONTACT_RGBA = np.array([1.0, 0.85, 0.0, 1.0], dtype=np.float32)
 XRAY_ALPHA = 0.25
-_GEOM, _UNKNOWN, _DECOR = int(mujoco.mjtObj.mjOBJ_GEOM), int(mujoco.mjtObj.mjOBJ_UNKNOWN), \
-    int(mujoco.mjtCatBit.mjCAT_DECOR)
-_ARROWS = frozenset(int(t) for t in (mujoco.mjtGeom.mjGEOM_ARROW, mujoco.mjtGeom.mjGEOM_ARROW1,
-                                     mujoco.mjtGeom.mjGEOM_ARROW2))
-_CONTACT_DECOR = _ARROWS | {int(mujoco.mjtGeom.mjGEOM_CYLINDER)}
+_GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -189,15 +185,17 @@ class Focus:
     groups: tuple[np.ndarray, ...]
     tint_geoms: frozenset
     size: float  # bounding radius of the smaller body: sets the contact markers' scale
+    furniture: np.ndarray  # body ids of furniture and the world
 
     def contacts(self, m: mujoco.MjModel, d: mujoco.MjData) -> np.ndarray:
-        """(ncon,) bool: the violation's contacts, between its two bodies (or touching its one body)."""
+        """(ncon,) bool: the violation's contacts: between its two bodies, or for one body, its
+        contacts with anything but furniture (what pushed or holds it, not what it rests on)."""
         if not d.ncon or not self.groups:
             return np.zeros(d.ncon, bool)
         b = m.geom_bodyid[d.contact.geom]
         first = np.isin(b, self.groups[0])
         if len(self.groups) == 1:
-            return first.any(axis=1)
+            return first.any(axis=1) & ~np.isin(b, self.furniture).any(axis=1)
         second = np.isin(b, np.concatenate(self.groups[1:]))
         return (first[:, 0] & second[:, 1]) | (first[:, 1] & second[:, 0])
 
@@ -220,7 +218,6 @@ class SceneHighlighter:
         furniture = {index[b] for b, r in zip(record.bodies, record.roles) if r == "furniture"}
         self.furniture = frozenset({0, *np.flatnonzero(np.isin(self.proj, list(furniture))).tolist()})
         self._focus: dict[Violation, Focus] = {}
-        self._arrow = (0.0, np.inf)
 
     def _group(self, body: str) -> np.ndarray:
         """Model body ids of a record body (itself and the unnamed bodies below it), or of a model
@@ -243,60 +240,82 @@ class SceneHighlighter:
             geoms = [np.flatnonzero(np.isin(m.geom_bodyid, g)) for g, t in zip(groups, tint) if t]
             radii = [m.geom_rbound[np.isin(m.geom_bodyid, g)] for g in groups]
             size = min((float(r[r > 0].max()) for r in radii if (r > 0).any()), default=float(m.stat.meansize))
-            got = Focus(tuple(groups), frozenset(np.concatenate(geoms).tolist()) if geoms else frozenset(), size)
+            got = Focus(tuple(groups), frozenset(np.concatenate(geoms).tolist()) if geoms else frozenset(), size,
+                        np.array(sorted(self.furniture)))
             self._focus[v] = got
         return got
 
-    def prepare(self, active: Sequence[Violation]) -> None:
-        """Sizes contact markers to the violating bodies (before `update_scene`): discs a third
-        of the smaller body's radius, arrows that poke out of it (2.2-3.5 radii long; the
-        threshold force, or 20 N, draws 2.5)."""
-        m = self.model
-        size = min((f.size for f in map(self.focus, active) if f.groups), default=float(m.stat.meansize))
-        ref = next((v.threshold for v in active if v.unit == "N" and v.threshold > 0), 20.0)
-        k = size / m.stat.meansize
-        m.vis.scale.contactwidth, m.vis.scale.contactheight, m.vis.scale.forcewidth = 0.35 * k, 0.1 * k, 0.12 * k
-        m.vis.map.force = 2.5 * size * m.stat.meanmass / ref
-        self._arrow = (2.2 * size, 3.5 * size)
-
     def decorate(self, scn: mujoco.MjvScene, d: mujoco.MjData, active: Sequence[Violation], *,
-                 xray: bool = False) -> None:
-        """Tints the violating geoms red; keeps only the violating contacts' points and arrows,
-        arrows turned out of the furniture, where they show (call `prepare` first). With
-        `xray`, every other movable body turns translucent, so nothing hides the violation."""
+                 xray: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """After `update_scene`: tints the violating geoms red and puts a yellow disc at each
+        violating contact; returns arrows as world (tail, head) pairs to draw over the image
+        (in 3-D the bodies hide them): each contact's force, and a displaced bystander's way
+        from where it stood. With `xray`, every other movable body turns translucent."""
         m, focus = self.model, [self.focus(v) for v in active]
         geoms = frozenset().union(*(f.tint_geoms for f in focus))
-        keep = np.logical_or.reduce([f.contacts(m, d) for f in focus]) if d.ncon and focus \
-            else np.zeros(d.ncon, bool)
-        out = self._outward(d, keep)
-        lo, hi = self._arrow
         for i in range(scn.ngeom):
             g = scn.geoms[i]
-            if g.objtype == _GEOM:
-                if g.objid in geoms:
-                    g.rgba[:] = TINT_RGBA
-                    g.matid = -1
-                    g.emission = 0.35
-                elif xray and m.geom_bodyid[g.objid] not in self.furniture:
-                    g.rgba[3] = XRAY_ALPHA
-                    g.transparent = 1
-            elif g.objtype == _UNKNOWN and g.category == _DECOR and g.type in _CONTACT_DECOR:
-                if not (0 <= g.objid < d.ncon and keep[g.objid]):
-                    g.size[:] = 0.0
-                    continue
-                g.rgba[:] = CONTACT_RGBA
-                if g.type in _ARROWS:
-                    g.size[2] = min(max(g.size[2], lo), hi)
-                    if g.mat[:, 2] @ out[g.objid] < 0:
-                        g.mat[:, 1:] *= -1
+            if g.objtype != _GEOM:
+                continue
+            if g.objid in geoms:
+                g.rgba[:] = TINT_RGBA
+                g.matid = -1
+                g.emission = 0.35
+            elif xray and m.geom_bodyid[g.objid] not in self.furniture:
+                g.rgba[3] = XRAY_ALPHA
+                g.transparent = 1
+        arrows = [a for v in active for a in self._displacement(d, v)]
+        if not d.ncon or not any(f.groups for f in focus):
+            return arrows
+        size = min(f.size for f in focus if f.groups)
+        for v, f in zip(active, focus):
+            ref = v.threshold if v.unit == "N" and v.threshold > 0 else 20.0
+            arrows += self._add_contacts(scn, d, np.flatnonzero(f.contacts(m, d)), size, ref)
+        return arrows
 
-    def _outward(self, d: mujoco.MjData, keep: np.ndarray) -> np.ndarray:
-        """(ncon, 3) each kept contact's normal, pointing away from the furniture (else up)."""
-        out = np.zeros((d.ncon, 3))
-        for i in np.flatnonzero(keep):
+    def _displacement(self, d: mujoco.MjData, v: Violation) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For a displaced bystander: an arrow from its recorded initial position to where it is."""
+        rec = self.record
+        if canonical_family(v.family) != "non_target_max_disp" or len(v.bodies) != 1 \
+                or v.bodies[0] not in rec.pose_bodies or v.bodies[0] not in self.names:
+            return []
+        start = rec.body_pos[0, rec.pose_bodies.index(v.bodies[0])].astype(float)
+        return [(start, d.xpos[self.names.index(v.bodies[0])].copy())]
+
+    def _add_contacts(self, scn: mujoco.MjvScene, d: mujoco.MjData, idx: np.ndarray, size: float,
+                      ref: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A yellow disc (a third of the smaller body's radius) at each contact of `idx`, and one
+        force arrow, for the strongest: along its force, ending at the contact, pointing into
+        the furniture (else down), the blow as a reader sees it; 2-3.5 radii long (the
+        threshold force `ref` draws 2.5)."""
+        if not len(idx):
+            return []
+        m, f6, forces = self.model, np.zeros(6), []
+        for i in idx:
+            frame, pos = d.contact.frame[i].reshape(3, 3), d.contact.pos[i]
+            if scn.ngeom < scn.maxgeom:
+                axes = np.column_stack([frame[1], frame[2], frame[0]]).ravel()  # disc axis = normal
+                mujoco.mjv_initGeom(scn.geoms[scn.ngeom], int(mujoco.mjtGeom.mjGEOM_CYLINDER),
+                                    np.array([0.35, 0.1, 0.0]) * size, pos, axes, CONTACT_RGBA)  # radius, half-height
+                scn.ngeom += 1
+            mujoco.mj_contactForce(m, d, int(i), f6)
+            forces.append(frame.T @ f6[:3])
+        k = int(np.argmax(np.linalg.norm(forces, axis=1)))
+        force, pos = forces[k], d.contact.pos[idx[k]].copy()
+        norm = float(np.linalg.norm(force))
+        if norm <= 0:
+            return []
+        push = force / norm * (-1 if force @ self._outward(d, idx[k:k + 1])[0] > 0 else 1)  # into the furniture
+        length = float(np.clip(2.5 * size * norm / ref, 2.0 * size, 3.5 * size))
+        return [(pos - length * push, pos)]
+
+    def _outward(self, d: mujoco.MjData, idx: np.ndarray) -> np.ndarray:
+        """(len(idx), 3) the normals of contacts `idx`, pointing away from the furniture (else up)."""
+        out = np.zeros((len(idx), 3))
+        for k, i in enumerate(idx):
             n = d.contact.frame[i, :3]  # from geom1 to geom2
             f1, f2 = (int(b) in self.furniture for b in self.model.geom_bodyid[d.contact.geom[i]])
-            out[i] = n if f1 and not f2 else -n if f2 and not f1 else n * (1 if n[2] >= 0 else -1)
+            out[k] = n if f1 and not f2 else -n if f2 and not f1 else n * (1 if n[2] >= 0 else -1)
         return out
 
     def target(self, d: mujoco.MjData, v: Violation) -> np.ndarray:
@@ -373,6 +392,31 @@ def paste_tile(img: np.ndarray, tile: np.ndarray, x: int, y: int) -> np.ndarray:
     a = t[..., 3:4].astype(np.uint16)
     region = img[y:y + h, x:x + w]
     region[:] = ((t[..., :3] * a + region * (255 - a)) // 255).astype(np.uint8)
+    return img
+
+
+def draw_arrow(img: np.ndarray, tail, head, *, rgb=(255, 217, 0), width: int | None = None) -> np.ndarray:
+    """A `rgb` arrow with a dark outline from pixel `tail` to `head` (x, y); in place."""
+    from PIL import Image, ImageDraw
+
+    w = width or max(3, img.shape[1] // 110)
+    t, h = np.asarray(tail, float), np.asarray(head, float)
+    u = (h - t) / max(np.linalg.norm(h - t), 1e-9)
+    wing = np.array([-u[1], u[0]]) * 2.2 * w
+    tip = [tuple(h), tuple(h - 3.5 * w * u + wing), tuple(h - 3.5 * w * u - wing)]
+    pts = np.array([t, *tip])
+    x0, y0 = np.maximum(np.floor(pts.min(axis=0)) - 2 * w, 0).astype(int)
+    x1, y1 = np.minimum(np.ceil(pts.max(axis=0)) + 2 * w, (img.shape[1], img.shape[0])).astype(int)
+    if x1 <= x0 or y1 <= y0:
+        return img
+    crop = Image.fromarray(img[y0:y1, x0:x1])
+    draw = ImageDraw.Draw(crop)
+    shift = lambda p: (p[0] - x0, p[1] - y0)  # noqa: E731
+    neck = tuple(h - 3.0 * w * u)
+    for color, extra in (((40, 30, 0), 2), (rgb, 0)):
+        draw.line([shift(t), shift(neck)], fill=color, width=w + 2 * extra)
+        draw.polygon([shift(p) for p in tip], fill=color, outline=color, width=1 + extra)
+    img[y0:y1, x0:x1] = np.asarray(crop)
     return img
 
 

@@ -22,7 +22,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
-                              Violation, draw_border, draw_captions)
+                              Violation, draw_arrow, draw_border, draw_captions)
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import load_record, resolve_mjcf  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -178,9 +178,6 @@ class Replayer:
             set(range(6)) if geom_groups is None else set(int(g) for g in geom_groups)
         for g in range(6):
             self._opt.geomgroup[g] = int(g in groups)
-        self._hl_opt = copy.copy(self._opt)
-        self._hl_opt.flags[mujoco.mjtVisFlag.mjVIS_CONTACTPOINT] = 1
-        self._hl_opt.flags[mujoco.mjtVisFlag.mjVIS_CONTACTFORCE] = 1
         self._hl = SceneHighlighter(m, self.record)
         self._free_cam: mujoco.MjvCamera | None = None
         self._aimed: dict[Violation, mujoco.MjvCamera] = {}
@@ -300,13 +297,13 @@ class Replayer:
         cam = self._last_cam = self._camera_for(active, vs)
         d = self.set_state(s)
         r = self._renderer
-        show_contacts = any(self._hl.focus(v).groups for v in active)
-        if show_contacts:
-            self._hl.prepare(active)
-        r.update_scene(d, camera=cam, scene_option=self._hl_opt if show_contacts else self._opt)
-        if active:
-            self._hl.decorate(r.scene, d, active, xray=self.xray)
+        r.update_scene(d, camera=cam, scene_option=self._opt)
+        arrows = self._hl.decorate(r.scene, d, active, xray=self.xray) if active else []
         img = r.render()
+        for tail, head in arrows:
+            ends = self.project(tail), self.project(head)
+            if None not in ends:
+                draw_arrow(img, *ends)
         if active and annotate:
             draw_border(img, VIOLATION_RGB)
             draw_captions(img, [v.caption for v in active[:3]])

@@ -20,7 +20,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, bodies_for,  # noqa: E402
-                              border_width, format_quantity)
+                              border_width, draw_arrow, format_quantity)
 from replay.render import Replayer  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import save_record  # noqa: E402
@@ -79,7 +79,7 @@ def geom_mask(rp: Replayer, step: int, geom: str) -> np.ndarray:
 
 
 def is_red(pixels: np.ndarray) -> bool:
-    r, g, b = pixels.astype(float).mean(axis=0)
+    r, g, b = np.median(pixels.astype(float), axis=0)  # the median: a force arrow may cross the body
     return r > 150 and g < 70 and b < 70
 
 
@@ -153,6 +153,28 @@ def test_contacts_of_the_violating_pair_only():
         box, ball = geom_mask(r, 6, "box_g"), geom_mask(r, 6, "ball_g")
         box_x, ball_x = np.nonzero(box)[1].mean(), np.nonzero(ball)[1].mean()
         assert abs(xs.mean() - box_x) < abs(xs.mean() - ball_x)  # not the ball's floor contact
+
+
+def test_displaced_body_gets_an_arrow_from_where_it_stood():
+    disp = Violation("non_target_max_disp", T - 1, 0.3, 0.005, "m", ">", ("box",))
+    with Replayer(toy_record(), width=W, height=H, window=0) as r:
+        plain, img = r.frame(T - 1), r.frame(T - 1, violation=disp)
+        tail = r.project(r.record.body_pos[0, 0])  # the box's recorded start
+        head = r.project(r.data.xpos[1])
+    x, y = (int(round(c)) for c in tail)
+    assert yellow(img[y - 2:y + 3, x - 2:x + 3]).any() and not yellow(plain).any()
+    mid = (np.asarray(tail) + head) / 2
+    assert yellow(img[int(mid[1]) - 2:int(mid[1]) + 3, int(mid[0]) - 2:int(mid[0]) + 3]).any()
+
+
+def test_draw_arrow_clips_to_the_image():
+    img = np.zeros((40, 60, 3), np.uint8)
+    draw_arrow(img, (5, 20), (50, 20), width=3)
+    assert yellow(img)[20, 10:40].all() and yellow(img)[20, 48]  # shaft and tip
+    assert not yellow(img)[:10].any()
+    draw_arrow(img, (-100, -100), (-50, -80))  # wholly outside: nothing, no error
+    draw_arrow(img, (30, 20), (500, 20))  # runs out of the image: clipped
+    assert yellow(img)[20, 55:].all()
 
 
 def test_caption_text():
