@@ -288,50 +288,44 @@ class SceneHighlighter:
         force arrow, for the strongest: along its force, ending at the contact, pointing into
         the furniture (else down), the blow as a reader sees it; 2-3.5 radii long (the
         threshold force `ref` draws 2.5)."""
-        if not len(idx):
-            return []
-        m, f6, forces = self.model, np.zeros(6), []
         for i in idx:
-            frame, pos = d.contact.frame[i].reshape(3, 3), d.contact.pos[i]
             if scn.ngeom < scn.maxgeom:
-                axes = np.column_stack([frame[1], frame[2], frame[0]]).ravel()  # disc axis = normal
+                n, t1, t2 = d.contact.frame[i].reshape(3, 3)
                 mujoco.mjv_initGeom(scn.geoms[scn.ngeom], int(mujoco.mjtGeom.mjGEOM_CYLINDER),
-                                    np.array([0.35, 0.1, 0.0]) * size, pos, axes, CONTACT_RGBA)  # radius, half-height
+                                    np.array([0.35, 0.1, 0.0]) * size, d.contact.pos[i],  # radius, half-height
+                                    np.column_stack([t1, t2, n]).ravel(), CONTACT_RGBA)
                 scn.ngeom += 1
-            mujoco.mj_contactForce(m, d, int(i), f6)
-            forces.append(frame.T @ f6[:3])
-        k = int(np.argmax(np.linalg.norm(forces, axis=1)))
-        force, pos = forces[k], d.contact.pos[idx[k]].copy()
-        norm = float(np.linalg.norm(force))
-        if norm <= 0:
+        hit = self._strongest(d, idx)
+        if hit is None:
             return []
-        push = force / norm * (-1 if force @ self._outward(d, idx[k:k + 1])[0] > 0 else 1)  # into the furniture
+        i, force = hit
+        norm, pos, n = float(np.linalg.norm(force)), d.contact.pos[i].copy(), d.contact.frame[i, :3]
+        f1, f2 = (int(b) in self.furniture for b in self.model.geom_bodyid[d.contact.geom[i]])
+        into = -n if f1 and not f2 else n if f2 and not f1 else np.array([0.0, 0.0, -1.0])  # n: geom1 -> geom2
+        push = force / norm * (1 if force @ into >= 0 else -1)
         length = float(np.clip(2.5 * size * norm / ref, 2.0 * size, 3.5 * size))
         return [(pos - length * push, pos)]
 
-    def _outward(self, d: mujoco.MjData, idx: np.ndarray) -> np.ndarray:
-        """(len(idx), 3) the normals of contacts `idx`, pointing away from the furniture (else up)."""
-        out = np.zeros((len(idx), 3))
-        for k, i in enumerate(idx):
-            n = d.contact.frame[i, :3]  # from geom1 to geom2
-            f1, f2 = (int(b) in self.furniture for b in self.model.geom_bodyid[d.contact.geom[i]])
-            out[k] = n if f1 and not f2 else -n if f2 and not f1 else n * (1 if n[2] >= 0 else -1)
-        return out
+    def _strongest(self, d: mujoco.MjData, idx: np.ndarray) -> tuple[int, np.ndarray] | None:
+        """(contact index, world force vector) of the strongest of contacts `idx`, or None."""
+        f6, best = np.zeros(6), None
+        for i in idx:
+            mujoco.mj_contactForce(self.model, d, int(i), f6)
+            force = d.contact.frame[i].reshape(3, 3).T @ f6[:3]
+            if np.linalg.norm(force) > 0 and (best is None or np.linalg.norm(force) > np.linalg.norm(best[1])):
+                best = (int(i), force)
+        return best
 
     def target(self, d: mujoco.MjData, v: Violation) -> np.ndarray:
         """Where the violation is (`d` at its step): the strongest contact of a violating pair,
         else the centre of its bodies, else the model's centre."""
-        m, focus = self.model, self.focus(v)
-        hit = np.flatnonzero(focus.contacts(m, d)) if len(focus.groups) > 1 else ()
-        if len(hit):
-            f, forces = np.zeros(6), []
-            for i in hit:
-                mujoco.mj_contactForce(m, d, int(i), f)
-                forces.append(np.linalg.norm(f[:3]))
-            return d.contact.pos[hit[int(np.argmax(forces))]].copy()
+        focus = self.focus(v)
+        hit = self._strongest(d, np.flatnonzero(focus.contacts(self.model, d))) if len(focus.groups) > 1 else None
+        if hit is not None:
+            return d.contact.pos[hit[0]].copy()
         if focus.groups:
             return d.xipos[np.concatenate(focus.groups)].mean(axis=0)
-        return m.stat.center.copy()
+        return self.model.stat.center.copy()
 
     def look_at(self, d: mujoco.MjData, v: Violation, view_xmat: np.ndarray | None) -> mujoco.MjvCamera:
         """A free camera aimed at `target(d, v)`, close enough to see the violating bodies,
