@@ -8,11 +8,11 @@ Three kinds of process take part:
   local engine, so the records are the same. Each finished episode is written
   atomically into the archive (shared storage), and an episode whose file exists is
   skipped, so a resumed or retried run never records an episode twice.
-- **The policy server** (`PolicyServer`, an async actor). Every env worker calls it once
-  per control step. It collects the requests that arrive together (until every open
-  episode has asked, `max_batch` are queued, or `max_wait_s` has passed) and answers them
-  with one batched call, the way one GPU VLA is shared by many simulators. Policy state
-  is kept per worker and per episode (a session id), so batching never mixes episodes.
+- **The policy server** (`PolicyServer`, a threaded actor). Every env worker calls it once
+  per control step. Requests that queue up while a batch is computed are answered
+  together by one batched call (optionally waiting `max_wait_s` for every open episode to
+  ask), the way one GPU VLA is shared by many simulators. Policy state is kept per worker
+  and per episode (a session id), so batching never mixes episodes.
 - **The driver** (`run_jobs_ray`): hands episodes to free workers (a worker keeps its
   task while that task has episodes left), shows a tqdm bar, and prints a per-worker
   throughput summary and the server's batching figures.
@@ -32,10 +32,10 @@ Ray is imported lazily: nothing else in the package imports it.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import sys
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -105,10 +105,26 @@ class PerWorkerPolicies:
         return [self.by_session[s](o, lang) for s, o, lang in zip(sessions, observations, languages)]
 
 
-class PolicyServer:
-    """The policy-server actor body (wrapped with `ray.remote` by `policy_server_actor`)."""
+class _Request:
+    __slots__ = ("session", "obs", "language", "done", "result", "error")
 
-    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float = 0.004):
+    def __init__(self, session: str, obs: dict, language: str):
+        self.session, self.obs, self.language = session, obs, language
+        self.done, self.result, self.error = False, None, None
+
+
+class PolicyServer:
+    """The policy-server actor body (wrapped with `ray.remote` by `policy_server_actor`).
+
+    A threaded actor: each env worker's `act` call waits in its own thread. Whichever
+    waiting call finds the server idle becomes the leader: it takes every queued request
+    (up to `max_batch`), answers them with one `act_batch`, and wakes the others. Requests
+    that arrive while a batch is being computed form the next batch, so a slow model (a
+    GPU VLA) gets batches as large as the number of workers waiting, at no added latency.
+    With `max_wait_s > 0` the leader also waits that long for every open episode to ask.
+    """
+
+    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float = 0.0):
         from replay.policies import load_policy
         _, factory = load_policy(policy_spec)
         probe = factory() if not isinstance(factory, type) or hasattr(factory, "act_batch") else None
@@ -116,108 +132,114 @@ class PolicyServer:
         self.backend = probe if self.batched else PerWorkerPolicies(factory)
         self.max_batch = int(max_batch)
         self.max_wait_s = float(max_wait_s)
-        self.pending: list[tuple[str, dict, str, asyncio.Future]] = []
-        self.timer: asyncio.TimerHandle | None = None
+        self.cv = threading.Condition()
+        self.pending: list[_Request] = []
+        self.computing = False
         self.session_of: dict[str, str] = {}  # worker -> its open session
         self.n_requests = 0
         self.n_batches = 0
         self.busy_s = 0.0
         self.first = self.last = None
 
-    def _backend_open(self, session: str, task_info: Any, worker: str) -> None:
-        if isinstance(self.backend, PerWorkerPolicies):
-            self.backend.open_session(session, task_info, worker)
-        elif hasattr(self.backend, "open_session"):
-            self.backend.open_session(session, task_info)
+    def open(self, worker: str, session: str, task_info: Any = None) -> None:
+        """Starts an episode; a worker's previous session (e.g. lost in a crash) is closed."""
+        with self.cv:
+            old = self.session_of.pop(worker, None)
+            if old is not None:
+                self._backend_close(old)
+            if isinstance(self.backend, PerWorkerPolicies):
+                self.backend.open_session(session, task_info, worker)
+            elif hasattr(self.backend, "open_session"):
+                self.backend.open_session(session, task_info)
+            self.session_of[worker] = session
+
+    def close(self, worker: str, session: str) -> None:
+        with self.cv:
+            if self.session_of.get(worker) == session:
+                del self.session_of[worker]
+            self._backend_close(session)
+            self.cv.notify_all()  # one fewer episode to wait for
 
     def _backend_close(self, session: str) -> None:
         if hasattr(self.backend, "close_session"):
             self.backend.close_session(session)
 
-    async def open(self, worker: str, session: str, task_info: Any = None) -> None:
-        """Starts an episode; a worker's previous session (e.g. lost in a crash) is closed."""
-        old = self.session_of.pop(worker, None)
-        if old is not None:
-            self._backend_close(old)
-        self._backend_open(session, task_info, worker)
-        self.session_of[worker] = session
+    def act(self, session: str, obs: dict, language: str):
+        req = _Request(session, obs, language)
+        with self.cv:
+            self.pending.append(req)
+            deadline = time.monotonic() + self.max_wait_s
+            while not req.done:
+                if not self.computing and self.pending:
+                    target = min(self.max_batch, max(1, len(self.session_of)))
+                    now = time.monotonic()
+                    if len(self.pending) >= target or now >= deadline:
+                        self._lead()
+                        continue
+                    self.cv.wait(timeout=deadline - now)
+                else:
+                    self.cv.wait()
+        if req.error is not None:
+            raise req.error
+        return req.result
 
-    async def close(self, worker: str, session: str) -> None:
-        if self.session_of.get(worker) == session:
-            del self.session_of[worker]
-        self._backend_close(session)
-        self._maybe_flush()  # one fewer episode to wait for
-
-    async def act(self, session: str, obs: dict, language: str):
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.append((session, obs, language, fut))
-        self._maybe_flush()
-        if self.pending and self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._flush)
-        return await fut
-
-    def _maybe_flush(self) -> None:
-        # every open episode has asked: nobody else can join this batch
-        if self.pending and len(self.pending) >= min(self.max_batch, max(1, len(self.session_of))):
-            self._flush()
-
-    def _flush(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+    def _lead(self) -> None:
+        """Computes one batch; called with the lock held, releases it while computing."""
         batch, self.pending = self.pending[:self.max_batch], self.pending[self.max_batch:]
-        if not batch:
-            return
+        self.computing = True
+        self.cv.release()
         t0 = time.perf_counter()
         try:
-            actions = list(self.backend.act_batch([b[0] for b in batch], [b[1] for b in batch],
-                                                  [b[2] for b in batch]))
-            if len(actions) != len(batch):
-                raise ValueError(f"act_batch returned {len(actions)} actions for {len(batch)} requests")
-        except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
-            for *_, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-        else:
-            for (*_, fut), a in zip(batch, actions):
-                if not fut.done():
-                    fut.set_result(np.asarray(a))
-        t1 = time.perf_counter()
-        self.busy_s += t1 - t0
-        self.first = t0 if self.first is None else self.first
-        self.last = t1
-        self.n_requests += len(batch)
-        self.n_batches += 1
-        if self.pending:
-            self._maybe_flush()
-            if self.pending and self.timer is None:
-                self.timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._flush)
+            try:
+                actions = list(self.backend.act_batch([r.session for r in batch], [r.obs for r in batch],
+                                                      [r.language for r in batch]))
+                if len(actions) != len(batch):
+                    raise ValueError(f"act_batch returned {len(actions)} actions for {len(batch)} requests")
+                for r, a in zip(batch, actions):
+                    r.result = np.asarray(a)
+            except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
+                for r in batch:
+                    r.error = exc
+        finally:
+            t1 = time.perf_counter()
+            self.cv.acquire()
+            for r in batch:
+                r.done = True
+            self.computing = False
+            self.busy_s += t1 - t0
+            self.first = t0 if self.first is None else self.first
+            self.last = t1
+            self.n_requests += len(batch)
+            self.n_batches += 1
+            self.cv.notify_all()
 
-    async def name(self) -> str:
+    def name(self) -> str:
         import ray
         return ray.get_runtime_context().get_actor_name()
 
-    async def stats(self) -> dict:
-        span = (self.last - self.first) if self.first is not None else 0.0
-        return {"requests": self.n_requests, "batches": self.n_batches,
-                "mean_batch": self.n_requests / self.n_batches if self.n_batches else 0.0,
-                "requests_per_s": self.n_requests / span if span > 0 else 0.0,
-                "busy_s": self.busy_s, "batched_backend": self.batched}
+    def stats(self) -> dict:
+        with self.cv:
+            span = (self.last - self.first) if self.first is not None else 0.0
+            return {"requests": self.n_requests, "batches": self.n_batches,
+                    "mean_batch": self.n_requests / self.n_batches if self.n_batches else 0.0,
+                    "requests_per_s": self.n_requests / span if span > 0 else 0.0,
+                    "busy_s": self.busy_s, "batched_backend": self.batched}
 
-    async def reset_stats(self) -> None:
-        self.n_requests = self.n_batches = 0
-        self.busy_s = 0.0
-        self.first = self.last = None
+    def reset_stats(self) -> None:
+        with self.cv:
+            self.n_requests = self.n_batches = 0
+            self.busy_s = 0.0
+            self.first = self.last = None
 
 
 def policy_server_actor(policy_spec: str, *, options: dict | None = None, max_batch: int = 64,
-                        max_wait_s: float = 0.004):
+                        max_wait_s: float = 0.0, max_concurrency: int = 64):
     """Starts the policy-server actor. `options` go to `.options()` (e.g. num_gpus=1)."""
     ray = _ray()
     from replay.policies import load_policy
     _, factory = load_policy(policy_spec)
     opts = {"num_cpus": 0, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": 0,
-            "max_concurrency": 1000}
+            "max_concurrency": max_concurrency}
     opts.update(getattr(factory, "ray_actor_options", None) or {})
     opts.update(options or {})
     opts.setdefault("name", f"safevla-policy-server-{uuid.uuid4().hex[:12]}")
@@ -375,7 +397,7 @@ def _check_jobs(jobs: Sequence[tuple]) -> tuple[dict, list[tuple[str, int, int]]
 def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = None, progress: bool = True,
                  on_result: Callable[[EpisodeOutcome, list], None] | None = None,
                  server_options: dict | None = None, worker_options: dict | None = None,
-                 max_batch: int = 64, max_wait_s: float = 0.004, summary: bool = True) -> RayRolloutResult:
+                 max_batch: int = 64, max_wait_s: float = 0.0, summary: bool = True) -> RayRolloutResult:
     """Runs the same (suite, task, episodes, run_task kwargs) jobs as `rollout.run_jobs`, on Ray.
 
     `on_result(outcome, workers)` is called on the driver after every episode (tests use
@@ -400,7 +422,7 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
         n = max(1, min(int(workers), len({(s, t) for s, t, _ in todo}) if todo else 1, len(todo) or 1))
         if todo:
             server = policy_server_actor(kw["policy_spec"], options=server_options, max_batch=max_batch,
-                                         max_wait_s=max_wait_s)
+                                         max_wait_s=max_wait_s, max_concurrency=max(64, 2 * n + 8))
             server_name = ray.get(server.name.remote())
             wlist = env_worker_actors(n, server_name, archive=archive, policy_spec=kw["policy_spec"],
                                       seed=seed, max_steps=max_steps, model=model, options=worker_options)

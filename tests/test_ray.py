@@ -6,11 +6,11 @@ Runs a local Ray instance (`ray.init(num_cpus=2)`) with real LIBERO episodes, fe
 
 from __future__ import annotations
 
-import asyncio
 import filecmp
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -127,28 +127,35 @@ class Counter:
 
 
 def test_policy_server_batches_across_workers_without_mixing_episodes():
-    async def scenario():
-        server = ray_engine.PolicyServer("careful", max_batch=8, max_wait_s=0.5)
-        server.backend = ray_engine.PerWorkerPolicies(Counter)
-        await server.open("w0", "s0", "task-a")
-        await server.open("w1", "s1", "task-b")
+    server = ray_engine.PolicyServer("careful", max_batch=8, max_wait_s=2.0)
+    server.backend = ray_engine.PerWorkerPolicies(Counter)
+    server.open("w0", "s0", "task-a")
+    server.open("w1", "s1", "task-b")
+    with ThreadPoolExecutor(2) as pool:
         out = []
         for step in range(3):  # both episodes ask at each step: one batch of 2 per step
-            out.append(await asyncio.gather(server.act("s0", {"who": 0}, "x"), server.act("s1", {"who": 1}, "x")))
-        stats = await server.stats()
-        assert stats["requests"] == 6 and stats["batches"] == 3 and stats["mean_batch"] == 2.0
-        assert [[a[0] for a in pair] for pair in out] == [[1, 101], [2, 102], [3, 103]]
-        assert server.backend.by_session["s0"].task == "task-a"
-        # a new episode on w0 replaces its session and resets its policy state
-        await server.open("w0", "s2", "task-c")
-        assert "s0" not in server.backend.by_session
-        # w1's session is still open but idle: a lone request is answered after max_wait_s
-        a = await server.act("s2", {"who": 0}, "x")
-        assert a[0] == 1
-        await server.close("w1", "s1")
-        await server.close("w0", "s2")
-        assert server.session_of == {}
-    asyncio.run(scenario())
+            a = pool.submit(server.act, "s0", {"who": 0}, "x")
+            b = pool.submit(server.act, "s1", {"who": 1}, "x")
+            out.append([a.result(timeout=10)[0], b.result(timeout=10)[0]])
+    stats = server.stats()
+    assert stats["requests"] == 6 and stats["batches"] == 3 and stats["mean_batch"] == 2.0
+    assert out == [[1, 101], [2, 102], [3, 103]]
+    assert server.backend.by_session["s0"].task == "task-a"
+    # a new episode on w0 replaces its session and resets its policy state
+    server.open("w0", "s2", "task-c")
+    assert "s0" not in server.backend.by_session
+    # w1's episode is open but idle: a lone request is answered after max_wait_s
+    server.max_wait_s = 0.05
+    assert server.act("s2", {"who": 0}, "x")[0] == 1
+    server.close("w1", "s1")
+    server.close("w0", "s2")
+    assert server.session_of == {}
+    # with no wait (the default), a lone request is answered at once; errors reach the caller
+    server.max_wait_s = 0.0
+    server.open("w0", "s3", None)
+    assert server.act("s3", {"who": 0}, "x")[0] == 1
+    with pytest.raises(KeyError):
+        server.act("nobody", {"who": 0}, "x")
 
 
 # ----------------------------------------------------------------------------- real LIBERO on local Ray
