@@ -4,8 +4,8 @@ A 300-step libero_spatial task-0 rollout (a scripted sweep of the arm over the t
 recorded as qpos/qvel with the scene's MJCF) is built once into a cache directory. Then,
 at 640x480 on this machine's CPU (EGL through Mesa llvmpipe):
 
-- `Replayer.frame` fps with every frame highlighted (red bodies, contacts and arrows,
-  border, caption) and with no highlight;
+- `Replayer.frame` fps with every frame highlighted (the bowl red, its contacts with the
+  table as discs, the force arrow, border, caption) and with no highlight;
 - bare `mujoco.Renderer` fps on the same model, camera, geom groups and render settings
   (set qpos/qvel, mj_forward, update_scene, render), measured interleaved frame by frame
   with the replayer in the same run, and their ratio (target <= 1.3);
@@ -39,12 +39,12 @@ from scoring.schema import EpisodeRecord  # noqa: E402
 
 STEPS = 300
 WIDTH, HEIGHT = 640, 480
-TARGET_BODIES = ("gripper0_rightfinger", "table")
+TARGET_BODIES = ("akita_black_bowl_1_main", "table")  # in contact at every step: discs and arrow drawn
 
 
 def build_episode(cache: Path) -> Path:
     """Records a 300-step scripted sweep on libero_spatial task 0 (once; reused from `cache`)."""
-    path = cache / "libero_sweep.npz"
+    path = cache / "libero_sweep_v2.npz"
     if path.exists():
         return path
     from libero.libero import benchmark, get_libero_path
@@ -73,7 +73,8 @@ def build_episode(cache: Path) -> Path:
         env.close()
     rec = EpisodeRecord.build(
         episode_id="bench-libero-sweep", benchmark="libero", task_id="libero_spatial/0", success=True, dt=0.05,
-        body_roles={"gripper0_rightfinger": "gripper", "table": "furniture"}, eef_pos=np.zeros((STEPS, 3)),
+        body_roles={"gripper0_rightfinger": "gripper", "akita_black_bowl_1_main": "target", "table": "furniture"},
+        eef_pos=np.zeros((STEPS, 3)),
         meta={"success_step": STEPS - 1},
         replay={"mjcf": "libero_sweep.xml", "qpos": np.array(qpos), "qvel": np.array(qvel), "camera": "agentview"})
     return save_record(rec, path)
@@ -113,7 +114,7 @@ def main() -> None:
     rec = load_record(path)
     steps = np.linspace(0, STEPS - 1, args.frames).astype(int)
     mid = STEPS // 2
-    v_all = Violation("arm_furniture_force", mid, 412.0, 200.0, "N", ">", TARGET_BODIES)
+    v_all = Violation("target_furniture_force", mid, 412.0, 200.0, "N", ">", TARGET_BODIES)
 
     times = {"replay_highlight": [], "replay_plain": [], "bare": [], "bare_model_quality": []}
     with Replayer(rec, width=WIDTH, height=HEIGHT, window=STEPS) as rp:
@@ -138,7 +139,7 @@ def main() -> None:
     fps = {k: 1.0 / float(np.median(v)) for k, v in times.items()}
 
     with tempfile.TemporaryDirectory() as tmp:
-        v = Violation("arm_furniture_force", mid, 412.0, 200.0, "N", ">", TARGET_BODIES)
+        v = Violation("target_furniture_force", mid, 412.0, 200.0, "N", ">", TARGET_BODIES)
         t0 = time.perf_counter()
         export_clip(rec, Path(tmp) / "clip.mp4", violations=[v], fps=20, size=(WIDTH, HEIGHT))
         export_s = time.perf_counter() - t0
