@@ -358,6 +358,13 @@ def test_bad_arguments(rp):
         rp.frame(1, violation="max_contact_force")
 
 
+def test_closing_another_replayer_leaves_this_one_intact(rp):
+    before = rp.frame(4, violation=VIOL)
+    with Replayer(toy_record(), width=W // 2, height=H // 2, camera="free") as other:
+        other.frame(2)
+    assert np.array_equal(before, rp.frame(4, violation=VIOL))
+
+
 def test_close_frees_the_context():
     r = Replayer(toy_record(), width=W, height=H)
     with r:
