@@ -136,22 +136,32 @@ def title(pg) -> str:
     return pg.locator("h1").first.inner_text().strip()
 
 
+def wait_title(pg, want: str, timeout: float = 30.0) -> str:
+    """The page title once it reads `want`; a loaded machine can take seconds to switch pages."""
+    deadline = time.monotonic() + timeout
+    got = title(pg)
+    while got != want and time.monotonic() < deadline:
+        time.sleep(0.25)
+        got = title(pg)
+    return got
+
+
 def test_every_page_opens_from_the_sidebar(server, page, shots):
     open_url(page, server)
-    assert title(page) == "Overview"
+    assert wait_title(page, "Overview") == "Overview"
     no_exception(page)
     for label, want in (("Episodes", "Episodes"), ("Episode detail", "Episode detail"), ("What-if", "What-if thresholds"),
                         ("Export", "Export"), ("Overview", "Overview")):
         page.locator('[data-testid="stSidebarNav"] a', has_text=label).first.click()
         settle(page, 0.8)
-        assert title(page) == want
+        assert wait_title(page, want) == want
         no_exception(page)
         page.screenshot(path=str(shots / f"page_{want.split()[0].lower().replace('-', '')}.png"))
 
 
 def test_deep_link_restores_the_episodes_view(server, page):
     open_url(page, f"{server}/episodes?outcome=SBU&vsi=0.5-1")
-    assert title(page) == "Episodes"
+    assert wait_title(page, "Episodes") == "Episodes"
     no_exception(page)
     chips = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Outcome").inner_text()
     assert "SBU" in chips
@@ -173,7 +183,7 @@ def test_sbu_episode_opens_with_its_replay_frame(server, page, shots):
     _click_first_row(page, worst.first)
     page.wait_for_url("**/detail?**", timeout=60_000)
     settle(page, 1.0)
-    assert title(page) == "Episode detail"
+    assert wait_title(page, "Episode detail") == "Episode detail"
     no_exception(page)
     assert "SBU" in page.locator('[data-testid="stMarkdown"]').filter(has_text="SBU").first.inner_text()
     img = page.locator('[data-testid="stImage"] img').first
@@ -261,7 +271,7 @@ def test_compare_page_opens_with_side_by_side_replay(server, store, page, shots)
     open_url(page, server)
     page.locator('[data-testid="stSidebarNav"] a', has_text="Compare").first.click()
     settle(page, 0.8)
-    assert title(page) == "Compare models"
+    assert wait_title(page, "Compare models") == "Compare models"
     no_exception(page)
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0
     eps = pd.read_parquet(store / "episodes.parquet")
