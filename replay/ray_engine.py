@@ -49,6 +49,7 @@ from scoring.errors import SafeVLAError
 
 ENV_WORKER_RESTARTS = 3
 EPISODE_RETRIES = 3
+BATCH_WAIT_S = 0.05  # longest wait for a full batch (batched policies)
 
 
 def _ray():
@@ -69,6 +70,9 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> bool:
         kwargs.pop("num_cpus", None)
         ray.init(address=address, **kwargs)
     else:
+        # Ray runs workers at nice 15 by default; env workers are the whole job here, so
+        # give them normal priority like the local engine's processes
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(**kwargs)
     return True
 
@@ -121,16 +125,23 @@ class PolicyServer:
     (up to `max_batch`), answers them with one `act_batch`, and wakes the others. Requests
     that arrive while a batch is being computed form the next batch, so a slow model (a
     GPU VLA) gets batches as large as the number of workers waiting, at no added latency.
-    With `max_wait_s > 0` the leader also waits that long for every open episode to ask.
+    With `max_wait_s > 0` the leader also waits up to that long for every open episode
+    to ask. The default is 0 for plain per-worker policies and `BATCH_WAIT_S` (or the
+    backend's `batch_wait_s`) for batched ones: without it, two workers sharing a slow
+    model fall into lock-step alternation with batches of 1.
     """
 
-    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float = 0.0):
+    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float | None = None):
         from replay.policies import load_policy
         _, factory = load_policy(policy_spec)
         probe = factory() if not isinstance(factory, type) or hasattr(factory, "act_batch") else None
         self.batched = probe is not None and hasattr(probe, "act_batch")
         self.backend = probe if self.batched else PerWorkerPolicies(factory)
         self.max_batch = int(max_batch)
+        if max_wait_s is None:
+            # a model (act_batch) waits for every open episode so batches stay full and
+            # workers stay in step; per-worker plain policies gain nothing from waiting
+            max_wait_s = getattr(self.backend, "batch_wait_s", BATCH_WAIT_S) if self.batched else 0.0
         self.max_wait_s = float(max_wait_s)
         self.cv = threading.Condition()
         self.pending: list[_Request] = []
@@ -232,8 +243,51 @@ class PolicyServer:
             self.first = self.last = None
 
 
+class BatchedScripted:
+    """Template for serving a VLA from the policy server: one model, whole batches.
+
+    Replace the body of `act_batch` with one forward pass of your model over the batch
+    (stack `observations`, run on the GPU, split the output). Keep per-episode state
+    (action chunks, history) in a dict keyed by session. `ray_actor_options` puts the
+    server where the model fits, e.g. `{"num_gpus": 1}`. Here the model is the scripted
+    profile `profile`, and `latency_s` sleeps once per batch to stand in for inference.
+
+        safevla rollout ... --engine ray --policy replay.ray_engine:BatchedScripted
+    """
+
+    ray_actor_options: dict = {}  # a VLA: {"num_gpus": 1}
+    profile = "careful"
+    latency_s = 0.0
+
+    def __init__(self):
+        from replay.policies import scripted
+        self.factory = scripted(self.profile)
+        self.sessions: dict[str, Any] = {}
+
+    def open_session(self, session: str, task_info: Any) -> None:
+        policy = self.factory()
+        if task_info is not None:
+            policy.set_task(task_info)
+        policy.reset()
+        self.sessions[session] = policy
+
+    def close_session(self, session: str) -> None:
+        self.sessions.pop(session, None)
+
+    def act_batch(self, sessions: Sequence[str], observations: Sequence[dict], languages: Sequence[str]) -> list:
+        if self.latency_s:
+            time.sleep(self.latency_s)  # one "forward pass" per batch
+        return [self.sessions[s](o, lang) for s, o, lang in zip(sessions, observations, languages)]
+
+
+class SimulatedVLA(BatchedScripted):
+    """`BatchedScripted` with 20 ms of simulated inference per batch (benchmarks, docs)."""
+
+    latency_s = 0.020
+
+
 def policy_server_actor(policy_spec: str, *, options: dict | None = None, max_batch: int = 64,
-                        max_wait_s: float = 0.0, max_concurrency: int = 64):
+                        max_wait_s: float | None = None, max_concurrency: int = 64):
     """Starts the policy-server actor. `options` go to `.options()` (e.g. num_gpus=1)."""
     ray = _ray()
     from replay.policies import load_policy
@@ -397,7 +451,7 @@ def _check_jobs(jobs: Sequence[tuple]) -> tuple[dict, list[tuple[str, int, int]]
 def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = None, progress: bool = True,
                  on_result: Callable[[EpisodeOutcome, list], None] | None = None,
                  server_options: dict | None = None, worker_options: dict | None = None,
-                 max_batch: int = 64, max_wait_s: float = 0.0, summary: bool = True) -> RayRolloutResult:
+                 max_batch: int = 64, max_wait_s: float | None = None, summary: bool = True) -> RayRolloutResult:
     """Runs the same (suite, task, episodes, run_task kwargs) jobs as `rollout.run_jobs`, on Ray.
 
     `on_result(outcome, workers)` is called on the driver after every episode (tests use
