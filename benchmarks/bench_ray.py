@@ -141,6 +141,39 @@ def machine_scaling() -> float:
     return round(2 * alone / both, 3)
 
 
+# The paper's roster (Section 4.1): (runs, tasks per run, episodes per run). One run is
+# one `safevla rollout` invocation (one model on one suite).
+ROSTER = {"libero_sft": (16, 10, 200),       # 4 models x 4 suites x 200 episodes
+          "libero_pi_rl_130": (4, 10, 2000),  # 4 suites x 2,000 episodes
+          "robocasa365": (4, 18, 900)}        # 4 models x 18 task families x 50 episodes
+ENV_BUILD_S = 9.0  # FIELD-NOTES: building a LIBERO env takes about 9 s
+
+
+def projection(m: dict) -> dict:
+    """Wall hours for the roster on 1, 4 and 16 nodes like this one (2 env workers each).
+
+    t_avg = (1-worker Ray seconds per episode) x (demo archive's mean steps / this run's
+    mean steps): the whole episode cost scaled per step, which overstates the fixed part
+    (reset, write) and so errs long. Per-worker efficiency e = measured scaling / 2
+    ("measured") or the 0.85 target ("target"). Env builds: each worker builds one env
+    per task it takes, ceil(tasks / workers) in sequence per run.
+    """
+    import math
+    import pyarrow.parquet as pq
+    steps = pq.read_table(ROOT / "assets" / "demo" / "store" / "episodes.parquet", columns=["n_steps"])
+    mean_steps = float(sum(steps["n_steps"].to_pylist()) / steps.num_rows)
+    t_avg = m["ray1_s_per_episode"] * mean_steps / m["mean_steps"]
+    episodes = sum(r * e for r, _, e in ROSTER.values())
+    out = {"episodes": episodes, "mean_steps_demo": round(mean_steps, 1), "s_per_episode": round(t_avg, 2),
+           "cpu_hours_one_worker": round(episodes * t_avg / 3600, 1), "efficiency_measured": round(m["scaling"] / 2, 3)}
+    for label, e in (("measured", m["scaling"] / 2), ("target", 0.85)):
+        for nodes in (1, 4, 16):
+            workers = 2 * nodes
+            builds = sum(r * math.ceil(t / workers) * ENV_BUILD_S for r, t, _ in ROSTER.values())
+            out[f"hours_{nodes}_nodes_{label}"] = round((episodes * t_avg / (workers * e) + builds) / 3600, 2)
+    return out
+
+
 def busy_others() -> list[str]:
     """Other processes using CPU right now (a shared machine skews the scaling figure)."""
     import subprocess
@@ -245,6 +278,8 @@ def measure(args) -> dict:
     finally:
         ray.shutdown()
     out["machine_scaling_after"] = machine_scaling()
+    if "ray1_s_per_episode" in out:
+        out["projection"] = projection(out)
     out["scaling_ok"] = out.get("scaling", 0) >= 1.7
     out["overhead_ok"] = out.get("overhead", 1) <= 0.15
     return out

@@ -466,14 +466,17 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
     archive, seed, max_steps = kw["archive"], int(kw.get("seed", 0)), kw.get("max_steps")
     from replay.rollout import episode_path
     done = [e for e in episodes if episode_path(archive, e[0], e[1], model, e[2]).exists()]
-    todo = [e for e in episodes if e not in set(done)]
+    done_set = set(done)
+    todo = [e for e in episodes if e not in done_set]
     outcomes = [EpisodeOutcome(str(episode_path(archive, s, t, model, k)), s, t, k, None, 0, True, "-", 0, 0, 0)
                 for s, t, k in done]
     t_start = time.perf_counter()
     started = ensure_ray(address)
     server = wlist = None
     try:
-        n = max(1, min(int(workers), len({(s, t) for s, t, _ in todo}) if todo else 1, len(todo) or 1))
+        # more workers than tasks is fine: a worker without a task of its own joins the
+        # task with the most episodes left (and builds its own env for it)
+        n = max(1, min(int(workers), len(todo) or 1))
         if todo:
             server = policy_server_actor(kw["policy_spec"], options=server_options, max_batch=max_batch,
                                          max_wait_s=max_wait_s, max_concurrency=max(64, 2 * n + 8))
