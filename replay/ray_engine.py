@@ -506,7 +506,11 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
             def submit(i: int) -> None:
                 job = next_for(i)
                 if job is not None:
-                    inflight[wlist[i].run.remote(*job)] = i
+                    # a lost policy server surfaces in the worker as an actor error: Ray
+                    # retries the episode (the server restarts under the same name)
+                    inflight[wlist[i].run.options(retry_exceptions=[ray.exceptions.RayActorError,
+                                                                    ray.exceptions.ActorUnavailableError])
+                             .remote(*job)] = i
 
             for i in range(len(wlist)):
                 submit(i)

@@ -210,6 +210,27 @@ def test_a_killed_env_worker_loses_and_duplicates_nothing(ray_local, local_archi
 
 @pytest.mark.slow
 @pytest.mark.libero
+def test_a_killed_policy_server_is_restarted_and_the_episodes_retried(ray_local, local_archive, tmp_path):
+    killed = []
+
+    def kill_server(outcome, workers):
+        if not killed:
+            names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                     if a["name"].startswith("safevla-policy-server-")]
+            server = ray.get_actor(names[0])
+            ray.kill(server, no_restart=False)
+            killed.append(names[0])
+
+    res = ray_engine.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=kill_server)
+    assert killed
+    ran = sorted((o.task, o.episode) for o in res.outcomes if not o.skipped)
+    assert ran == sorted((t, k) for t in TASKS for k in EPISODES)
+    assert recorded(tmp_path) == expected_files(tmp_path)
+    assert_same_records(tmp_path, local_archive)
+
+
+@pytest.mark.slow
+@pytest.mark.libero
 def test_an_interrupted_run_resumes_where_it_stopped(ray_local, local_archive, tmp_path):
     def interrupt(outcome, workers):
         raise KeyboardInterrupt
