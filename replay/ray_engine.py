@@ -18,8 +18,9 @@ Three kinds of process take part:
   throughput summary and the server's batching figures.
 
 Failures use Ray's own retry options: env workers and the server are restarted
-(`max_restarts`) and an episode call that died with its worker is re-run on the
-restarted worker (`max_task_retries`); `max_retries` covers the scoring tasks.
+(`max_restarts`); an episode call that died with its worker is re-run on the
+restarted worker (`max_task_retries`), and one that lost the policy server is re-run
+once the server is back (`retry_exceptions`); `max_retries` covers the scoring tasks.
 
 Wrapping a VLA as the policy server: give `--policy module:Factory` a factory (class)
 whose product has `act_batch(sessions, observations, languages) -> list of (7,)
