@@ -24,7 +24,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -288,12 +288,14 @@ def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
 def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: str | os.PathLike, *,
                   workers: int = 1, registry: Registry | None = None, registry_path=None,
                   copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
-                  batch: int = 64, synthetic: bool = False) -> ScoreSummary:
+                  batch: int = 64, synthetic: bool = False, engine: Callable | None = None) -> ScoreSummary:
     """Scores every episode of the archives into the run store `out`.
 
     Episodes already in the store with the same registry hash are skipped; an episode
     that fails validation is reported (errors.json and the summary) and the rest are
-    still scored. `workers > 1` scores in a process pool.
+    still scored. `workers > 1` scores in a process pool. `engine(jobs, run)` may replace
+    the local engine: a generator yielding each job's `_Batch` in submission order
+    (`scoring.ray_score` runs them as Ray tasks); the store it gives is the same.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -336,13 +338,8 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
 
     skipped_files = [0]
     jobs = _jobs(files, done_sources, batch, skipped_files, store)
-    pool = None
-    if workers > 1:
-        pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
-            workers, initializer=_worker_init, initargs=(registry_path,))
-        results = pool.imap(_JobRunner(str(store), copy_trajectories), jobs)
-    else:
-        results = (_run_job(job, str(store), copy_trajectories, reg) for job in jobs)
+    run = _Run(store=str(store), copy=copy_trajectories, registry=reg, registry_path=registry_path, workers=workers)
+    results = (engine or local_engine)(jobs, run)
     try:
         for res in results:
             errors.extend(res.errors)
@@ -370,15 +367,39 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
                 flush()
             bar.update(res.n_items)
     finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+        results.close()  # stops the engine: pool shut down, queued tasks cancelled
         bar.close()
     flush()
     skipped += skipped_files[0]
     _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic)
     return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
                         total=scored + skipped + len(errors))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What an engine needs to score jobs for one `score_archive` call."""
+
+    store: str
+    copy: bool
+    registry: Registry
+    registry_path: object
+    workers: int
+
+
+def local_engine(jobs: Iterator[_Job], run: _Run) -> Iterator[_Batch]:
+    """The default engine: in this process, or a process pool when `run.workers > 1`."""
+    if run.workers <= 1:
+        for job in jobs:
+            yield _run_job(job, run.store, run.copy, run.registry)
+        return
+    pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
+        run.workers, initializer=_worker_init, initargs=(run.registry_path,))
+    try:
+        yield from pool.imap(_JobRunner(run.store, run.copy), jobs)
+    finally:
+        pool.close()
+        pool.join()
 
 
 class _JobRunner:

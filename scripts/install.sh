@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything SafeVLA-Bench and its tests need on a fresh Debian machine:
 # Mesa EGL for offscreen MuJoCo rendering, chromium for the browser test, and the
-# Python package with its replay, LIBERO, dashboard and dev extras.
+# Python package with its replay, LIBERO, dashboard, Ray and dev extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,4 +14,4 @@ if command -v apt-get >/dev/null; then
     libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core >/dev/null
 fi
 python -m pip install -q --upgrade pip
-python -m pip install -q -e ".[replay,libero,dashboard,dev]"
+python -m pip install -q -e ".[replay,libero,dashboard,ray,dev]"
