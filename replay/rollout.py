@@ -14,12 +14,14 @@ interrupted run resumes by skipping every episode whose file exists.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import multiprocessing
 import os
 import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -225,6 +227,22 @@ def run_rollout(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _plain_main():
+    """Hide the caller's `__main__` while spawn workers start.
+
+    Spawned workers re-import the parent's main script. Under Streamlit (or its AppTest)
+    that is the dashboard app, whose import starts loading MuJoCo scenes in the worker and
+    breaks `mj_saveLastXML` for the env; the workers need nothing from `__main__`.
+    """
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def run_jobs(jobs: list[tuple], *, workers: int, progress: bool = True) -> list[Outcome]:
     """Runs (suite, task, episodes, run_task keyword arguments) jobs, one env per job."""
     from tqdm import tqdm
@@ -239,7 +257,9 @@ def run_jobs(jobs: list[tuple], *, workers: int, progress: bool = True) -> list[
                 results.extend(res)
         else:
             ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked GL/MuJoCo state
-            with ctx.Pool(min(workers, len(jobs))) as pool:
+            with _plain_main():  # only while the workers start: they read __main__ then
+                pool = ctx.Pool(min(workers, len(jobs)))
+            with pool:
                 for res in pool.imap_unordered(_task_job, jobs):
                     results.extend(res)
                     bar.update(len(res))
