@@ -20,7 +20,6 @@ from scoring.io import atomic_write_bytes
 from scoring.ranking import HIGHER_IS_BETTER, LABELS, METRICS
 from scoring.tables import DASH, ci_pct, pct, write_tables
 
-EXIT_BAD_INPUT = 2  # as scoring.cli: bad input exits 2 with a one-line cause
 
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
@@ -151,15 +150,9 @@ def discordant_table(cmp: Comparison) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry: `python -m scoring.compare_cli compare STORE --models A B`."""
-    parser = argparse.ArgumentParser(prog="safevla")
-    add_compare_parser(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except SafeVLAError as exc:
-        print(f"safevla {args.command}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    """Standalone entry: `python -m scoring.compare_cli compare STORE --models A B` (the main CLI's)."""
+    from scoring.cli import main as safevla_main
+    return safevla_main(argv)
 
 
 if __name__ == "__main__":
