@@ -24,11 +24,10 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from replay.hosts.libero import CAMERA, CONTROL_DT, MAX_STEPS, SETTLE_ACTION, SETTLE_STEPS, SUITES, LiberoHost
+from replay.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, SETTLE_STEPS, SUITES, LiberoHost
 from replay.policies import check_action, load_policy
 from scoring.errors import SafeVLAError
 from scoring.io import atomic_write_bytes, save_record

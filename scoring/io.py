@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from scoring.errors import RecordError
-from scoring.schema import SCHEMA_VERSION, Contacts, EpisodeRecord
+from scoring.schema import SCHEMA_VERSION, EpisodeRecord
 
 RECORD_SUFFIXES = (".json", ".jsonl", ".npz")
 _META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",

@@ -17,7 +17,6 @@ import functools
 import os
 from collections import deque
 from collections.abc import Iterable
-from pathlib import Path
 
 from scoring.errors import SafeVLAError
 from scoring.registry import load_registry

@@ -206,7 +206,6 @@ def _target_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
         for n in held:
             missing[n] = f"target {sorted(set(rec.targets) - set(posed))[0]!r} has no recorded position"
         return
-    T = rec.n_steps
     pos = rec.body_pos[:, [rec.pose_bodies.index(t) for t in posed], :].astype(np.float64).transpose(1, 0, 2)
     height = pos[..., 2] - pos[:, :1, 2]  # (K, T) lift above the start height
     speed_k = _norm(_gradient(pos, rec.dt, axis=1))

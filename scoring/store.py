@@ -35,8 +35,8 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import Loaded, archive_files, loads, atomic_write_bytes, iter_archive, record_from_json, \
-    record_from_npz, record_to_npz_bytes
+from scoring.io import archive_files, atomic_write_bytes, loads, record_from_json, record_from_npz, \
+    record_to_npz_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import EpisodeResult, score_episode
 

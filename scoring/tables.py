@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from scoring.io import atomic_write_bytes

@@ -25,9 +25,9 @@ def depth(rho, threshold, severe, *, binary: bool = False):
     if binary:
         d = np.where(rho < 0, 1.0, 0.0)
     else:
-        tau = np.abs(np.asarray(threshold, dtype=np.float64))
-        excess = np.maximum(0.0, -rho)  # x * tau
-        d = np.minimum(1.0, excess / np.asarray(severe, dtype=np.float64))  # x / K = excess / s
+        # x / K = (-rho / tau) / (s / tau): tau cancels, leaving excess / s
+        excess = np.maximum(0.0, -rho)
+        d = np.minimum(1.0, excess / np.asarray(severe, dtype=np.float64))
     return d if d.ndim else float(d)
 
 

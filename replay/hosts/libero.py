@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable
 from typing import Any
 
 import mujoco
