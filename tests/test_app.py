@@ -1,7 +1,6 @@
 """The Streamlit app through `streamlit.testing.v1.AppTest`: every page, filters, deep links,
 what-if numbers against `scoring`, and bad stores."""
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -17,6 +16,7 @@ from scoring.io import load_record  # noqa: E402
 from scoring.registry import load_registry  # noqa: E402
 from scoring.score import score_episode  # noqa: E402
 from scoring.whatif import WhatIf  # noqa: E402
+from dashboard_helpers import build_store, metric, ok  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "dashboard" / "app.py")
@@ -25,10 +25,7 @@ FORCE = ("arm_furniture_force", "target_furniture_force", "max_contact_force")
 
 
 def make_store(out: Path, n: int = 64, renderable: bool = True) -> Path:
-    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build_store(out, n, n_steps=60, contacts_per_step=6, renderable=renderable)
+    return build_store(out, n, renderable=renderable)
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +46,6 @@ def app(store, **params) -> AppTest:
     return at.run()
 
 
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def metric(at: AppTest, label: str) -> str:
-    hits = [m.value for m in at.metric if m.label == label]
-    assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"
-    return hits[0]
 
 
 def qp(at: AppTest, key: str) -> list[str]:

@@ -2,7 +2,6 @@
 `scoring.compare`, model choice, the discordant list against `discordant_episodes`, deep
 links, and the side-by-side replay (render tests need EGL)."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ pytest.importorskip("statsmodels")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from scoring.compare import compare_models, discordant_episodes  # noqa: E402
+from dashboard_helpers import build_store, metric, ok  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "dashboard" / "app.py")
@@ -22,10 +22,7 @@ MODELS = ["policy-a", "policy-b", "policy-c", "policy-d"]
 
 
 def make_store(out: Path, n: int, *, paired: bool) -> Path:
-    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    store = mod.build_store(out, n, n_steps=40, contacts_per_step=4, renderable=True)
+    store = build_store(out, n, n_steps=40, contacts_per_step=4, renderable=True)
     if paired:
         # synthetic records draw a seed each; give every model the same seed per init state, as a benchmark run does
         eps = pd.read_parquet(store / "episodes.parquet")
@@ -58,16 +55,6 @@ def app(store, **params) -> AppTest:
     return at.run()
 
 
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def metric(at: AppTest, label: str) -> str:
-    hits = [m.value for m in at.metric if m.label == label]
-    assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"
-    return hits[0]
 
 
 def qp(at: AppTest, key: str) -> str | None:

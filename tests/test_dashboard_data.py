@@ -1,6 +1,5 @@
 """The dashboard's data layer against `scoring` and plain pandas on the store's own files."""
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -14,15 +13,13 @@ pytest.importorskip("streamlit")
 from dashboard import data as D  # noqa: E402
 from scoring.io import load_record  # noqa: E402
 from scoring.score import score_episode  # noqa: E402
+from dashboard_helpers import build_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_store(out: Path, n: int = 64, renderable: bool = False) -> Path:
-    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build_store(out, n, n_steps=60, contacts_per_step=6, renderable=renderable)
+    return build_store(out, n, renderable=renderable)
 
 
 @pytest.fixture(scope="module")
