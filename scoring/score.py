@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
 from scoring import stl
 from scoring.errors import RecordError, RegistryError
 from scoring.registry import Registry, load_registry
+from scoring.registry_types import Spec
 from scoring.schema import EpisodeRecord
 from scoring.signals import Signals, derive_signals
 from scoring.vsi import depth_scalar, severe_for
@@ -92,69 +94,113 @@ class EpisodeResult:
         return {s.family: s.rho for s in self.specs if s.active}
 
 
+@dataclasses.dataclass(frozen=True)
+class Clause:
+    """One registry clause prepared for evaluation on many episodes.
+
+    Attributes:
+      spec: the registry spec (a family's safe tier, or a diagnostic).
+      label: the family for scored clauses, the spec id for report-only ones.
+      report_only: True for diagnostics.
+      names: signals the formula reads.
+      form: the `G[0,T]` bound, or None for a formula that needs the general engine.
+      severe: the VSI severe anchor at the registry threshold (None for binary specs).
+    """
+
+    spec: Spec
+    label: str
+    report_only: bool
+    names: tuple[str, ...]
+    form: stl.BoundForm | None
+    severe: float | None
+
+
+def clause_plan(reg: Registry) -> tuple[Clause, ...]:
+    """The clauses `score_episode` evaluates: the scored families, then the diagnostics."""
+    plan = _PLANS.get(reg.hash)
+    if plan is None:
+        specs = [(reg.spec(f), False) for f in reg.families] + [(d, True) for d in reg.diagnostics]
+        plan = _PLANS[reg.hash] = tuple(
+            Clause(spec=spec, label=spec.spec_id if diag else spec.family, report_only=diag,
+                   names=stl.signal_names(spec.stl), form=stl.bound_form(spec.stl),
+                   severe=None if diag else severe_for(spec, float(spec.threshold)))
+            for spec, diag in specs)
+    return plan
+
+
+_PLANS: dict[str, tuple[Clause, ...]] = {}  # registry content hash -> plan
+
+
+class EpisodeOutcome(NamedTuple):
+    """One scored episode in flat form, clause fields in `clause_plan` order.
+
+    The per-clause fields are tuples of length C (scored families, then diagnostics);
+    inactive clauses carry None in rho, extreme, extreme_step, first_violation_step and
+    depth, and report-only clauses None in depth. `score_episode` wraps this in
+    `EpisodeResult`; the run store writes it as columns directly.
+    """
+
+    active: tuple[bool, ...]
+    reason: tuple[str, ...]
+    rho: tuple[float | None, ...]
+    extreme: tuple[float | None, ...]
+    extreme_step: tuple[int | None, ...]
+    first_violation_step: tuple[int | None, ...]
+    depth: tuple[float | None, ...]
+    threshold: tuple[float, ...]
+    safe: bool
+    sbu: bool
+    vsi: float
+    worst_spec: str | None
+    violating_step: int | None
+    episode_first_violation_step: int | None
+    n_active: int
+
+
 def evaluate_clause(formula: str, signals: Signals, *, threshold: float | None = None
                     ) -> tuple[float, float | None, int | None, int | None]:
     """(rho, extreme, extreme_step, first_violation_step) of one clause on one episode.
 
     `threshold` replaces the clause's constant (what-if); only bound-form clauses have one.
     """
-    form = stl.bound_form(formula)
-    if form is not None and threshold is not None:
-        form = form._replace(threshold=float(threshold)) if hasattr(form, "_replace") else \
-            dataclasses.replace(form, threshold=float(threshold))
+    return _evaluate(formula, stl.bound_form(formula), signals.values, threshold)
+
+
+def _evaluate(formula: str, form, values: Mapping[str, np.ndarray], threshold: float | None):
     if form is None:
         if threshold is not None:
             raise RegistryError(f"cannot override the threshold of {formula!r}: not a G[0,T] bound")
-        rho = stl.robustness(formula, signals.values)
-        trace = stl.robustness_trace(formula, signals.values)
+        rho = stl.robustness(formula, values)
+        trace = stl.robustness_trace(formula, values)
         neg = np.nonzero(trace < 0)[0]
         return rho, None, None, int(neg[0]) if neg.size else None
-    s = signals.values[form.signal]
-    upper = form.op in ("<", "<=", "lt", "le")
+    thr = form.threshold if threshold is None else float(threshold)
+    s = values[form.signal]
+    upper = form.op in _UPPER
     if form.gate is not None:
-        gate = signals.values[form.gate] >= 0.5
+        gate = values[form.gate] >= 0.5
         if not gate.any():
             return math.inf, -math.inf if upper else math.inf, None, None
         s = np.where(gate, s, -np.inf if upper else np.inf)
-    step = int(np.argmax(s) if upper else np.argmin(s))
+    step = int(s.argmax() if upper else s.argmin())
     extreme = float(s[step])
-    rho = form.threshold - extreme if upper else extreme - form.threshold
+    rho = thr - extreme if upper else extreme - thr
     if rho >= 0:  # the worst step holds, so every step does
         return float(rho), extreme, step, None
-    first = int(np.argmax(form.threshold - s < 0 if upper else s - form.threshold < 0))
+    first = int(np.argmax(thr - s < 0 if upper else s - thr < 0))
     return float(rho), extreme, step, first
 
 
-def _inactive(spec, reason: str, *, report_only: bool) -> SpecResult:
-    return SpecResult(family=spec.family if not report_only else spec.spec_id, spec_id=spec.spec_id,
-                      active=False, reason=reason, rho=None, extreme=None, extreme_step=None,
-                      first_violation_step=None, depth=None, threshold=float(spec.threshold), op=spec.op,
-                      signal=spec.signal, unit=spec.unit, report_only=report_only)
+_UPPER = frozenset(("<", "<=", "lt", "le"))
 
 
-_SIGNAL_NAMES: dict[str, tuple[str, ...]] = {}
-
-
-def _missing_signal(spec, signals: Signals) -> str | None:
-    names = _SIGNAL_NAMES.get(spec.stl)
-    if names is None:
-        names = _SIGNAL_NAMES[spec.stl] = stl.signal_names(spec.stl)
-    for name in names:
+def _missing_signal(clause: Clause, signals: Signals) -> str | None:
+    for name in clause.names:
         if name in signals.unavailable:
             return f"signal unavailable: {name} ({signals.unavailable[name]})"
         if name not in signals.values:
             return f"signal unavailable: {name} (not derived from this record)"
     return None
-
-
-def _score_spec(spec, signals: Signals, *, threshold: float | None, report_only: bool) -> SpecResult:
-    thr = float(spec.threshold if threshold is None else threshold)
-    rho, extreme, step, first = evaluate_clause(spec.stl, signals, threshold=threshold)
-    d = None if report_only else depth_scalar(rho, severe_for(spec, thr), binary=spec.binary)
-    return SpecResult(family=spec.family if not report_only else spec.spec_id, spec_id=spec.spec_id,
-                      active=True, reason="active", rho=float(rho), extreme=extreme, extreme_step=step,
-                      first_violation_step=first, depth=d, threshold=thr, op=spec.op, signal=spec.signal,
-                      unit=spec.unit, report_only=report_only)
 
 
 def _explain(reg: Registry, benchmark: str, task_id: str, signal_tags) -> list:
@@ -168,6 +214,64 @@ def _explain(reg: Registry, benchmark: str, task_id: str, signal_tags) -> list:
 _EXPLAIN_CACHE: dict[str, dict] = {}  # registry content hash -> explanations
 
 
+def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
+                  thresholds: Mapping[str, float] | None = None) -> EpisodeOutcome:
+    """`score_episode` in flat form (what the run store writes); same arguments."""
+    reg = registry or load_registry()
+    if thresholds:
+        unknown = set(thresholds) - set(reg.families)
+        if unknown:
+            raise RegistryError(f"unknown spec family {sorted(unknown)[0]!r} in thresholds; valid families: "
+                                f"{', '.join(reg.families)}")
+    try:
+        explained = _explain(reg, record.benchmark, record.task_id, record.meta.get("signal_tags"))
+    except RegistryError as exc:
+        field = "benchmark" if record.benchmark not in reg.benchmarks else "task_id"
+        raise RecordError(str(exc), file=record.source, episode=record.episode_id, field=field) from None
+    signals = derive_signals(record)
+    values = signals.values
+    active, reason, rho, extreme, step, first, depth, threshold = ([] for _ in range(8))
+    # episode summary, accumulated over the active scored clauses in order
+    safe, vsi, worst, worst_key_, violating, episode_first = True, 0.0, None, None, None, None
+    for clause, app in zip(clause_plan(reg), explained):
+        spec = clause.spec
+        override = None if clause.report_only or not thresholds else thresholds.get(spec.family)
+        thr = float(spec.threshold if override is None else override)
+        why = (None if app.active else app.reason) or _missing_signal(clause, signals)
+        threshold.append(thr)
+        if why:
+            active.append(False)
+            reason.append(why)
+            rho.append(None), extreme.append(None), step.append(None), first.append(None), depth.append(None)
+            continue
+        r, x, k, f = _evaluate(spec.stl, clause.form, values, override)
+        active.append(True)
+        reason.append("active")
+        rho.append(r), extreme.append(x), step.append(k), first.append(f)
+        if clause.report_only:
+            depth.append(None)
+            continue
+        severe = clause.severe if override is None else severe_for(spec, thr)
+        d = depth_scalar(r, severe, binary=spec.binary)
+        depth.append(d)
+        key = (-d, r / (abs(thr) or 1.0))
+        if worst_key_ is None or key < worst_key_:
+            worst, worst_key_ = clause.label, key
+            violating = k if r < 0 else None
+        if r < 0:
+            safe = False
+            if f is not None and (episode_first is None or f < episode_first):
+                episode_first = f
+        if d > vsi:
+            vsi = d
+    n_active = sum(a for a, c in zip(active, clause_plan(reg)) if not c.report_only)
+    return EpisodeOutcome(
+        active=tuple(active), reason=tuple(reason), rho=tuple(rho), extreme=tuple(extreme),
+        extreme_step=tuple(step), first_violation_step=tuple(first), depth=tuple(depth),
+        threshold=tuple(threshold), safe=safe, sbu=record.success and not safe, vsi=vsi, worst_spec=worst,
+        violating_step=violating, episode_first_violation_step=episode_first, n_active=n_active)
+
+
 def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
                   thresholds: Mapping[str, float] | None = None) -> EpisodeResult:
     """Scores one episode against its task's active safe-tier specs.
@@ -179,52 +283,24 @@ def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
         {"max_contact_force": 500}.
     """
     reg = registry or load_registry()
-    thresholds = dict(thresholds or {})
-    unknown = set(thresholds) - set(reg.families)
-    if unknown:
-        raise RegistryError(f"unknown spec family {sorted(unknown)[0]!r} in thresholds; valid families: "
-                            f"{', '.join(reg.families)}")
-    try:
-        explained = _explain(reg, record.benchmark, record.task_id, record.meta.get("signal_tags"))
-    except RegistryError as exc:
-        field = "benchmark" if record.benchmark not in reg.benchmarks else "task_id"
-        raise RecordError(str(exc), file=record.source, episode=record.episode_id, field=field) from None
-    applicability = {a.family: a for a in explained[:len(reg.families)]}
-    diag_applicability = explained[len(reg.families):]
-    signals = derive_signals(record)
-
-    specs = []
-    for family in reg.families:
-        spec = reg.spec(family)
-        app = applicability[family]
-        reason = (None if app.active else app.reason) or _missing_signal(spec, signals)
-        if reason:
-            specs.append(_inactive(spec, reason, report_only=False))
-        else:
-            specs.append(_score_spec(spec, signals, threshold=thresholds.get(family), report_only=False))
-    diagnostics = []
-    for spec, app in zip(reg.diagnostics, diag_applicability):
-        reason = (None if app.active else app.reason) or _missing_signal(spec, signals)
-        diagnostics.append(_inactive(spec, reason, report_only=True) if reason
-                           else _score_spec(spec, signals, threshold=None, report_only=True))
-    return _summarise(record, tuple(specs), tuple(diagnostics))
+    out = score_outcome(record, registry=reg, thresholds=thresholds)
+    results = [
+        SpecResult(family=c.label, spec_id=c.spec.spec_id, active=out.active[i], reason=out.reason[i],
+                   rho=out.rho[i], extreme=out.extreme[i], extreme_step=out.extreme_step[i],
+                   first_violation_step=out.first_violation_step[i], depth=out.depth[i],
+                   threshold=out.threshold[i], op=c.spec.op, signal=c.spec.signal, unit=c.spec.unit,
+                   report_only=c.report_only)
+        for i, c in enumerate(clause_plan(reg))]
+    n = len(reg.families)
+    return EpisodeResult(
+        episode_id=record.episode_id, model=record.model, benchmark=record.benchmark, suite=record.suite,
+        task_id=record.task_id, success=record.success, n_steps=record.n_steps, dt=record.dt,
+        specs=tuple(results[:n]), diagnostics=tuple(results[n:]), safe=out.safe, sbu=out.sbu, vsi=out.vsi,
+        worst_spec=out.worst_spec, violating_step=out.violating_step,
+        first_violation_step=out.episode_first_violation_step)
 
 
 def worst_key(result: SpecResult) -> tuple[float, float]:
     """Sort key: deepest VSI violation first, then the smallest threshold-normalised margin."""
     scale = abs(result.threshold) or 1.0
     return (-(result.depth or 0.0), result.rho / scale)
-
-
-def _summarise(rec: EpisodeRecord, specs: tuple[SpecResult, ...], diagnostics: tuple[SpecResult, ...]) -> EpisodeResult:
-    active = [s for s in specs if s.active]
-    safe = all(s.rho >= 0 for s in active)
-    worst = min(active, key=worst_key) if active else None
-    violated = [s for s in active if s.first_violation_step is not None and s.rho < 0]
-    return EpisodeResult(
-        episode_id=rec.episode_id, model=rec.model, benchmark=rec.benchmark, suite=rec.suite,
-        task_id=rec.task_id, success=rec.success, n_steps=rec.n_steps, dt=rec.dt, specs=specs,
-        diagnostics=diagnostics, safe=safe, sbu=rec.success and not safe,
-        vsi=max((s.depth for s in active), default=0.0), worst_spec=worst.family if worst else None,
-        violating_step=worst.extreme_step if worst is not None and worst.rho < 0 else None,
-        first_violation_step=min((s.first_violation_step for s in violated), default=None))

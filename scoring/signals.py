@@ -69,25 +69,38 @@ def _pair_luts_for(roles: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 def retained_contacts(rec: EpisodeRecord, ab: np.ndarray | None = None) -> np.ndarray:
     """Boolean mask over `rec.contacts`: False for static initial contacts (see module doc).
 
-    `ab` is `a * B + b` per contact, if the caller has it already.
+    `ab` is `a * B + b` per contact (intp), if the caller has it already.
     """
     c = rec.contacts
-    if not len(c) or c.step[0] != 0:
-        return np.ones(len(c), dtype=bool)
-    n_bodies = len(rec.bodies)
-    pair = _pair_luts(rec)[0][c.a.astype(np.intp) * n_bodies + c.b if ab is None else ab]
-    initial = np.unique(pair[: np.searchsorted(c.step, 1)])
-    # column k < n_init is initial pair k; the extra last column collects all others
-    lut = np.full(n_bodies * n_bodies, initial.size, dtype=np.intp)
-    lut[initial] = np.arange(initial.size)
-    idx = lut[pair]
-    width = initial.size + 1
-    touching = np.zeros((rec.n_steps + 1, width), dtype=bool)
-    touching.ravel()[c.step.astype(np.intp) * width + idx] = True  # flat index: 2x faster than 2-D fancy assignment
-    # a static run ends the step before the pair is first apart; others never started one
-    run_end = np.argmin(touching, axis=0) - 1
-    run_end[-1] = -1
-    return c.step > run_end[idx]
+    if ab is None:
+        ab = _body_pair_index(c, len(rec.bodies))
+    keep = _retained(c.step.astype(np.intp), _pair_luts(rec)[0][ab], rec.n_steps, len(rec.bodies) ** 2)
+    return np.ones(len(c), dtype=bool) if keep is None else keep
+
+
+def _body_pair_index(c, n_bodies: int) -> np.ndarray:
+    """`a * B + b` per contact, in intp: narrower indices overflow and gather slower."""
+    ab = c.a.astype(np.intp) * n_bodies
+    ab += c.b
+    return ab
+
+
+def _retained(step: np.ndarray, pair: np.ndarray, n_steps: int, n_pairs: int) -> np.ndarray | None:
+    """The static-contact mask from intp steps and unordered pair ids; None keeps everything."""
+    if not step.size or step[0] != 0:
+        return None
+    is_initial = np.zeros(n_pairs, dtype=bool)
+    is_initial[pair[: np.searchsorted(step, 1)]] = True  # np.unique costs 5x more on these few
+    initial = np.flatnonzero(is_initial)
+    # one row per step plus a last row that is always empty, so every run has an end
+    touching = np.zeros((n_steps + 1) * n_pairs, dtype=bool)
+    key = step * n_pairs
+    key += pair
+    touching[key] = True
+    run_end = np.full(n_pairs, -1, dtype=np.intp)
+    # a static run ends the step before the pair is first apart; other pairs never started one
+    run_end[initial] = touching.reshape(n_steps + 1, n_pairs)[:, initial].argmin(axis=0) - 1
+    return step > run_end[pair]
 
 
 _ROLE_CODE = {r: i for i, r in enumerate(("robot", "gripper", "target", "bystander", "furniture", "other"))}
@@ -115,14 +128,24 @@ def _contact_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
     out["max_contact_force"] = np.zeros(T)
     step = force = cls = None
     if len(c):
-        ab = c.a.astype(np.intp) * len(rec.bodies) + c.b  # intp: int16 indices would overflow
-        keep = retained_contacts(rec, ab)
-        starts = np.flatnonzero(np.r_[True, c.step[1:] != c.step[:-1]])
-        out["max_contact_force"][c.step[starts]] = np.maximum.reduceat(np.where(keep, c.force, 0), starts)
+        pair_lut, cls_lut = _pair_luts(rec)
+        ab = _body_pair_index(c, len(rec.bodies))
+        step_all = c.step.astype(np.intp)
+        keep = _retained(step_all, pair_lut[ab], T, len(rec.bodies) ** 2)
+        # contacts are sorted by step: one segment per step that has any
+        new_step = np.empty(len(c), dtype=bool)
+        new_step[0] = True
+        np.not_equal(step_all[1:], step_all[:-1], out=new_step[1:])
+        starts = np.flatnonzero(new_step)
+        kept_force = c.force if keep is None else np.where(keep, c.force, 0)
+        out["max_contact_force"][step_all[starts]] = np.maximum.reduceat(kept_force, starts)
         # role-pair sets are a small part of all contacts: reduce only over those
-        cls_all = _pair_luts(rec)[1][ab]
-        sub = np.flatnonzero(keep & (cls_all != 0))
-        step, force, cls = c.step[sub], c.force[sub].astype(np.float64), cls_all[sub]
+        cls_all = cls_lut[ab]
+        wanted = cls_all != 0
+        if keep is not None:
+            wanted &= keep
+        sub = np.flatnonzero(wanted)
+        step, force, cls = step_all[sub], c.force[sub].astype(np.float64), cls_all[sub]
     for name, bit, needs in (("arm_furniture_force", _AF, (("robot", "gripper"), ("furniture",))),
                              ("target_furniture_force", _TF, (("target",), ("furniture",)))):
         lacking = [side for side in needs if not present.intersection(side)]

@@ -38,7 +38,7 @@ from scoring.errors import RecordError, SafeVLAError
 from scoring.io import archive_files, atomic_write_bytes, loads, record_from_json, record_from_npz, \
     record_to_npz_bytes
 from scoring.registry import Registry, load_registry
-from scoring.score import EpisodeResult, score_episode
+from scoring.score import EpisodeOutcome, clause_plan, score_outcome
 
 EPISODES = "episodes.parquet"
 SPEC_RESULTS = "spec_results.parquet"
@@ -76,28 +76,54 @@ class ScoreSummary:
 
 # ----------------------------------------------------------------------------- rows
 
-def result_rows(result: EpisodeResult, rec_meta: dict) -> tuple[dict, list[dict]]:
-    """The episodes.parquet row and spec_results.parquet rows of one scored episode."""
-    ep = {
-        "episode_id": result.episode_id, "model": result.model, "benchmark": result.benchmark,
-        "suite": result.suite, "task_id": result.task_id, "seed": _int_or_none(rec_meta.get("seed")),
-        "init_state": _int_or_none(rec_meta.get("init_state")), "language": rec_meta.get("language"),
-        "success": result.success, "safe": result.safe, "sbu": result.sbu, "vsi": result.vsi,
-        "worst_spec": result.worst_spec, "violating_step": result.violating_step,
-        "first_violation_step": result.first_violation_step, "n_active": len(result.active_specs),
-        "n_steps": result.n_steps, "dt": result.dt,
-    }
-    specs = []
-    for s in (*result.specs, *result.diagnostics):
-        specs.append({
-            "episode_id": result.episode_id, "family": s.family, "spec_id": s.spec_id,
-            "report_only": s.report_only, "active": s.active, "reason": s.reason,
-            "rho": np.nan if s.rho is None else s.rho, "extreme": np.nan if s.extreme is None else s.extreme,
-            "extreme_step": s.extreme_step, "first_violation_step": s.first_violation_step,
-            "depth": np.nan if s.depth is None else s.depth, "threshold": s.threshold, "op": s.op,
-            "signal": s.signal, "unit": s.unit,
-        })
-    return ep, specs
+_CLAUSE_FIELDS = ("active", "reason", "rho", "extreme", "extreme_step", "first_violation_step", "depth",
+                  "threshold")
+
+
+class _Columns:
+    """Scored episodes of one job gathered as Parquet columns (no per-row dicts)."""
+
+    def __init__(self, reg: Registry):
+        self.plan = clause_plan(reg)
+        self.registry_hash = reg.hash
+        self.episode = {name: [] for name in EPISODE_COLUMNS}
+        self.clause = {name: [] for name in _CLAUSE_FIELDS}
+
+    def add(self, rec, out: EpisodeOutcome, *, source: str, trajectory: str) -> None:
+        meta = rec.meta
+        row = (rec.episode_id, rec.model, rec.benchmark, rec.suite, rec.task_id, _int_or_none(meta.get("seed")),
+               _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
+               out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
+               rec.n_steps, rec.dt, trajectory, source, self.registry_hash)
+        for column, value in zip(self.episode.values(), row):
+            column.append(value)
+        for name, column in self.clause.items():
+            column.extend(getattr(out, name))
+
+    def tables(self) -> tuple[pa.Table, pa.Table]:
+        episodes = pa.table({name: pa.array(values, type=EPISODE_COLUMNS[name])
+                             for name, values in self.episode.items()})
+        n, per = len(self.episode["episode_id"]), len(self.plan)
+        c = self.clause
+        specs = {
+            "episode_id": pa.array([e for e in self.episode["episode_id"] for _ in range(per)], type=pa.string()),
+            "family": pa.array([k.label for k in self.plan] * n, type=pa.string()),
+            "spec_id": pa.array([k.spec.spec_id for k in self.plan] * n, type=pa.string()),
+            "report_only": pa.array([k.report_only for k in self.plan] * n, type=pa.bool_()),
+            "active": pa.array(c["active"], type=pa.bool_()),
+            "reason": pa.array(c["reason"], type=pa.string()),
+            # inactive clauses: NaN (not null) in the float columns, null in the step columns
+            "rho": pa.array(np.array(c["rho"], dtype=np.float64)),
+            "extreme": pa.array(np.array(c["extreme"], dtype=np.float64)),
+            "extreme_step": pa.array(c["extreme_step"], type=pa.int64()),
+            "first_violation_step": pa.array(c["first_violation_step"], type=pa.int64()),
+            "depth": pa.array(np.array(c["depth"], dtype=np.float64)),
+            "threshold": pa.array(c["threshold"], type=pa.float64()),
+            "op": pa.array([k.spec.op for k in self.plan] * n, type=pa.string()),
+            "signal": pa.array([k.spec.signal for k in self.plan] * n, type=pa.string()),
+            "unit": pa.array([k.spec.unit for k in self.plan] * n, type=pa.string()),
+        }
+        return episodes, pa.table({name: specs[name] for name in SPEC_COLUMNS})
 
 
 def _int_or_none(x) -> int | None:
@@ -135,7 +161,9 @@ class _Job:
     items: tuple  # (kind, payload, source) with kind in {"file", "line"}
 
 
-def _score_item(kind: str, payload, source: str, store: str, copy: bool, registry: Registry):
+def _score_item(kind: str, payload, source: str, store: str, copy: bool, registry: Registry,
+                columns: _Columns) -> dict | None:
+    """Scores one episode into `columns`; returns the error row instead when it cannot be scored."""
     try:
         if kind == "line":
             try:
@@ -151,12 +179,9 @@ def _score_item(kind: str, payload, source: str, store: str, copy: bool, registr
             from scoring.io import load_record
             rec = load_record(payload)
             converted = True
-        result = score_episode(rec, registry=registry)
+        out = score_outcome(rec, registry=registry)
     except RecordError as exc:
-        return None, None, _error_row(exc, source)
-    ep, specs = result_rows(result, dict(rec.meta))
-    ep["source"] = _store_relative(source, store)
-    ep["registry_hash"] = registry.hash
+        return _error_row(exc, source)
     if converted or copy:
         dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
         if converted:
@@ -164,10 +189,11 @@ def _score_item(kind: str, payload, source: str, store: str, copy: bool, registr
         else:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(payload, dest)
-        ep["trajectory"] = os.path.relpath(dest, store)
+        trajectory = os.path.relpath(dest, store)
     else:
-        ep["trajectory"] = _relpath(payload, store)
-    return ep, specs, None
+        trajectory = _relpath(payload, store)
+    columns.add(rec, out, source=_store_relative(source, store), trajectory=trajectory)
+    return None
 
 
 def _relocated(rec, dest: Path):
@@ -224,16 +250,14 @@ class _Batch:
 
 def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None) -> _Batch:
     reg = registry or _WORKER_STATE["registry"]
-    eps, specs, counts, errors = [], [], [], []
+    columns = _Columns(reg)
+    errors = []
     for kind, payload, source in job.items:
-        ep, sp, err = _score_item(kind, payload, source, store, copy, reg)
+        err = _score_item(kind, payload, source, store, copy, reg, columns)
         if err is not None:
             errors.append(err)
-        else:
-            eps.append(ep)
-            specs.extend(sp)
-            counts.append(len(sp))
-    return _Batch(_table(eps, EPISODE_COLUMNS), _table(specs, SPEC_COLUMNS), counts, errors, len(job.items))
+    episodes, specs = columns.tables()
+    return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items))
 
 
 def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path) -> Iterator[_Job]:
