@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io as _io
 import json
+import math
 import operator
 import os
 import re
@@ -317,7 +318,7 @@ def _read_npz(raw: bytes) -> dict[str, np.ndarray]:
             continue
         shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
         dtype = np.dtype(m.group(1).decode())
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)
         if len(data) - start - hlen < count * dtype.itemsize:
             raise ValueError(f"member {member!r} is truncated")
         out[name] = np.frombuffer(data, dtype=dtype, offset=start + hlen, count=count).reshape(shape)

@@ -35,7 +35,11 @@ class _DuplicateKey(yaml.YAMLError):
         self.key, self.line = key, line
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it: 5x faster, same safe constructor
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):
     """SafeLoader that rejects duplicate mapping keys (merge keys ``<<`` excepted)."""
 
     def construct_mapping(self, node, deep=False):  # noqa: D401 - PyYAML hook

@@ -233,8 +233,11 @@ def _error_row(exc: RecordError, source: str) -> dict:
 _WORKER_STATE: dict = {}
 
 
-def _worker_init(registry_path):
-    _WORKER_STATE["registry"] = load_registry(registry_path)
+def _worker_init(registry_path, registry_hash: str):
+    # a forked worker inherits the parent's registry: re-reading the YAML is the slowest part of start-up
+    inherited = _WORKER_STATE.get("registry")
+    if inherited is None or inherited.hash != registry_hash:
+        _WORKER_STATE["registry"] = load_registry(registry_path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,8 +420,9 @@ def local_engine(jobs: Iterator[_Job], run: _Run) -> Iterator[_Batch]:
         for job in jobs:
             yield _run_job(job, run.store, run.copy, run.registry)
         return
+    _WORKER_STATE["registry"] = run.registry
     pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
-        run.workers, initializer=_worker_init, initargs=(run.registry_path,))
+        run.workers, initializer=_worker_init, initargs=(run.registry_path, run.registry.hash))
     try:
         yield from pool.imap(_JobRunner(run.store, run.copy), jobs)
     finally:
