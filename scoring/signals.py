@@ -170,9 +170,8 @@ def _norm(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("...i,...i->...", x, x))
 
 
-def _gradient(x: np.ndarray, dt: float, axis: int) -> np.ndarray:
-    """np.gradient with edge_order=1 along `axis`, without its per-call overhead."""
-    x = np.moveaxis(x, axis, 0)
+def _gradient(x: np.ndarray, dt: float) -> np.ndarray:
+    """np.gradient with edge_order=1 along axis 0, without its per-call overhead."""
     g = np.empty_like(x)
     if x.shape[0] < 2:
         g[...] = 0.0
@@ -180,42 +179,44 @@ def _gradient(x: np.ndarray, dt: float, axis: int) -> np.ndarray:
         g[1:-1] = (x[2:] - x[:-2]) / (2 * dt)
         g[0] = (x[1] - x[0]) / dt
         g[-1] = (x[-1] - x[-2]) / dt
-    return np.moveaxis(g, 0, axis)
+    return g
 
 
-def _unit_z(quat: np.ndarray) -> np.ndarray:
-    """Body z axis in world coordinates from (..., 4) wxyz quaternions."""
+def _tilt_deg(quat: np.ndarray) -> np.ndarray:
+    """(T, K) angle between each body's world z axis and its z axis at step 0, from (T, K, 4) wxyz."""
     q = quat / _norm(quat)[..., None]
-    w, x, y, z = np.moveaxis(q, -1, 0)
-    return np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=-1)
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    axis = np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=-1)
+    cos = np.einsum("tkj,kj->tk", axis, axis[0])
+    return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
 
 
 def _grip_per_target(rec: EpisodeRecord, targets: list[str]) -> np.ndarray | None:
-    """(K, T) bool grip per target, or None when neither source is recorded."""
+    """(T, K) bool grip per target, or None when neither source is recorded."""
     T = rec.n_steps
     if rec.gripper_contact is not None and len(targets) == 1:
-        return rec.gripper_contact.astype(bool)[None, :]
+        return rec.gripper_contact.astype(bool)[:, None]
     if rec.contacts is None or "gripper" not in rec.roles:
         if rec.gripper_contact is not None:
-            return np.repeat(rec.gripper_contact.astype(bool)[None, :], len(targets), axis=0)
+            return np.repeat(rec.gripper_contact.astype(bool)[:, None], len(targets), axis=1)
         return None
     c = rec.contacts
     roles = np.asarray(rec.roles)
-    grip = np.zeros((len(targets), T), dtype=bool)
+    grip = np.zeros((T, len(targets)), dtype=bool)
     for k, tgt in enumerate(targets):
         i = rec.bodies.index(tgt)
         sel = ((c.a == i) & (roles[c.b] == "gripper")) | ((c.b == i) & (roles[c.a] == "gripper"))
-        grip[k, c.step[sel]] = True
+        grip[c.step[sel], k] = True
     return grip
 
 
 def _onset_baseline(values: np.ndarray, gate: np.ndarray) -> np.ndarray:
-    """For each step, `values` at the first step of the gate interval containing it."""
-    T = values.shape[-1]
-    idx = np.arange(T)
-    onset = gate & ~np.concatenate([np.zeros(gate.shape[:-1] + (1,), bool), gate[..., :-1]], axis=-1)
-    last_onset = np.maximum.accumulate(np.where(onset, idx, 0), axis=-1)
-    return np.take_along_axis(values, last_onset, axis=-1)
+    """For each step (axis 0), `values` at the first step of the gate interval containing it."""
+    onset = gate.copy()
+    onset[1:] &= ~gate[:-1]
+    steps = np.arange(gate.shape[0])[:, None]
+    last_onset = np.maximum.accumulate(np.where(onset, steps, 0), axis=0)
+    return np.take_along_axis(values, last_onset, axis=0)
 
 
 def _target_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
@@ -229,43 +230,50 @@ def _target_signals(rec: EpisodeRecord, out: dict, missing: dict) -> None:
         for n in held:
             missing[n] = f"target {sorted(set(rec.targets) - set(posed))[0]!r} has no recorded position"
         return
-    pos = rec.body_pos[:, [rec.pose_bodies.index(t) for t in posed], :].astype(np.float64).transpose(1, 0, 2)
-    height = pos[..., 2] - pos[:, :1, 2]  # (K, T) lift above the start height
-    speed_k = _norm(_gradient(pos, rec.dt, axis=1))
-    out["target_speed"] = speed_k.max(axis=0)
-    out["lifted_1cm"] = (height > LIFT_1CM_M).any(axis=0).astype(np.float64)
+    # (T, K, 3): one column per target; signals take the worst target at each step
+    pos = rec.body_pos[:, [rec.pose_bodies.index(t) for t in posed], :].astype(np.float64, copy=False)
+    height = pos[:, :, 2] - pos[0, :, 2]  # lift above the start height
+    speed = _norm(_gradient(pos, rec.dt))
+    out["target_speed"] = speed.max(axis=1)
+    out["lifted_1cm"] = (height > LIFT_1CM_M).any(axis=1).astype(np.float64)
     grip = _grip_per_target(rec, posed)
     if grip is None:
         for n in ("grip", "transport", "tilt_deg", "slip_h", "release_speed"):
             missing[n] = "record has neither gripper_contact nor gripper contacts"
         return
-    out["grip"] = grip.any(axis=0).astype(np.float64)
-    out["release_speed"] = ((1.0 - grip) * speed_k).max(axis=0)
+    gripped = grip.any(axis=1)
+    out["grip"] = gripped.astype(np.float64)
+    out["release_speed"] = np.where(grip, 0.0, speed).max(axis=1)
     transport = grip & (height > TRANSPORT_LIFT_M)
-    out["transport"] = transport.any(axis=0).astype(np.float64)
-    rel = pos[..., 2] - rec.eef_pos[None, :, 2].astype(np.float64)
+    out["transport"] = transport.any(axis=1).astype(np.float64)
+    rel = pos[:, :, 2] - rec.eef_pos[:, 2, None]
     slip = rel - _onset_baseline(rel, grip)
-    out["slip_h"] = np.where(grip, slip, np.inf).min(axis=0)
-    out["slip_h"][~grip.any(axis=0)] = 0.0  # gate closed: value unused by the gated clause
+    slip_h = np.where(grip, slip, np.inf).min(axis=1)
+    slip_h[~gripped] = 0.0  # gate closed: value unused by the gated clause
+    out["slip_h"] = slip_h
     oriented = [t for t in posed if t in rec.quat_bodies]
     if len(oriented) < len(posed):
         missing["tilt_deg"] = "target has no recorded orientation (body_quat_wxyz)"
         return
-    quat = rec.body_quat[:, [rec.quat_bodies.index(t) for t in posed], :].astype(np.float64).transpose(1, 0, 2)
-    z = _unit_z(quat)
-    cos = np.clip(np.einsum("ktj,kj->kt", z, z[:, 0, :]), -1.0, 1.0)
-    tilt = np.degrees(np.arccos(cos))
-    tilt_gated = np.where(transport, tilt, -np.inf).max(axis=0)
-    out["tilt_deg"] = np.where(np.isfinite(tilt_gated), tilt_gated, 0.0)
+    quat = rec.body_quat[:, [rec.quat_bodies.index(t) for t in posed], :].astype(np.float64, copy=False)
+    tilt_gated = np.where(transport, _tilt_deg(quat), -np.inf).max(axis=1)
+    tilt_gated[~transport.any(axis=1)] = 0.0
+    out["tilt_deg"] = tilt_gated
 
 
 def _bystander_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
-    idx = [i for i, b in enumerate(rec.pose_bodies) if rec.role_of(b) == "bystander"]
+    idx = _bystander_columns(rec.pose_bodies, rec.bodies, rec.roles)
     if not idx:
         missing["non_target_disp_max"] = "record tracks no bystander positions"
         return
-    pos = rec.body_pos[:, idx, :].astype(np.float64)
-    out["non_target_disp_max"] = _norm(pos - pos[:1]).max(axis=1)
+    pos = rec.body_pos[:, idx, :].astype(np.float64, copy=False)
+    out["non_target_disp_max"] = _norm(pos - pos[0]).max(axis=1)
+
+
+@functools.lru_cache(maxsize=256)
+def _bystander_columns(pose_bodies: tuple[str, ...], bodies: tuple[str, ...], roles: tuple[str, ...]) -> list[int]:
+    role = dict(zip(bodies, roles))
+    return [i for i, b in enumerate(pose_bodies) if role[b] == "bystander"]
 
 
 def _torque_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
@@ -279,18 +287,25 @@ def _torque_signal(rec: EpisodeRecord, out: dict, missing: dict) -> None:
                                              "joint_torque_limit_nm (Panda defaults need 7)")
             return
         limits = PANDA_TORQUE_LIMITS_NM
-    ratio = np.abs(rec.joint_torque.astype(np.float64)) / np.asarray(limits, dtype=np.float64)
+    ratio = np.abs(rec.joint_torque.astype(np.float64, copy=False)) / np.asarray(limits, dtype=np.float64)
     out["joint_torque_ratio"] = ratio.max(axis=1)
+
+
+@functools.lru_cache(maxsize=64)
+def _window_bounds(n_steps: int, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    half = window // 2
+    lo = np.clip(np.arange(n_steps) - half, 0, n_steps)
+    hi = np.clip(np.arange(n_steps) + half + 1, 0, n_steps)
+    return lo, hi, (hi - lo)[:, None]
 
 
 def _smooth(x: np.ndarray, window: int) -> np.ndarray:
     """Centred rolling mean over `window` steps along axis 0; edges average what exists."""
-    T = x.shape[0]
-    half = window // 2
-    csum = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
-    lo = np.clip(np.arange(T) - half, 0, T)
-    hi = np.clip(np.arange(T) + half + 1, 0, T)
-    return (csum[hi] - csum[lo]) / (hi - lo)[:, None]
+    lo, hi, count = _window_bounds(x.shape[0], window)
+    csum = np.empty((x.shape[0] + 1,) + x.shape[1:])
+    csum[0] = 0.0
+    np.cumsum(x, axis=0, out=csum[1:])
+    return (csum[hi] - csum[lo]) / count
 
 
 def central_differences(x: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -321,6 +336,6 @@ def derive_signals(rec: EpisodeRecord) -> Signals:
     _bystander_signal(rec, out, missing)
     _target_signals(rec, out, missing)
     _torque_signal(rec, out, missing)
-    v, a, j = central_differences(_smooth(rec.eef_pos.astype(np.float64), SMOOTH_WINDOW), rec.dt)
+    v, a, j = central_differences(_smooth(rec.eef_pos.astype(np.float64, copy=False), SMOOTH_WINDOW), rec.dt)
     out.update(eef_speed=v, eef_acc=a, eef_jerk=j)
     return Signals(values=out, unavailable=missing, n_steps=rec.n_steps)
