@@ -456,8 +456,7 @@ def archive_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            out.extend(sorted(q for q in p.rglob("*") if q.suffix in RECORD_SUFFIXES and q.is_file()
-                              and not q.name.startswith(".")))
+            out.extend(_record_files_under(p))
         elif p.exists():
             if p.suffix not in RECORD_SUFFIXES:
                 raise RecordError(f"unsupported archive file; expected {', '.join(RECORD_SUFFIXES)} "
@@ -466,6 +465,23 @@ def archive_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
         else:
             raise RecordError("no such file or directory", file=str(p))
     return out
+
+
+def _record_files_under(directory: Path) -> list[Path]:
+    """Record files below `directory`, hidden files excluded, in `sorted(Path)` order.
+
+    os.walk and sorting on path components: rglob, is_file and Path comparisons cost
+    more than scoring on a 15k-file archive.
+    """
+    found = []
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            if not name.startswith(".") and os.path.splitext(name)[1] in RECORD_SUFFIXES:
+                path = os.path.join(root, name)
+                if os.path.isfile(path):
+                    found.append(path)
+    found.sort(key=lambda path: path.split(os.sep))
+    return [Path(path) for path in found]
 
 
 def iter_archive(paths: Iterable[str | os.PathLike]) -> Iterator[Loaded]:

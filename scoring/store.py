@@ -142,7 +142,7 @@ def _table(rows: list[dict], columns: dict) -> pa.Table:
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="snappy")  # 2x faster than zstd to write and read
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
@@ -339,16 +339,16 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         done_ids.update(cur["episode_id"].to_pylist())
         done_sources.update(cur["source"].to_pylist())
 
-    from tqdm.auto import tqdm
     has_lines = any(p.suffix == ".jsonl" for p in files)
     todo = None if has_lines else sum(_store_relative(str(p), str(store)) not in done_sources for p in files)
-    bar = tqdm(total=todo, unit="ep", desc="scoring", disable=None if progress is None else not progress)
+    bar = _progress_bar(todo, progress)
     errors: list[dict] = []
     seen: dict[str, str] = {}
     skipped = 0
     scored = 0
     parts_written = len(list((store / PARTS).glob("episodes-*.parquet")))
-    pending: list[tuple[pa.Table, pa.Table]] = []
+    pending: list[tuple[pa.Table, pa.Table]] = []  # scored since the last checkpoint
+    fresh: list[tuple[pa.Table, pa.Table]] = []  # scored in this run
     pending_rows = 0
 
     def flush():
@@ -388,6 +388,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
                 sp_tab = sp_tab.filter(pa.array(np.repeat(accept, res.spec_counts), type=pa.bool_()))
             if ep_tab.num_rows:
                 pending.append((ep_tab, sp_tab))
+                fresh.append((ep_tab, sp_tab))
                 pending_rows += ep_tab.num_rows
                 scored += ep_tab.num_rows
             if pending_rows >= checkpoint_every:
@@ -396,11 +397,28 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     finally:
         results.close()  # stops the engine: pool shut down, queued tasks cancelled
         bar.close()
-    flush()
     skipped += skipped_files[0]
-    _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic)
+    # the checkpoints only guard against a crash: consolidate from memory, not by re-reading them
+    _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic,
+                 tables=(old_eps + [ep for ep, _ in fresh], old_specs + [sp for _, sp in fresh]))
     return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
                         total=scored + skipped + len(errors))
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int | None, progress: bool | None):
+    """A tqdm bar (shown on a terminal when `progress` is None), or nothing at all when False."""
+    if progress is False:
+        return _NoProgress()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, unit="ep", desc="scoring", disable=None if progress is None else not progress)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,8 +458,9 @@ class _JobRunner:
         return _run_job(job, self.store, self.copy)
 
 
-def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dict], *, synthetic: bool) -> None:
-    eps, specs = _existing(store)
+def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dict], *, synthetic: bool,
+                 tables: tuple[list[pa.Table], list[pa.Table]]) -> None:
+    eps, specs = tables
     # Later tables (checkpoints of this run) supersede earlier ones episode by episode,
     # so an episode re-scored under a new registry keeps only its new rows.
     claimed: set[str] = set()
