@@ -400,7 +400,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     skipped += skipped_files[0]
     # the checkpoints only guard against a crash: consolidate from memory, not by re-reading them
     _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic,
-                 tables=(old_eps + [ep for ep, _ in fresh], old_specs + [sp for _, sp in fresh]))
+                 tables=(old_eps + _concat([ep for ep, _ in fresh]), old_specs + _concat([sp for _, sp in fresh])))
     return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
                         total=scored + skipped + len(errors))
 
@@ -456,6 +456,11 @@ class _JobRunner:
 
     def __call__(self, job: _Job):
         return _run_job(job, self.store, self.copy)
+
+
+def _concat(tables: list[pa.Table]) -> list[pa.Table]:
+    """One table instead of many batches (their episode ids are distinct), so consolidation filters once."""
+    return [pa.concat_tables(tables)] if tables else []
 
 
 def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dict], *, synthetic: bool,
