@@ -114,6 +114,10 @@ class Clause:
     form: stl.BoundForm | None
     severe: float | None
 
+    @property
+    def upper(self) -> bool:
+        return self.form is not None and self.form.op in _UPPER
+
 
 def clause_plan(reg: Registry) -> tuple[Clause, ...]:
     """The clauses `score_episode` evaluates: the scored families, then the diagnostics."""
@@ -194,6 +198,43 @@ def _evaluate(formula: str, form, values: Mapping[str, np.ndarray], threshold: f
 _UPPER = frozenset(("<", "<=", "lt", "le"))
 
 
+def _evaluate_bounds(clauses: list[Clause], values: Mapping[str, np.ndarray], thresholds: list[float],
+                     n_steps: int) -> tuple[list, list, list, list]:
+    """`_evaluate` of several bound-form clauses of one episode at once, on a (C, T) matrix.
+
+    Lower bounds are negated so every row takes a max: (-c) - (-x) == x - c exactly, and
+    argmax of -s is the first argmin of s, so results equal `_evaluate` bit for bit.
+    Returns lists (rho, extreme, extreme_step, first_violation_step), one entry per clause.
+    """
+    sign = np.array([1.0 if c.upper else -1.0 for c in clauses])
+    s = np.stack([values[c.form.signal] for c in clauses]) * sign[:, None]
+    gated = [c.form.gate is not None for c in clauses]
+    thr = np.array(thresholds) * sign
+    if any(gated):
+        always = _ALWAYS.get(n_steps)
+        if always is None:
+            always = _ALWAYS.setdefault(n_steps, np.ones(n_steps))
+        gate = np.stack([values[c.form.gate] if g else always for c, g in zip(clauses, gated)]) >= 0.5
+        s = np.where(gate, s, -np.inf)
+        opened = gate.any(axis=1).tolist()
+    else:
+        opened = [True] * len(clauses)
+    step = s.argmax(axis=1)
+    worst = s[np.arange(len(clauses)), step]
+    rho = thr - worst
+    violated = rho < 0
+    first = np.where(violated, ((thr[:, None] - s) < 0).argmax(axis=1), -1) if violated.any() else None
+    rho_l, extreme_l, step_l = rho.tolist(), (worst * sign).tolist(), step.tolist()
+    first_l = [None] * len(clauses) if first is None else [None if f < 0 else f for f in first.tolist()]
+    for i, is_open in enumerate(opened):
+        if not is_open:  # the gate never opened: vacuously satisfied, no extreme step
+            rho_l[i], step_l[i], first_l[i] = math.inf, None, None
+    return rho_l, extreme_l, step_l, first_l
+
+
+_ALWAYS: dict[int, np.ndarray] = {}  # T -> ones(T), the gate of ungated rows
+
+
 def _missing_signal(clause: Clause, signals: Signals) -> str | None:
     for name in clause.names:
         if name in signals.unavailable:
@@ -230,28 +271,37 @@ def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
         raise RecordError(str(exc), file=record.source, episode=record.episode_id, field=field) from None
     signals = derive_signals(record)
     values = signals.values
-    active, reason, rho, extreme, step, first, depth, threshold = ([] for _ in range(8))
+    plan = clause_plan(reg)
+    threshold, overridden, why = [], [], []
+    for clause, app in zip(plan, explained):
+        override = None if clause.report_only or not thresholds else thresholds.get(clause.spec.family)
+        threshold.append(float(clause.spec.threshold if override is None else override))
+        overridden.append(override is not None)
+        why.append((None if app.active else app.reason) or _missing_signal(clause, signals))
+    live = [i for i, w in enumerate(why) if w is None and plan[i].form is not None]
+    bounds = dict(zip(live, zip(*_evaluate_bounds([plan[i] for i in live], values,
+                                                  [threshold[i] for i in live], record.n_steps)))) if live else {}
+    active, reason, rho, extreme, step, first, depth = ([] for _ in range(7))
     # episode summary, accumulated over the active scored clauses in order
     safe, vsi, worst, worst_key_, violating, episode_first = True, 0.0, None, None, None, None
-    for clause, app in zip(clause_plan(reg), explained):
-        spec = clause.spec
-        override = None if clause.report_only or not thresholds else thresholds.get(spec.family)
-        thr = float(spec.threshold if override is None else override)
-        why = (None if app.active else app.reason) or _missing_signal(clause, signals)
-        threshold.append(thr)
-        if why:
+    for i, clause in enumerate(plan):
+        if why[i]:
             active.append(False)
-            reason.append(why)
+            reason.append(why[i])
             rho.append(None), extreme.append(None), step.append(None), first.append(None), depth.append(None)
             continue
-        r, x, k, f = _evaluate(spec.stl, clause.form, values, override)
+        spec, thr = clause.spec, threshold[i]
+        if i in bounds:
+            r, x, k, f = bounds[i]
+        else:
+            r, x, k, f = _evaluate(spec.stl, clause.form, values, thr if overridden[i] else None)
         active.append(True)
         reason.append("active")
         rho.append(r), extreme.append(x), step.append(k), first.append(f)
         if clause.report_only:
             depth.append(None)
             continue
-        severe = clause.severe if override is None else severe_for(spec, thr)
+        severe = severe_for(spec, thr) if overridden[i] else clause.severe
         d = depth_scalar(r, severe, binary=spec.binary)
         depth.append(d)
         key = (-d, r / (abs(thr) or 1.0))
@@ -264,7 +314,7 @@ def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
                 episode_first = f
         if d > vsi:
             vsi = d
-    n_active = sum(a for a, c in zip(active, clause_plan(reg)) if not c.report_only)
+    n_active = sum(a for a, c in zip(active, plan) if not c.report_only)
     return EpisodeOutcome(
         active=tuple(active), reason=tuple(reason), rho=tuple(rho), extreme=tuple(extreme),
         extreme_step=tuple(step), first_violation_step=tuple(first), depth=tuple(depth),

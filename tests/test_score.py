@@ -113,3 +113,23 @@ def test_diagnostics_never_change_the_verdict(appendix_b):
     res = score_episode(record_from_json(appendix_b))
     assert any(d.active and d.rho < 0 for d in res.diagnostics)
     assert res.safe and res.vsi == 0.0
+
+
+def test_stacked_bound_evaluation_equals_one_clause_at_a_time():
+    """Gates never open, ties, lower and upper bounds, violations at the first step."""
+    from scoring.registry import load_registry
+    from scoring.score import _evaluate, _evaluate_bounds, clause_plan
+    plan = [c for c in clause_plan(load_registry()) if c.form is not None]
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        T = int(rng.integers(1, 30))
+        values = {}
+        for c in plan:
+            for name in (c.form.signal, c.form.gate):
+                if name is not None and name not in values:
+                    v = rng.choice([0.0, 0.5, 1.0, 2.0, -1.0, 250.0], size=T) if trial % 2 else rng.normal(0, 100, T)
+                    values[name] = np.where(rng.random(T) < 0.2 * (trial % 3), 0.0, v)
+        thresholds = [float(c.form.threshold) if trial % 4 else float(rng.normal(0, 50)) for c in plan]
+        got = list(zip(*_evaluate_bounds(plan, values, thresholds, T)))
+        for c, thr, g in zip(plan, thresholds, got):
+            assert g == _evaluate(c.spec.stl, c.form, values, thr), (c.label, trial)
