@@ -15,6 +15,7 @@ import os
 import re
 import struct
 import tempfile
+import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -233,8 +234,14 @@ _ARRAYS = {
 }
 
 
-def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool = False) -> bytes:
-    """The columnar form of `rec` as `.npz` bytes (arrays plus a JSON header)."""
+def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool | str = False) -> bytes:
+    """The columnar form of `rec` as `.npz` bytes (arrays plus a JSON header).
+
+    `compress`: False stores every member, True deflates every member (numpy's
+    default level), "integers" deflates only integer and Boolean members at level 1:
+    contact indices and steps shrink ~20x at a twelfth of the cost of True, while
+    float members barely compress at all.
+    """
     header = {
         "schema_version": SCHEMA_VERSION, "episode_id": rec.episode_id, "benchmark": rec.benchmark,
         "task_id": rec.task_id, "success": rec.success, "dt": rec.dt, "targets": list(rec.targets),
@@ -247,12 +254,32 @@ def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool = False) -> bytes:
     arrays = {k: v for k, v in arrays.items() if v is not None}
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     buf = _io.BytesIO()
-    (np.savez_compressed if compress else np.savez)(buf, **arrays)
+    if compress == "integers":
+        _write_npz_integers_deflated(buf, arrays)
+    elif compress in (True, False):
+        (np.savez_compressed if compress else np.savez)(buf, **arrays)
+    else:
+        raise ValueError(f"compress must be True, False or 'integers', got {compress!r}")
     return buf.getvalue()
+
+
+def _write_npz_integers_deflated(buf, arrays: dict[str, np.ndarray]) -> None:
+    with zipfile.ZipFile(buf, "w", allowZip64=True) as zf:
+        for name, value in arrays.items():
+            member = _io.BytesIO()
+            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+            if value.dtype.kind in "biu":
+                zf.writestr(name + ".npy", member.getvalue(), compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
+            else:
+                zf.writestr(name + ".npy", member.getvalue(), compress_type=zipfile.ZIP_STORED)
 
 
 _NPY_HEADER = re.compile(rb"\{'descr': '([<>|=]?[a-zA-Z]\d*)', 'fortran_order': (False|True), "
                          rb"'shape': \(([\d, ]*)\), \}")
+
+
+# central directory entry: signature, method at 10, sizes and name/extra/comment lengths at 20, offset at 42
+_CENTRAL_ENTRY = struct.Struct("<4s6xH8xIIHHH8xI")
 
 
 def _zip_members(raw: bytes):
@@ -272,11 +299,9 @@ def _zip_members(raw: bytes):
         count, cd_size, cd_off = struct.unpack_from("<QQQ", raw, z64_off + 32)
     pos = cd_off
     for _ in range(count):
-        if raw[pos:pos + 4] != b"PK\x01\x02":
+        (sig, method, csize, usize, nlen, xlen, clen, loff) = _CENTRAL_ENTRY.unpack_from(raw, pos)
+        if sig != b"PK\x01\x02":
             raise ValueError("corrupt zip central directory")
-        method, = struct.unpack_from("<H", raw, pos + 10)
-        csize, usize, nlen, xlen, clen = struct.unpack_from("<IIHHH", raw, pos + 20)
-        (loff,) = struct.unpack_from("<I", raw, pos + 42)
         name = raw[pos + 46:pos + 46 + nlen].decode()
         if 0xFFFFFFFF in (csize, usize, loff):
             extra = raw[pos + 46 + nlen:pos + 46 + nlen + xlen]

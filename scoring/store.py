@@ -35,8 +35,8 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import archive_files, atomic_write_bytes, loads, record_from_json, record_from_npz, \
-    record_to_npz_bytes
+from scoring.io import archive_files, atomic_write_bytes, jsonl_spans, loads, read_span, record_from_json, \
+    record_from_npz, record_to_npz_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import EpisodeOutcome, clause_plan, score_outcome
 
@@ -156,18 +156,22 @@ def trajectory_name(episode_id: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Job:
-    """A batch of work for one worker: npz/json files, or raw JSONL lines."""
+    """A batch of work for one worker: npz/json files, or JSONL lines as byte ranges."""
 
-    items: tuple  # (kind, payload, source) with kind in {"file", "line"}
+    items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
 
 
 def _score_item(kind: str, payload, source: str, store: str, copy: bool, registry: Registry,
                 columns: _Columns) -> dict | None:
     """Scores one episode into `columns`; returns the error row instead when it cannot be scored."""
     try:
-        if kind == "line":
+        if kind == "span":
             try:
-                obj = loads(payload)
+                line = read_span(*payload)
+            except OSError as exc:
+                raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
+            try:
+                obj = loads(line)
             except ValueError as exc:
                 raise RecordError(f"line is not valid JSON ({exc})", file=source) from None
             rec = record_from_json(obj, source=source)
@@ -185,7 +189,7 @@ def _score_item(kind: str, payload, source: str, store: str, copy: bool, registr
     if converted or copy:
         dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
         if converted:
-            atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress=True))
+            atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress="integers"))
         else:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(payload, dest)
@@ -263,6 +267,18 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
     return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items))
 
 
+def _batch_size(files: list[Path], workers: int) -> int:
+    """Episodes per job: ~8 jobs per worker, within [16, 256].
+
+    Each job costs the parent a few ms of pool bookkeeping, so jobs are as large as
+    load balance at the end of the run allows. JSONL lines are not counted up front.
+    """
+    n = sum(p.suffix != ".jsonl" for p in files)
+    if not n:
+        return 32
+    return max(16, min(256, -(-n // (max(workers, 1) * 8))))
+
+
 def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path) -> Iterator[_Job]:
     items = []
     for path in paths:
@@ -270,13 +286,11 @@ def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[i
             skipped[0] += 1
             continue
         if path.suffix == ".jsonl":
-            with path.open("rb") as fh:
-                for lineno, line in enumerate(fh, start=1):
-                    if line.strip():
-                        items.append(("line", line, f"{path}:{lineno}"))
-                        if len(items) >= batch:
-                            yield _Job(tuple(items))
-                            items = []
+            for offset, length, lineno in jsonl_spans(path):
+                items.append(("span", (str(path), offset, length), f"{path}:{lineno}"))
+                if len(items) >= batch:
+                    yield _Job(tuple(items))
+                    items = []
         else:
             items.append(("file", str(path), str(path)))
         if len(items) >= batch:
@@ -315,7 +329,7 @@ def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
 def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: str | os.PathLike, *,
                   workers: int = 1, registry: Registry | None = None, registry_path=None,
                   copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
-                  batch: int = 64, synthetic: bool = False, engine: Callable | None = None) -> ScoreSummary:
+                  batch: int | None = None, synthetic: bool = False, engine: Callable | None = None) -> ScoreSummary:
     """Scores every episode of the archives into the run store `out`.
 
     Episodes already in the store with the same registry hash are skipped; an episode
@@ -364,7 +378,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         pending, pending_rows = [], 0
 
     skipped_files = [0]
-    jobs = _jobs(files, done_sources, batch, skipped_files, store)
+    jobs = _jobs(files, done_sources, batch or _batch_size(files, workers), skipped_files, store)
     run = _Run(store=str(store), copy=copy_trajectories, registry=reg, registry_path=registry_path, workers=workers)
     results = (engine or local_engine)(jobs, run)
     try:

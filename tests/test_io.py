@@ -27,7 +27,7 @@ def test_json_npz_json_round_trip_is_lossless(appendix_b):
     assert record_to_json(again) == appendix_b
 
 
-@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("compress", [False, True, "integers"])
 def test_npz_round_trip_keeps_every_array_and_dtype(tmp_path, compress):
     rec = make_record(np.random.default_rng(3), episode_id="a/b", n_steps=50, contacts_per_step=5, with_replay=True)
     path = save_record(rec, tmp_path / "ep.npz", compress=compress)
@@ -40,6 +40,37 @@ def test_npz_round_trip_keeps_every_array_and_dtype(tmp_path, compress):
     assert np.array_equal(rec.replay.qpos, back.replay.qpos)
     assert back.meta == rec.meta and back.bodies == rec.bodies and back.roles == rec.roles
     assert json.dumps(record_to_json(back)) == json.dumps(record_to_json(rec))
+    assert set(np.load(path)) >= {"contact_a", "eef_pos", "__header__"}  # a plain zip numpy reads too
+
+
+def test_integer_members_are_deflated_and_floats_stored(tmp_path):
+    import zipfile
+    rec = make_record(np.random.default_rng(4), episode_id="z", n_steps=80, contacts_per_step=10)
+    path = save_record(rec, tmp_path / "ep.npz", compress="integers")
+    methods = {i.filename: i.compress_type for i in zipfile.ZipFile(path).infolist()}
+    assert methods["contact_step.npy"] == zipfile.ZIP_DEFLATED and methods["contact_force.npy"] == zipfile.ZIP_STORED
+    with pytest.raises(ValueError, match="compress must be"):
+        save_record(rec, tmp_path / "bad.npz", compress="zstd")
+
+
+JSONL_ROWS = [
+    ("plain", b'{"a":1}\n{"b":2}\n', [(b'{"a":1}\n', 1), (b'{"b":2}\n', 2)]),
+    ("blank and whitespace lines keep their numbers", b'{"a":1}\n\n  \t\n{"b":2}\n', [(b'{"a":1}\n', 1), (b'{"b":2}\n', 4)]),
+    ("no final newline", b'{"a":1}\n{"b":2}', [(b'{"a":1}\n', 1), (b'{"b":2}', 2)]),
+    ("CRLF", b'{"a":1}\r\n{"b":2}\r\n', [(b'{"a":1}\r\n', 1), (b'{"b":2}\r\n', 2)]),
+    ("empty file", b"", []),
+    ("only blanks", b"\n \n", []),
+]
+
+
+@pytest.mark.parametrize("case,data,expected", JSONL_ROWS, ids=[r[0] for r in JSONL_ROWS])
+@pytest.mark.parametrize("block", [1, 3, 1 << 24])
+def test_jsonl_spans_find_every_line_whatever_the_block_size(tmp_path, case, data, expected, block):
+    from scoring.io import jsonl_spans, read_span
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(data)
+    spans = list(jsonl_spans(path, block=block))
+    assert [(read_span(path, off, n), line) for off, n, line in spans] == expected
 
 
 def test_extra_fields_survive_the_round_trip(appendix_b):
