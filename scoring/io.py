@@ -556,6 +556,8 @@ def read_span(path: str | os.PathLike, offset: int, length: int) -> bytes:
 
 
 def _iter_jsonl(path: Path) -> Iterator[Loaded]:
+    from scoring.json_fast import record_from_json_bytes  # it builds on this module
+
     try:
         fh = path.open("rb")
     except OSError as exc:
@@ -567,11 +569,6 @@ def _iter_jsonl(path: Path) -> Iterator[Loaded]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                obj = loads(line)
-            except ValueError as exc:
-                yield Loaded(None, RecordError(f"line is not valid JSON ({exc})", file=where), where)
-                continue
-            try:
-                yield Loaded(record_from_json(obj, source=where), None, where)
+                yield Loaded(record_from_json_bytes(line, source=where), None, where)
             except RecordError as exc:
                 yield Loaded(None, exc, where)
