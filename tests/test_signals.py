@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from scoring.schema import EpisodeRecord
-from scoring.signals import central_differences, derive_signals, retained_contacts
+from scoring.signals import derive_signals, retained_contacts
+from scoring.stacked import central_differences
 from scoring.synthetic import make_record
 
 BODIES = {"link5": "robot", "link7": "robot", "hand": "gripper", "finger_l": "gripper", "finger_r": "gripper",
@@ -161,7 +162,7 @@ def test_bystander_displacement_and_torque_ratio():
 def test_central_differences_of_a_cubic():
     t = np.arange(20) * 0.1
     x = np.stack([t ** 3, 0 * t, 0 * t], axis=1)
-    v, a, j = central_differences(x, 0.1)
+    v, a, j = (y[0] for y in central_differences(x[None], np.array([0.1]), np.array([19])))
     np.testing.assert_allclose(v[1:-1], 3 * t[1:-1] ** 2 + 0.01, rtol=1e-9)  # (x+1 - x-1)/2h = 3t² + h²
     np.testing.assert_allclose(a[1:-1], 6 * t[1:-1], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(j[2:-2], 6.0, rtol=1e-9)
@@ -185,11 +186,15 @@ def test_int16_contact_indices_do_not_overflow():
     assert sig["max_contact_force"][-1] == 300.0
 
 
-def test_private_gradient_equals_numpy():
-    from scoring.signals import _gradient
-    x = np.random.default_rng(0).random((50, 2, 3))
-    assert np.array_equal(_gradient(x, 0.05), np.gradient(x, 0.05, axis=0))
-    assert np.array_equal(_gradient(x[:1], 0.05), np.zeros((1, 2, 3)))
+def test_gradient_equals_numpy_row_by_row_whatever_the_padding():
+    from scoring.stacked import gradient
+    x = np.random.default_rng(0).random((3, 50, 2, 3))
+    last = np.array([49, 20, 1])
+    dt = np.array([0.05, 0.1, 0.02])
+    g = gradient(x, dt, last)
+    for e in range(3):
+        assert np.array_equal(g[e, :last[e] + 1], np.gradient(x[e, :last[e] + 1], dt[e], axis=0))
+    assert np.array_equal(gradient(x[:, :1], dt, np.zeros(3, int)), np.zeros((3, 1, 2, 3)))
 
 
 def _target_reference(rec):
@@ -233,10 +238,9 @@ def _target_reference(rec):
     return out
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_two_target_signals_equal_the_slow_reference(seed):
+def _two_target_record(seed, T=40):
+    """Two targets on random walks, grip taken from the contact list (no gripper_contact)."""
     rng = np.random.default_rng(seed)
-    T = 40
     walk = np.cumsum(rng.normal(0, 0.01, (T, 2, 3)), axis=0) + [[0.5, 0.0, 0.8], [0.6, 0.1, 0.8]]
     walk[:, :, 2] += np.linspace(0, 0.12, T)[:, None] * (rng.random(2) > 0.3)
     angles = np.cumsum(rng.normal(0, 0.05, (T, 2)), axis=0)
@@ -246,12 +250,68 @@ def test_two_target_signals_equal_the_slow_reference(seed):
     bodies = {**BODIES, "cup": "target"}
     names = list(bodies)
     step, a, b, force = zip(*contacts)
-    rec = EpisodeRecord.build(
-        episode_id="two", benchmark="libero-spatial", task_id="task_0", success=True, dt=0.05,
+    return EpisodeRecord.build(
+        episode_id=f"two-{seed}", benchmark="libero-spatial", task_id="task_0", success=True, dt=0.05,
         target_object=["bowl", "cup"], body_roles=bodies, eef_pos=walk[:, 0] + [0, 0, 0.1],
         pose_bodies=["bowl", "cup"], body_pos=walk, quat_bodies=["bowl", "cup"], body_quat=quat,
         contacts={"step": np.array(step), "a": np.array([names.index(x) for x in a]),
                   "b": np.array([names.index(x) for x in b]), "force": np.array(force)})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_two_target_signals_equal_the_slow_reference(seed):
+    rec = _two_target_record(seed)
     fast = derive_signals(rec).values
     for name, expected in _target_reference(rec).items():
         np.testing.assert_allclose(fast[name], expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_two_target_batch_equals_each_episode_alone():
+    _assert_batch_equals_one_by_one([_two_target_record(seed, T) for seed, T in ((0, 40), (1, 25), (2, 33))])
+
+
+def _assert_batch_equals_one_by_one(records):
+    from scoring.signals import derive_signal_batch
+    batch = derive_signal_batch(records)
+    for e, rec in enumerate(records):
+        alone, row = derive_signals(rec), batch.episode(e)
+        assert row.unavailable == alone.unavailable and row.n_steps == rec.n_steps
+        assert set(row.values) == set(alone.values)
+        for name, value in alone.values.items():
+            assert np.array_equal(row.values[name], value), (rec.episode_id, name)
+
+
+@pytest.mark.parametrize("lengths,severity", [((300, 60, 41, 300), 3), ((7, 6, 5, 40), 0), ((120,), 3)])
+def test_a_padded_batch_equals_each_episode_alone(lengths, severity):
+    rng = np.random.default_rng(len(lengths))
+    _assert_batch_equals_one_by_one([make_record(rng, episode_id=f"e{i}", n_steps=n, contacts_per_step=6,
+                                                 severity=severity) for i, n in enumerate(lengths)])
+
+
+@pytest.mark.parametrize("n_steps", [1, 2, 3, 4])
+def test_short_episodes_batch_with_their_own_length(n_steps):
+    rng = np.random.default_rng(n_steps)
+    _assert_batch_equals_one_by_one([make_record(rng, episode_id=f"e{i}", n_steps=n_steps, contacts_per_step=3,
+                                                 severity=0) for i in range(3)])
+
+
+def test_batches_refuse_mixed_layouts():
+    from scoring.signals import derive_signal_batch
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="different layouts"):
+        derive_signal_batch([make_record(rng, episode_id="a", n_steps=30),
+                             make_record(rng, episode_id="b", n_steps=30, n_bystanders=2)])
+
+
+def test_real_libero_episodes_batch_by_layout():
+    """The demo archive: 14 scene layouts, 101 different episode lengths."""
+    from pathlib import Path
+
+    from scoring.io import iter_archive
+    from scoring.stacked import layout_key
+    groups = {}
+    for item in iter_archive([Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"]):
+        groups.setdefault(layout_key(item.record), []).append(item.record)
+    assert len(groups) > 1
+    for records in groups.values():
+        _assert_batch_equals_one_by_one(records[:12])
