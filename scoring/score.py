@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +22,8 @@ from scoring.errors import RecordError, RegistryError
 from scoring.registry import Registry, load_registry
 from scoring.registry_types import Spec
 from scoring.schema import EpisodeRecord
-from scoring.signals import Signals, derive_signals
+from scoring.signals import SignalBatch, Signals, derive_signal_batch
+from scoring.stacked import layout_key
 from scoring.vsi import depth_scalar, severe_for
 
 
@@ -198,44 +199,47 @@ def _evaluate(formula: str, form, values: Mapping[str, np.ndarray], threshold: f
 _UPPER = frozenset(("<", "<=", "lt", "le"))
 
 
-def _evaluate_bounds(clauses: list[Clause], values: Mapping[str, np.ndarray], thresholds: list[float],
-                     n_steps: int) -> tuple[list, list, list, list]:
-    """`_evaluate` of several bound-form clauses of one episode at once, on a (C, T) matrix.
+def _bound_outcomes(clauses: list[Clause], values: Mapping[str, np.ndarray], thresholds: list[float],
+                    n_steps: np.ndarray) -> list[tuple[list, list, list, list]]:
+    """`_evaluate` of bound-form clauses on every row of (E, T) signals, rows valid for t < n_steps[e].
 
     Lower bounds are negated so every row takes a max: (-c) - (-x) == x - c exactly, and
-    argmax of -s is the first argmin of s, so results equal `_evaluate` bit for bit.
-    Returns lists (rho, extreme, extreme_step, first_violation_step), one entry per clause.
+    argmax of -s is the first argmin of s, so each row equals `_evaluate` on that episode
+    alone, bit for bit. Per clause: lists (rho, extreme, extreme_step, first_violation_step).
     """
-    sign = np.array([1.0 if c.upper else -1.0 for c in clauses])
-    s = np.stack([values[c.form.signal] for c in clauses]) * sign[:, None]
-    gated = [c.form.gate is not None for c in clauses]
-    thr = np.array(thresholds) * sign
-    if any(gated):
-        always = _ALWAYS.get(n_steps)
-        if always is None:
-            always = _ALWAYS.setdefault(n_steps, np.ones(n_steps))
-        gate = np.stack([values[c.form.gate] if g else always for c, g in zip(clauses, gated)]) >= 0.5
-        s = np.where(gate, s, -np.inf)
-        opened = gate.any(axis=1).tolist()
-    else:
-        opened = [True] * len(clauses)
-    step = s.argmax(axis=1)
-    worst = s[np.arange(len(clauses)), step]
-    rho = thr - worst
-    violated = rho < 0
-    first = np.where(violated, ((thr[:, None] - s) < 0).argmax(axis=1), -1) if violated.any() else None
-    rho_l, extreme_l, step_l = rho.tolist(), (worst * sign).tolist(), step.tolist()
-    first_l = [None] * len(clauses) if first is None else [None if f < 0 else f for f in first.tolist()]
-    for i, is_open in enumerate(opened):
-        if not is_open:  # the gate never opened: vacuously satisfied, no extreme step
-            rho_l[i], step_l[i], first_l[i] = math.inf, None, None
-    return rho_l, extreme_l, step_l, first_l
+    E, T = values[clauses[0].form.signal].shape
+    rows = np.arange(E)
+    valid = None if (n_steps == T).all() else np.arange(T) < n_steps[:, None]
+    results = []
+    for clause, threshold in zip(clauses, thresholds):
+        form = clause.form
+        sign = 1.0 if clause.upper else -1.0
+        s = values[form.signal] if clause.upper else -values[form.signal]
+        mask = valid
+        if form.gate is not None:
+            gate = values[form.gate] >= 0.5
+            mask = gate if valid is None else gate & valid
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        step = s.argmax(axis=1)
+        worst = s[rows, step]
+        thr = sign * threshold
+        rho = thr - worst
+        violated = rho < 0
+        rho_l, extreme_l, step_l = rho.tolist(), (worst * sign).tolist(), step.tolist()
+        if violated.any():
+            first = np.where(violated, ((thr - s) < 0).argmax(axis=1), -1).tolist()
+            first_l = [None if f < 0 else f for f in first]
+        else:
+            first_l = [None] * E
+        if mask is not None:
+            for e in np.flatnonzero(~mask.any(axis=1)).tolist():  # never open: vacuous, no extreme step
+                rho_l[e], step_l[e], first_l[e] = math.inf, None, None
+        results.append((rho_l, extreme_l, step_l, first_l))
+    return results
 
 
-_ALWAYS: dict[int, np.ndarray] = {}  # T -> ones(T), the gate of ungated rows
-
-
-def _missing_signal(clause: Clause, signals: Signals) -> str | None:
+def _missing_signal(clause: Clause, signals: Signals | SignalBatch) -> str | None:
     for name in clause.names:
         if name in signals.unavailable:
             return f"signal unavailable: {name} ({signals.unavailable[name]})"
@@ -255,46 +259,72 @@ def _explain(reg: Registry, benchmark: str, task_id: str, signal_tags) -> list:
 _EXPLAIN_CACHE: dict[str, dict] = {}  # registry content hash -> explanations
 
 
-def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
-                  thresholds: Mapping[str, float] | None = None) -> EpisodeOutcome:
-    """`score_episode` in flat form (what the run store writes); same arguments."""
+MAX_BATCH = 32  # episodes per signal batch: numpy overhead is amortised well before this
+
+
+def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | None = None,
+                   thresholds: Mapping[str, float] | None = None) -> list[EpisodeOutcome | RecordError]:
+    """`score_outcome` of many episodes, in order; an episode that cannot be scored gives its error.
+
+    Episodes are grouped by layout (`stacked.layout_key`) and each group's signals and
+    bound-form clauses are computed together; results equal scoring each episode alone.
+    """
     reg = registry or load_registry()
-    if thresholds:
-        unknown = set(thresholds) - set(reg.families)
-        if unknown:
-            raise RegistryError(f"unknown spec family {sorted(unknown)[0]!r} in thresholds; valid families: "
-                                f"{', '.join(reg.families)}")
-    try:
-        explained = _explain(reg, record.benchmark, record.task_id, record.meta.get("signal_tags"))
-    except RegistryError as exc:
-        field = "benchmark" if record.benchmark not in reg.benchmarks else "task_id"
-        raise RecordError(str(exc), file=record.source, episode=record.episode_id, field=field) from None
-    signals = derive_signals(record)
-    values = signals.values
+    _check_thresholds(reg, thresholds)
     plan = clause_plan(reg)
-    threshold, overridden, why = [], [], []
-    for clause, app in zip(plan, explained):
+    threshold, overridden = [], []
+    for clause in plan:
         override = None if clause.report_only or not thresholds else thresholds.get(clause.spec.family)
         threshold.append(float(clause.spec.threshold if override is None else override))
         overridden.append(override is not None)
-        why.append((None if app.active else app.reason) or _missing_signal(clause, signals))
-    live = [i for i, w in enumerate(why) if w is None and plan[i].form is not None]
-    bounds = dict(zip(live, zip(*_evaluate_bounds([plan[i] for i in live], values,
-                                                  [threshold[i] for i in live], record.n_steps)))) if live else {}
+    results: list = [None] * len(records)
+    explained: list = [None] * len(records)
+    groups: dict[tuple, list[int]] = {}
+    for i, rec in enumerate(records):
+        try:
+            explained[i] = _explain(reg, rec.benchmark, rec.task_id, rec.meta.get("signal_tags"))
+        except RegistryError as exc:
+            field = "benchmark" if rec.benchmark not in reg.benchmarks else "task_id"
+            results[i] = RecordError(str(exc), file=rec.source, episode=rec.episode_id, field=field)
+            continue
+        groups.setdefault(layout_key(rec), []).append(i)
+    for members in groups.values():
+        for start in range(0, len(members), MAX_BATCH):
+            chunk = members[start:start + MAX_BATCH]
+            batch = derive_signal_batch([records[i] for i in chunk])
+            missing = [_missing_signal(clause, batch) for clause in plan]
+            live = [c for c, clause in enumerate(plan) if clause.form is not None and missing[c] is None]
+            bounds = dict(zip(live, _bound_outcomes([plan[c] for c in live], batch.values,
+                                                    [threshold[c] for c in live], batch.n_steps))) if live else {}
+            for row, i in enumerate(chunk):
+                results[i] = _episode_outcome(plan, explained[i], missing, bounds, batch, row, threshold,
+                                              overridden, records[i].success)
+    return results
+
+
+def _check_thresholds(reg: Registry, thresholds: Mapping[str, float] | None) -> None:
+    unknown = set(thresholds or ()) - set(reg.families)
+    if unknown:
+        raise RegistryError(f"unknown spec family {sorted(unknown)[0]!r} in thresholds; valid families: "
+                            f"{', '.join(reg.families)}")
+
+
+def _episode_outcome(plan, explained, missing, bounds, batch, row, threshold, overridden, success) -> EpisodeOutcome:
     active, reason, rho, extreme, step, first, depth = ([] for _ in range(7))
     # episode summary, accumulated over the active scored clauses in order
     safe, vsi, worst, worst_key_, violating, episode_first = True, 0.0, None, None, None, None
-    for i, clause in enumerate(plan):
-        if why[i]:
+    for i, (clause, app) in enumerate(zip(plan, explained)):
+        why = (None if app.active else app.reason) or missing[i]
+        if why:
             active.append(False)
-            reason.append(why[i])
+            reason.append(why)
             rho.append(None), extreme.append(None), step.append(None), first.append(None), depth.append(None)
             continue
         spec, thr = clause.spec, threshold[i]
         if i in bounds:
-            r, x, k, f = bounds[i]
+            r, x, k, f = (column[row] for column in bounds[i])
         else:
-            r, x, k, f = _evaluate(spec.stl, clause.form, values, thr if overridden[i] else None)
+            r, x, k, f = _evaluate(spec.stl, clause.form, batch.episode(row).values, thr if overridden[i] else None)
         active.append(True)
         reason.append("active")
         rho.append(r), extreme.append(x), step.append(k), first.append(f)
@@ -318,8 +348,17 @@ def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
     return EpisodeOutcome(
         active=tuple(active), reason=tuple(reason), rho=tuple(rho), extreme=tuple(extreme),
         extreme_step=tuple(step), first_violation_step=tuple(first), depth=tuple(depth),
-        threshold=tuple(threshold), safe=safe, sbu=record.success and not safe, vsi=vsi, worst_spec=worst,
+        threshold=tuple(threshold), safe=safe, sbu=success and not safe, vsi=vsi, worst_spec=worst,
         violating_step=violating, episode_first_violation_step=episode_first, n_active=n_active)
+
+
+def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
+                  thresholds: Mapping[str, float] | None = None) -> EpisodeOutcome:
+    """`score_episode` in flat form (what the run store writes); same arguments."""
+    out = score_outcomes([record], registry=registry, thresholds=thresholds)[0]
+    if isinstance(out, RecordError):
+        raise out
+    return out
 
 
 def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,

@@ -35,10 +35,12 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import archive_files, atomic_write_bytes, jsonl_spans, loads, read_span, record_from_json, \
-    record_from_npz, record_to_npz_bytes
+from scoring.io import archive_files, atomic_write_bytes, jsonl_spans, load_record, read_span, record_from_npz, \
+    record_to_npz_bytes
+from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry
-from scoring.score import EpisodeOutcome, clause_plan, score_outcome
+from scoring.schema import EpisodeRecord
+from scoring.score import EpisodeOutcome, clause_plan, score_outcomes
 
 EPISODES = "episodes.parquet"
 SPEC_RESULTS = "spec_results.parquet"
@@ -161,43 +163,30 @@ class _Job:
     items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
 
 
-def _score_item(kind: str, payload, source: str, store: str, copy: bool, registry: Registry,
-                columns: _Columns) -> dict | None:
-    """Scores one episode into `columns`; returns the error row instead when it cannot be scored."""
-    try:
-        if kind == "span":
-            try:
-                line = read_span(*payload)
-            except OSError as exc:
-                raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
-            try:
-                obj = loads(line)
-            except ValueError as exc:
-                raise RecordError(f"line is not valid JSON ({exc})", file=source) from None
-            rec = record_from_json(obj, source=source)
-            converted = True
-        elif payload.endswith(".npz"):
-            rec = record_from_npz(payload, source=payload)
-            converted = False
-        else:
-            from scoring.io import load_record
-            rec = load_record(payload)
-            converted = True
-        out = score_outcome(rec, registry=registry)
-    except RecordError as exc:
-        return _error_row(exc, source)
-    if converted or copy:
-        dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
-        if converted:
-            atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress="integers"))
-        else:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(payload, dest)
-        trajectory = os.path.relpath(dest, store)
+def _load_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
+    """(record, converted) of one job item; `converted` when it did not come from `.npz`."""
+    if kind == "span":
+        try:
+            line = read_span(*payload)
+        except OSError as exc:
+            raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
+        return record_from_json_bytes(line, source=source), True
+    if payload.endswith(".npz"):
+        return record_from_npz(payload, source=payload), False
+    return load_record(payload), True
+
+
+def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: bool) -> str:
+    """The store-relative path of the episode's columnar record, writing it first if the store keeps one."""
+    if not (converted or copy):
+        return _relpath(payload, store)
+    dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
+    if converted:
+        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress="integers"))
     else:
-        trajectory = _relpath(payload, store)
-    columns.add(rec, out, source=_store_relative(source, store), trajectory=trajectory)
-    return None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(payload, dest)
+    return os.path.relpath(dest, store)
 
 
 def _relocated(rec, dest: Path):
@@ -255,14 +244,30 @@ class _Batch:
     n_items: int
 
 
+_LOAD_CHUNK = 64  # items loaded at once: enough to batch numpy calls, few enough to bound memory
+
+
 def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None) -> _Batch:
     reg = registry or _WORKER_STATE["registry"]
     columns = _Columns(reg)
     errors = []
-    for kind, payload, source in job.items:
-        err = _score_item(kind, payload, source, store, copy, reg, columns)
-        if err is not None:
-            errors.append(err)
+    items = job.items
+    for start in range(0, len(items), _LOAD_CHUNK):
+        loaded, chunk_errors = [], {}
+        for k, (kind, payload, source) in enumerate(items[start:start + _LOAD_CHUNK]):
+            try:
+                loaded.append((k, *_load_item(kind, payload, source)))
+            except RecordError as exc:
+                chunk_errors[k] = _error_row(exc, source)
+        outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg)
+        for (k, rec, converted), out in zip(loaded, outcomes):
+            kind, payload, source = items[start + k]
+            if isinstance(out, RecordError):
+                chunk_errors[k] = _error_row(out, source)
+                continue
+            columns.add(rec, out, source=_store_relative(source, store),
+                        trajectory=_trajectory(rec, payload, converted, store, copy))
+        errors.extend(chunk_errors[k] for k in sorted(chunk_errors))
     episodes, specs = columns.tables()
     return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items))
 

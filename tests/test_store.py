@@ -94,17 +94,17 @@ def test_parallel_scoring_writes_identical_tables(archive, tmp_path):
 def test_checkpoints_resume_an_interrupted_run(archive, tmp_path, monkeypatch):
     import scoring.store as store_mod
     calls = {"n": 0}
-    real = store_mod._score_item
+    real = store_mod._load_item
 
     def flaky(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 15:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
-    monkeypatch.setattr(store_mod, "_score_item", flaky)
+    monkeypatch.setattr(store_mod, "_load_item", flaky)
     with pytest.raises(KeyboardInterrupt):
         score_archive([archive], tmp_path / "store", progress=False, checkpoint_every=5, batch=1)
-    monkeypatch.setattr(store_mod, "_score_item", real)
+    monkeypatch.setattr(store_mod, "_load_item", real)
     resumed = score_archive([archive], tmp_path / "store", progress=False)
     assert resumed.skipped == 10 and resumed.scored == 14
     assert load_store(tmp_path / "store")[1].shape[0] == 24
