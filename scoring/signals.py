@@ -148,52 +148,56 @@ def _contact_signals(b: Stacked, out: dict, missing: dict) -> None:
         for n in names:
             missing[n] = "record has no contact list"
         return
-    size = b.E * b.T
     present = set(rec.roles)
-    max_force = np.zeros(size)
-    step = force = cls = None
-    local, flat, a, bb, f = b.contacts()
-    if local.size:
-        n_bodies = len(rec.bodies)
-        pair_lut, cls_lut = _pair_luts_for(rec.roles)
-        ab = _body_pair_index(a, bb, n_bodies)
-        pair = pair_lut[ab]
-        if b.E > 1:  # pair ids distinct across the episodes of the batch
-            pair += (flat - local) // b.T * (n_bodies * n_bodies)
-        keep = _retained(local, pair, b.T, b.E * n_bodies * n_bodies)
-        # contacts are sorted by step: one segment per step that has any
-        new_step = np.empty(local.size, dtype=bool)
-        new_step[0] = True
-        np.not_equal(flat[1:], flat[:-1], out=new_step[1:])
-        starts = np.flatnonzero(new_step)
-        kept_force = f if keep is None else np.where(keep, f, 0)
-        max_force[flat[starts]] = np.maximum.reduceat(kept_force, starts)
-        # role-pair sets are a small part of all contacts: reduce only over those
-        cls_all = cls_lut[ab]
-        wanted = cls_all != 0
-        if keep is not None:
-            wanted &= keep
-        sub = np.flatnonzero(wanted)
-        step, force, cls = flat[sub], f[sub].astype(np.float64), cls_all[sub]
-    out["max_contact_force"] = max_force.reshape(b.E, b.T)
+    wanted = {"max_contact_force": 0}
     for name, bit, needs in (("arm_furniture_force", _AF, (("robot", "gripper"), ("furniture",))),
                              ("target_furniture_force", _TF, (("target",), ("furniture",)))):
         lacking = [side for side in needs if not present.intersection(side)]
         if lacking:
             missing[name] = f"record has no body with role {' or '.join(lacking[0])}"
-            continue
-        peak = np.zeros(size)
-        if step is not None:
-            sel = (cls & bit) != 0
-            np.maximum.at(peak, step[sel], force[sel])
-        out[name] = peak.reshape(b.E, b.T)
+        else:
+            wanted[name] = bit
     if "robot" not in present:
         missing["self_collision_count"] = "record has no body with role robot"
     else:
-        count = np.zeros(size)
-        if step is not None:
-            count += np.bincount(step[(cls & _SELF) != 0], minlength=size)
-        out["self_collision_count"] = count.reshape(b.E, b.T)
+        wanted["self_collision_count"] = _SELF
+    rows = {name: np.zeros((b.E, b.T)) for name in wanted}
+    # episode by episode: contact arrays are the bulk of the data, and one episode's fit in cache
+    for e, r in enumerate(b.records):
+        _episode_contact_signals(r, {name: row[e] for name, row in rows.items()}, wanted)
+    out.update(rows)
+
+
+def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wanted: dict[str, int]) -> None:
+    """Fills the (T,) rows of `out` (zeros on entry) from one episode's contacts."""
+    c = rec.contacts
+    if not len(c):
+        return
+    n_bodies = len(rec.bodies)
+    pair_lut, cls_lut = _pair_luts_for(rec.roles)
+    ab = _body_pair_index(c.a, c.b, n_bodies)
+    step_all = c.step.astype(np.intp)
+    keep = _retained(step_all, pair_lut[ab], rec.n_steps, n_bodies * n_bodies)
+    # contacts are sorted by step: one segment per step that has any
+    new_step = np.empty(len(c), dtype=bool)
+    new_step[0] = True
+    np.not_equal(step_all[1:], step_all[:-1], out=new_step[1:])
+    starts = np.flatnonzero(new_step)
+    kept_force = c.force if keep is None else np.where(keep, c.force, 0)
+    out["max_contact_force"][step_all[starts]] = np.maximum.reduceat(kept_force, starts)
+    # role-pair sets are a small part of all contacts: reduce only over those
+    cls_all = cls_lut[ab]
+    sel = cls_all != 0
+    if keep is not None:
+        sel &= keep
+    sub = np.flatnonzero(sel)
+    step, force, cls = step_all[sub], c.force[sub].astype(np.float64), cls_all[sub]
+    for name, bit in wanted.items():
+        if name == "self_collision_count":
+            out[name][: rec.n_steps] += np.bincount(step[(cls & bit) != 0], minlength=rec.n_steps)
+        elif bit:
+            hit = (cls & bit) != 0
+            np.maximum.at(out[name], step[hit], force[hit])
 
 
 def _tilt_deg(quat: np.ndarray) -> np.ndarray:
