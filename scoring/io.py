@@ -7,6 +7,7 @@ Both convert to `EpisodeRecord` and back without loss: floats are written with
 
 from __future__ import annotations
 
+import functools
 import io as _io
 import json
 import math
@@ -298,6 +299,7 @@ def _zip_members(raw: bytes):
         (z64_off,) = struct.unpack_from("<Q", raw, loc + 8)
         count, cd_size, cd_off = struct.unpack_from("<QQQ", raw, z64_off + 32)
     pos = cd_off
+    view = memoryview(raw)
     for _ in range(count):
         (sig, method, csize, usize, nlen, xlen, clen, loff) = _CENTRAL_ENTRY.unpack_from(raw, pos)
         if sig != b"PK\x01\x02":
@@ -312,7 +314,7 @@ def _zip_members(raw: bytes):
         pos += 46 + nlen + xlen + clen
         lnlen, lxlen = struct.unpack_from("<HH", raw, loff + 26)
         start = loff + 30 + lnlen + lxlen
-        data = raw[start:start + csize]
+        data = view[start:start + csize]  # no copy: arrays are read in place
         if len(data) != csize:
             raise ValueError(f"member {name!r} is truncated")
         if method == 8:
@@ -320,6 +322,19 @@ def _zip_members(raw: bytes):
         elif method != 0:
             raise ValueError(f"member {name!r} uses unsupported compression {method}")
         yield name, data
+
+
+@functools.lru_cache(maxsize=1024)
+def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], int] | None:
+    """(dtype, shape, element count) of a .npy header in numpy's own layout; None for anything else.
+
+    Cached: most members of an archive repeat a few headers, such as '<f8' of (300, 3).
+    """
+    m = _NPY_HEADER.match(header)
+    if m is None or m.group(2) == b"True":
+        return None
+    shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
+    return np.dtype(m.group(1).decode()), shape, math.prod(shape)
 
 
 def _read_npz(raw: bytes) -> dict[str, np.ndarray]:
@@ -337,13 +352,11 @@ def _read_npz(raw: bytes) -> dict[str, np.ndarray]:
         hlen_size = 2 if data[6] == 1 else 4
         hlen = int.from_bytes(data[8:8 + hlen_size], "little")
         start = 8 + hlen_size
-        m = _NPY_HEADER.match(data[start:start + hlen])
-        if m is None or m.group(2) == b"True":
+        parsed = _npy_header(bytes(data[start:start + hlen]))
+        if parsed is None:
             out[name] = np.load(_io.BytesIO(data), allow_pickle=False)
             continue
-        shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
-        dtype = np.dtype(m.group(1).decode())
-        count = math.prod(shape)
+        dtype, shape, count = parsed
         if len(data) - start - hlen < count * dtype.itemsize:
             raise ValueError(f"member {member!r} is truncated")
         out[name] = np.frombuffer(data, dtype=dtype, offset=start + hlen, count=count).reshape(shape)

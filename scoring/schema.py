@@ -168,7 +168,7 @@ class _Validator:
     def array(self, name: str, value: Any, shape: Sequence[int | None], *, dtype=np.float64,
               finite: bool = True) -> np.ndarray:
         try:
-            arr = np.asarray(value)
+            arr = value if type(value) is np.ndarray else np.asarray(value)
         except (ValueError, TypeError):
             raise self.fail(name, f"expected an array of shape {_fmt_shape(shape)}; got "
                                   f"{_ragged(value)}") from None
@@ -181,7 +181,7 @@ class _Validator:
             pass  # keep float32 as stored: lossless round trips of compact archives
         elif dtype is not None:
             arr = arr.astype(dtype, copy=False)
-        if finite and arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        if finite and arr.dtype.kind == "f" and not _all_finite(arr):
             bad = np.argwhere(~np.isfinite(arr))[0]
             raise self.fail(name, f"expected finite numbers, found {arr[tuple(bad)]} at index "
                                   f"{tuple(int(i) for i in bad)} (step {int(bad[0])})")
@@ -237,7 +237,7 @@ class _Validator:
         if n_steps == 0:
             raise self.fail("steps", "expected at least one step, got an empty episode")
         t = self.array("t", f["t"] if f.get("t") is not None else np.arange(n_steps), (n_steps,), dtype=None)
-        if n_steps > 1 and not (np.diff(t) > 0).all():
+        if n_steps > 1 and not (t[1:] > t[:-1]).all():
             raise self.fail("t", "expected strictly increasing step times")
 
         pose_bodies = self.names("body_pos_m", f.get("pose_bodies"))
@@ -253,7 +253,8 @@ class _Validator:
         body_quat = self.array("body_quat_wxyz", _or_empty(f.get("body_quat"), n_steps, 4),
                                (n_steps, len(quat_bodies), 4))
         if body_quat.size:
-            norm = np.linalg.norm(body_quat.astype(np.float64), axis=-1)
+            q = body_quat.astype(np.float64, copy=False)
+            norm = np.sqrt(np.einsum("...i,...i->...", q, q))
             off = np.abs(norm - 1.0) > QUAT_NORM_TOL
             if off.any():
                 s, q = (int(i) for i in np.argwhere(off)[0])
@@ -307,15 +308,16 @@ class _Validator:
             if arr.dtype.kind == "f":
                 raise self.fail(name, "expected integer indices")
         if n:
-            if step.min() < 0 or step.max() >= n_steps:
-                raise self.fail("contacts.step", f"expected step indices in [0, {n_steps - 1}], "
-                                                 f"got {int(step.min())}..{int(step.max())}")
-            if (np.diff(step) < 0).any():
+            unsorted = bool((step[1:] < step[:-1]).any())
+            lo, hi = (int(step.min()), int(step.max())) if unsorted else (int(step[0]), int(step[-1]))
+            if lo < 0 or hi >= n_steps:
+                raise self.fail("contacts.step", f"expected step indices in [0, {n_steps - 1}], got {lo}..{hi}")
+            if unsorted:
                 raise self.fail("contacts.step", "expected contacts sorted by step")
             for name, arr in (("contacts.a", a), ("contacts.b", b)):
                 if arr.min() < 0 or arr.max() >= n_bodies:
                     raise self.fail(name, f"expected body indices in [0, {n_bodies - 1}]")
-            if (force < 0).any():
+            if force.min() < 0:
                 i = int(np.argmax(force < 0))
                 raise self.fail("contacts.force_n", f"expected a non-negative force norm, got "
                                                     f"{force[i]} at step {int(step[i])}")
@@ -361,6 +363,14 @@ class _Validator:
         if camera is not None and not isinstance(camera, str):
             raise self.fail("replay.camera", "expected a camera name")
         return Replay(mjcf=mjcf, qpos=qpos, qvel=qvel, mocap_pos=mpos, mocap_quat=mquat, camera=camera)
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    """No NaN or inf in `arr`: a finite sum proves it in one pass; an infinite one may be overflow, so look."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(arr.sum()):
+            return True
+    return bool(np.isfinite(arr).all())
 
 
 def _ragged(value: Any) -> str:
