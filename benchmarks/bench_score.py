@@ -8,7 +8,11 @@ LIBERO record, see scoring/synthetic.py) are written once to a cache directory, 
 - JSONL ingestion + scoring, in episodes/s;
 - what-if re-scoring of 100,000 episodes x 8 families, in ms.
 
-Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--cache DIR]
+Each scoring figure is the best of `--repeat` runs (default 3) in fresh subprocesses:
+this machine is a shared VM whose background load comes in bursts, and the best run is
+the one least disturbed by it; every run's figure is printed as well.
+
+Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--repeat 3] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roster", type=int, default=15_000)
     ap.add_argument("--sample", type=int, default=3_000, help="episodes for the 1- vs 2-worker comparison")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-cache"))
     args = ap.parse_args()
     cache = Path(args.cache)
@@ -96,22 +101,31 @@ def main() -> None:
         for f in files[: args.sample]:
             os.link(f, sample_dir / f.name)
     out = cache / "store"
-    s1, n1, _ = score_in_subprocess([sample_dir], out, 1)
-    s2, n2, _ = score_in_subprocess([sample_dir], out, 2)
-    sr, nr, rss = score_in_subprocess([roster], out, 2)
     jsonl = cache / "ingest.jsonl"
     if not jsonl.exists():
         with jsonl.open("w") as fh:
             for f in files[:300]:
                 fh.write(json.dumps(record_to_json(load_record(f))) + "\n")
-    sj, nj, _ = score_in_subprocess([jsonl], out, 2)
+
+    def best(paths, workers):
+        """The fastest of `--repeat` runs (seconds, episodes, largest peak RSS of any run), and every run's seconds."""
+        runs = [score_in_subprocess(paths, out, workers) for _ in range(args.repeat)]
+        fastest = min(runs)
+        return (fastest[0], fastest[1], max(r for _, _, r in runs)), [round(s, 2) for s, _, _ in runs]
+
+    (s1, n1, _), all1 = best([sample_dir], 1)
+    (s2, n2, _), all2 = best([sample_dir], 2)
+    (sr, nr, rss), allr = best([roster], 2)
+    (sj, nj, _), allj = best([jsonl], 2)
     size = sum(f.stat().st_size for f in files[:100]) / 100
     print(json.dumps({
         "bench": "score", "steps": 300, "contacts_per_step": 40, "bodies": 8, "episode_bytes": int(size),
+        "repeat": args.repeat,
         "npz_eps_per_s_1_worker": round(n1 / s1), "npz_eps_per_s_2_workers": round(n2 / s2),
         "speedup_2_vs_1": round((n2 / s2) / (n1 / s1), 2),
         "roster_episodes": nr, "roster_s": round(sr, 2), "roster_peak_rss_mib": round(rss),
-        "jsonl_eps_per_s": round(nj / sj), "whatif_100k_x8_ms": round(whatif_latency(), 2),
+        "jsonl_episodes": nj, "jsonl_eps_per_s": round(nj / sj), "whatif_100k_x8_ms": round(whatif_latency(), 2),
+        "all_runs_s": {"npz_1_worker": all1, "npz_2_workers": all2, "roster": allr, "jsonl": allj},
         "targets": {"npz_eps_per_s": 2000, "roster_s": 10, "jsonl_eps_per_s": 300, "whatif_ms": 50,
                     "peak_rss_mib": 2048},
     }))

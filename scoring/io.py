@@ -537,26 +537,27 @@ def iter_archive(paths: Iterable[str | os.PathLike]) -> Iterator[Loaded]:
 _NON_BLANK = re.compile(rb"\S")
 
 
-def jsonl_spans(path: str | os.PathLike, *, block: int = 1 << 24) -> Iterator[tuple[int, int, int]]:
+def jsonl_spans(path: str | os.PathLike, *, block: int = 1 << 20) -> Iterator[tuple[int, int, int]]:
     """(byte offset, length, line number) of every non-blank line of a JSONL file.
 
     Lines are found block by block without keeping them, so a scheduler can hand out
-    byte ranges (`read_span`) instead of megabyte-long lines.
+    byte ranges (`read_span`) instead of megabyte-long lines. Only the line's start and
+    whether it has a non-space byte yet carry over between blocks: nothing is copied.
     """
     with open(path, "rb") as fh:
-        base, buf, lineno = 0, b"", 0
+        base = line_start = lineno = 0
+        nonblank = False
         while chunk := fh.read(block):
-            buf = buf + chunk if buf else chunk
-            start = 0
-            while (end := buf.find(b"\n", start)) >= 0:
+            pos = 0
+            while (end := chunk.find(b"\n", pos)) >= 0:
                 lineno += 1
-                if _NON_BLANK.search(buf, start, end):
-                    yield base + start, end + 1 - start, lineno
-                start = end + 1
-            base += start
-            buf = buf[start:]
-        if _NON_BLANK.search(buf):
-            yield base, len(buf), lineno + 1
+                if nonblank or _NON_BLANK.search(chunk, pos, end):
+                    yield line_start, base + end + 1 - line_start, lineno
+                line_start, nonblank, pos = base + end + 1, False, end + 1
+            nonblank = nonblank or _NON_BLANK.search(chunk, pos) is not None
+            base += len(chunk)
+        if nonblank:
+            yield line_start, base - line_start, lineno + 1
 
 
 def read_span(path: str | os.PathLike, offset: int, length: int) -> bytes:

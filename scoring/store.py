@@ -182,7 +182,7 @@ def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: 
         return _relpath(payload, store)
     dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
     if converted:
-        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress="integers"))
+        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress=False))
     else:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(payload, dest)
@@ -276,11 +276,12 @@ def _batch_size(files: list[Path], workers: int) -> int:
     """Episodes per job: ~8 jobs per worker, within [16, 256].
 
     Each job costs the parent a few ms of pool bookkeeping, so jobs are as large as
-    load balance at the end of the run allows. JSONL lines are not counted up front.
+    load balance at the end of the run allows. JSONL lines are not counted up front;
+    each costs ~10x a columnar episode, so their jobs are small.
     """
     n = sum(p.suffix != ".jsonl" for p in files)
     if not n:
-        return 32
+        return 16
     return max(16, min(256, -(-n // (max(workers, 1) * 8))))
 
 
