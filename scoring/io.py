@@ -16,7 +16,6 @@ import os
 import re
 import struct
 import tempfile
-import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -235,13 +234,11 @@ _ARRAYS = {
 }
 
 
-def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool | str = False) -> bytes:
+def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool = False) -> bytes:
     """The columnar form of `rec` as `.npz` bytes (arrays plus a JSON header).
 
-    `compress`: False stores every member, True deflates every member (numpy's
-    default level), "integers" deflates only integer and Boolean members at level 1:
-    contact indices and steps shrink ~20x at a twelfth of the cost of True, while
-    float members barely compress at all.
+    `compress` deflates every member (numpy's `savez_compressed`); the default stores
+    them, which is what scoring reads fastest.
     """
     header = {
         "schema_version": SCHEMA_VERSION, "episode_id": rec.episode_id, "benchmark": rec.benchmark,
@@ -254,15 +251,10 @@ def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool | str = False) -> 
     arrays = {k: get(rec) for k, get in _ARRAYS.items()}
     arrays = {k: v for k, v in arrays.items() if v is not None}
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    if compress is False:
+    if not compress:
         return _npz_stored(arrays)
     buf = _io.BytesIO()
-    if compress == "integers":
-        _write_npz_integers_deflated(buf, arrays)
-    elif compress is True:
-        np.savez_compressed(buf, **arrays)
-    else:
-        raise ValueError(f"compress must be True, False or 'integers', got {compress!r}")
+    np.savez_compressed(buf, **arrays)
     return buf.getvalue()
 
 
@@ -299,17 +291,6 @@ def _npz_stored(arrays: dict[str, np.ndarray]) -> bytes:
         return buf.getvalue()
     end = _END_OF_CENTRAL.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(directory), offset, 0)
     return b"".join([*chunks, directory, end])
-
-
-def _write_npz_integers_deflated(buf, arrays: dict[str, np.ndarray]) -> None:
-    with zipfile.ZipFile(buf, "w", allowZip64=True) as zf:
-        for name, value in arrays.items():
-            member = _io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            if value.dtype.kind in "biu":
-                zf.writestr(name + ".npy", member.getvalue(), compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
-            else:
-                zf.writestr(name + ".npy", member.getvalue(), compress_type=zipfile.ZIP_STORED)
 
 
 _NPY_HEADER = re.compile(rb"\{'descr': '([<>|=]?[a-zA-Z]\d*)', 'fortran_order': (False|True), "

@@ -27,7 +27,7 @@ def test_json_npz_json_round_trip_is_lossless(appendix_b):
     assert record_to_json(again) == appendix_b
 
 
-@pytest.mark.parametrize("compress", [False, True, "integers"])
+@pytest.mark.parametrize("compress", [False, True])
 def test_npz_round_trip_keeps_every_array_and_dtype(tmp_path, compress):
     rec = make_record(np.random.default_rng(3), episode_id="a/b", n_steps=50, contacts_per_step=5, with_replay=True)
     path = save_record(rec, tmp_path / "ep.npz", compress=compress)
@@ -41,16 +41,6 @@ def test_npz_round_trip_keeps_every_array_and_dtype(tmp_path, compress):
     assert back.meta == rec.meta and back.bodies == rec.bodies and back.roles == rec.roles
     assert json.dumps(record_to_json(back)) == json.dumps(record_to_json(rec))
     assert set(np.load(path)) >= {"contact_a", "eef_pos", "__header__"}  # a plain zip numpy reads too
-
-
-def test_integer_members_are_deflated_and_floats_stored(tmp_path):
-    import zipfile
-    rec = make_record(np.random.default_rng(4), episode_id="z", n_steps=80, contacts_per_step=10)
-    path = save_record(rec, tmp_path / "ep.npz", compress="integers")
-    methods = {i.filename: i.compress_type for i in zipfile.ZipFile(path).infolist()}
-    assert methods["contact_step.npy"] == zipfile.ZIP_DEFLATED and methods["contact_force.npy"] == zipfile.ZIP_STORED
-    with pytest.raises(ValueError, match="compress must be"):
-        save_record(rec, tmp_path / "bad.npz", compress="zstd")
 
 
 JSONL_ROWS = [
