@@ -578,11 +578,23 @@ def jsonl_spans(path: str | os.PathLike, *, block: int = 1 << 20) -> Iterator[tu
             yield line_start, base - line_start, lineno + 1
 
 
-def read_span(path: str | os.PathLike, offset: int, length: int) -> bytes:
-    """The bytes of one `jsonl_spans` line."""
+def read_span(path: str | os.PathLike, offset: int, length: int, *, into: bytearray | None = None
+              ) -> bytes | memoryview:
+    """The bytes of one `jsonl_spans` line.
+
+    With `into`, the line is read into that buffer (grown as needed) and a view of it is
+    returned: valid until the buffer is reused. A fresh megabyte `bytes` per line costs
+    its page faults every time, ~4x the read itself.
+    """
     fd = os.open(path, os.O_RDONLY)
     try:
-        return os.pread(fd, length, offset)
+        if into is None:
+            return os.pread(fd, length, offset)
+        if len(into) < length:
+            into.extend(bytes(length - len(into)))
+        view = memoryview(into)[:length]
+        got = os.preadv(fd, [view], offset)
+        return view[:got]
     finally:
         os.close(fd)
 

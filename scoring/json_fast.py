@@ -10,6 +10,7 @@ message stays the reference one.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
@@ -85,26 +86,28 @@ def _decoder(names: tuple[str, ...]) -> _Decoder:
 _ROLES_DECODER = msgspec.json.Decoder(dict[str, str])
 
 
-def _body_names(data: bytes | str) -> tuple[str, ...]:
+_ROLES_TEXT = re.compile(rb'"body_roles"[^{]*(\{[^}]*\})')
+_ROLES_TEXT_STR = re.compile(r'"body_roles"[^{]*(\{[^}]*\})')
+
+
+def _body_names(data: bytes | bytearray | memoryview | str) -> tuple[str, ...]:
     """The body names of `body_roles`, read ahead of the real decode to pick its decoder.
 
     Only a guess (the key could sit inside a string, or be repeated). A wrong guess
     cannot make a wrong record: contact bodies are looked up in the decoded
     `body_roles`, posed bodies are checked by the validator. It can only send a good
-    record to the reference path.
+    record to the reference path. A regex, because memoryviews have no `find`.
     """
-    key, open_, close = ('"body_roles"', "{", "}") if isinstance(data, str) else (b'"body_roles"', b"{", b"}")
-    start = data.find(key)
-    if start < 0:
+    found = (_ROLES_TEXT_STR if isinstance(data, str) else _ROLES_TEXT).search(data)
+    if found is None:
         raise _Fallback
-    start = data.find(open_, start)
-    names = tuple(_ROLES_DECODER.decode(data[start:data.find(close, start) + 1]))
+    names = tuple(_ROLES_DECODER.decode(found.group(1)))
     if not names:
         raise _Fallback
     return names
 
 
-def record_from_json_bytes(data: bytes | str, *, source: str | None = None) -> EpisodeRecord:
+def record_from_json_bytes(data: bytes | bytearray | memoryview | str, *, source: str | None = None) -> EpisodeRecord:
     """One JSONL line as a record: the same result, or the same error, as the reference path.
 
     That is `record_from_json(loads(data), source=source)`, with invalid JSON reported
@@ -113,6 +116,8 @@ def record_from_json_bytes(data: bytes | str, *, source: str | None = None) -> E
     record = _fast(data, source)
     if record is not None:
         return record
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)  # the reference decoder retries NaN literals only on bytes
     try:
         obj = loads(data)
     except ValueError as exc:

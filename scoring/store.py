@@ -163,11 +163,14 @@ class _Job:
     items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
 
 
+_SPAN_BUFFER = bytearray()  # one per process: a JSONL line is decoded before the next is read
+
+
 def _load_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
     """(record, converted) of one job item; `converted` when it did not come from `.npz`."""
     if kind == "span":
         try:
-            line = read_span(*payload)
+            line = read_span(*payload, into=_SPAN_BUFFER)
         except OSError as exc:
             raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
         return record_from_json_bytes(line, source=source), True

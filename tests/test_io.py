@@ -109,3 +109,14 @@ def test_stored_npz_is_a_checked_zip_numpy_reads_and_the_same_bytes_every_time()
     for name, get in _ARRAYS.items():
         if get(rec) is not None:
             assert loaded[name].dtype == get(rec).dtype and np.array_equal(loaded[name], get(rec)), name
+
+
+def test_read_span_into_a_reused_buffer(tmp_path):
+    from scoring.io import jsonl_spans, read_span
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"long": "' + b"x" * 5000 + b'"}\n{"b": 2}\n')
+    buffer = bytearray()
+    spans = list(jsonl_spans(path))
+    assert [bytes(read_span(path, off, n, into=buffer)) for off, n, _ in spans] == \
+        [read_span(path, off, n) for off, n, _ in spans]
+    assert len(buffer) >= 5000

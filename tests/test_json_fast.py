@@ -302,3 +302,19 @@ def test_number_text_parses_identically(numbers):
     rec["seed"] = numbers[6]
     rec["dt"] = numbers[7]
     assert_agree(dumps(rec))
+
+
+@pytest.mark.parametrize("case", ["valid", "NaN literal", "bad JSON", "unknown body in a contact"])
+def test_buffer_views_agree_with_bytes(case):
+    """The run store decodes lines from a reused buffer: memoryview and bytearray give the bytes' outcome."""
+    text = {"valid": VALID, "NaN literal": VALID.replace("12.4", "NaN"), "bad JSON": "{not json",
+            "unknown body in a contact": BAD_TEXT["unknown body in a contact"]}[case].encode()
+    want = outcome(record_from_json_bytes, text)
+    buffer = bytearray(text + b"trailing bytes of a longer, older line")
+    for data in (memoryview(buffer)[:len(text)], bytearray(text)):
+        got = outcome(record_from_json_bytes, data)
+        assert got[0] == want[0]
+        if want[0] == "record":
+            assert_same_value(want[1], got[1], "record")
+        else:
+            assert got[1] == want[1]
