@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
+import gc
 import hashlib
 import json
 import os
@@ -234,6 +235,9 @@ def _worker_init(registry_path, registry_hash: str):
     inherited = _WORKER_STATE.get("registry")
     if inherited is None or inherited.hash != registry_hash:
         _WORKER_STATE["registry"] = load_registry(registry_path)
+    # everything inherited lives as long as the worker: keep the collector from re-scanning it
+    # (and from touching, hence copying, the parent's pages) while records churn through
+    gc.freeze()
 
 
 @dataclasses.dataclass(frozen=True)
