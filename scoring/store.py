@@ -350,6 +350,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     still scored. `workers > 1` scores in a process pool. `engine(jobs, run)` may replace
     the local engine: a generator yielding each job's `_Batch` in submission order
     (`scoring.ray_score` runs them as Ray tasks); the store it gives is the same.
+    `batch` is episodes per job (default: about 8 jobs per worker, see `_batch_size`).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
