@@ -218,14 +218,15 @@ def _grip_per_target(b: Stacked, targets: list[str]) -> np.ndarray | None:
         if rec.gripper_contact is not None:
             return np.repeat(b.stack(lambda r: r.gripper_contact, dtype=bool)[..., None], len(targets), axis=2)
         return None
-    _, flat, a, bb, _ = b.contacts()
     gripper = np.array([r == "gripper" for r in rec.roles])
-    grip = np.zeros((b.E * b.T, len(targets)), dtype=bool)
-    for k, tgt in enumerate(targets):
-        i = rec.bodies.index(tgt)
-        sel = ((a == i) & gripper[bb]) | ((bb == i) & gripper[a])
-        grip[flat[sel], k] = True
-    return grip.reshape(b.E, b.T, len(targets))
+    bodies = [rec.bodies.index(t) for t in targets]
+    grip = np.zeros((b.E, b.T, len(targets)), dtype=bool)
+    for e, r in enumerate(b.records):  # episode by episode, like the contact signals
+        c = r.contacts
+        a_grips, b_grips = gripper[c.a], gripper[c.b]
+        for k, i in enumerate(bodies):
+            grip[e, c.step[((c.a == i) & b_grips) | ((c.b == i) & a_grips)], k] = True
+    return grip
 
 
 def _target_signals(b: Stacked, out: dict, missing: dict) -> None:

@@ -55,8 +55,6 @@ class Stacked:
         self.T = int(self.n_steps.max())
         self.last = self.n_steps - 1
         self.dt = np.array([r.dt for r in self.records])
-        self.rows = np.arange(self.E)
-        self._contacts = None
 
     def stack(self, get: Callable[[EpisodeRecord], np.ndarray], dtype=np.float64) -> np.ndarray:
         """(E, T, ...) of `get(record)`, each row padded with its last step."""
@@ -69,21 +67,6 @@ class Stacked:
             out[e, :n] = a
             out[e, n:] = a[n - 1]
         return out
-
-    def contacts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(local step, flat step e * T + step, a, b, force) of every contact, in step order."""
-        if self._contacts is None:
-            cs = [r.contacts for r in self.records]
-            if self.E == 1:
-                c = cs[0]
-                local = c.step.astype(np.intp)
-                self._contacts = (local, local, c.a, c.b, c.force)
-            else:
-                local = np.concatenate([c.step for c in cs]).astype(np.intp)
-                offset = np.repeat(self.rows * self.T, [len(c) for c in cs])
-                self._contacts = (local, local + offset, np.concatenate([c.a for c in cs]),
-                                  np.concatenate([c.b for c in cs]), np.concatenate([c.force for c in cs]))
-        return self._contacts
 
 
 def norm(x: np.ndarray) -> np.ndarray:
