@@ -12,7 +12,10 @@ Each scoring figure is the best of `--repeat` runs (default 3) in fresh subproce
 this machine is a shared VM whose background load comes in bursts, and the best run is
 the one least disturbed by it; every run's figure is printed as well.
 
-Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--repeat 3] [--cache DIR]
+`--stages` prints instead where one core's time goes, per episode: the file read, npz
+parsing, read + validation, signals, scoring, and the whole `score_archive`.
+
+Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--repeat 3] [--stages] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -85,11 +88,43 @@ def whatif_latency(n: int = 100_000) -> float:
     return float(np.median(times)) * 1000
 
 
+def stage_costs(files: list[Path], repeat: int) -> dict:
+    """ms per episode of each stage on one core (best of `repeat`, by process CPU time)."""
+    from scoring.io import _read_npz, record_from_npz
+    from scoring.score import score_outcomes
+    from scoring.signals import derive_signal_batch
+    from scoring.store import score_archive
+    reg = load_registry()
+    raws = [f.read_bytes() for f in files]
+
+    def cost(fn):
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.process_time()
+            fn()
+            best = min(best, time.process_time() - t)
+        return round(best / len(files) * 1000, 3)
+
+    recs = [record_from_npz(f, source=str(f)) for f in files]
+    out = tempfile.mkdtemp()
+    return {
+        "file_read_ms": cost(lambda: [f.read_bytes() for f in files]),
+        "npz_parse_ms": cost(lambda: [_read_npz(r) for r in raws]),
+        "read_and_validate_ms": cost(lambda: [record_from_npz(f, source=str(f)) for f in files]),
+        "signals_ms": cost(lambda: [derive_signal_batch(recs[i:i + 32]) for i in range(0, len(recs), 32)]),
+        "signals_and_clauses_ms": cost(lambda: [score_outcomes(recs[i:i + 64], registry=reg)
+                                                for i in range(0, len(recs), 64)]),
+        "score_archive_ms": cost(lambda: (shutil.rmtree(out, ignore_errors=True),
+                                          score_archive(files, out, registry=reg, progress=False))),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roster", type=int, default=15_000)
     ap.add_argument("--sample", type=int, default=3_000, help="episodes for the 1- vs 2-worker comparison")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported")
+    ap.add_argument("--stages", action="store_true", help="print one core's cost per stage instead")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-cache"))
     args = ap.parse_args()
     cache = Path(args.cache)
@@ -100,6 +135,9 @@ def main() -> None:
         sample_dir.mkdir(parents=True)
         for f in files[: args.sample]:
             os.link(f, sample_dir / f.name)
+    if args.stages:
+        print(json.dumps({"bench": "score_stages", "episodes": 1536, "per_episode": stage_costs(files[:1536], args.repeat)}))
+        return
     out = cache / "store"
     jsonl = cache / "ingest.jsonl"
     if not jsonl.exists():
