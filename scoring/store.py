@@ -41,7 +41,8 @@ from scoring.io import archive_files, atomic_write_bytes, jsonl_spans, load_reco
 from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
-from scoring.score import EpisodeOutcome, clause_plan, score_outcomes
+from scoring.clauses import clause_plan
+from scoring.score import EpisodeOutcome, score_outcomes
 
 EPISODES = "episodes.parquet"
 SPEC_RESULTS = "spec_results.parquet"

@@ -115,28 +115,6 @@ def test_diagnostics_never_change_the_verdict(appendix_b):
     assert res.safe and res.vsi == 0.0
 
 
-def test_batched_bound_evaluation_equals_each_padded_row_alone():
-    """Gates never open, ties, lower and upper bounds, violations at the first step, padded rows."""
-    from scoring.registry import load_registry
-    from scoring.score import _bound_outcomes, _evaluate, clause_plan
-    plan = [c for c in clause_plan(load_registry()) if c.form is not None]
-    rng = np.random.default_rng(3)
-    for trial in range(60):
-        E, T = int(rng.integers(1, 5)), int(rng.integers(1, 30))
-        n_steps = rng.integers(1, T + 1, E) if trial % 3 else np.full(E, T)
-        values = {}
-        for c in plan:
-            for name in (c.form.signal, c.form.gate):
-                if name is not None and name not in values:
-                    v = rng.choice([0.0, 0.5, 1.0, 2.0, -1.0, 250.0], size=(E, T)) if trial % 2 else rng.normal(0, 100, (E, T))
-                    values[name] = np.where(rng.random((E, T)) < 0.2 * (trial % 3), 0.0, v)
-        thresholds = [float(c.form.threshold) if trial % 4 else float(rng.normal(0, 50)) for c in plan]
-        for c, thr, columns in zip(plan, thresholds, _bound_outcomes(plan, values, thresholds, n_steps)):
-            for e in range(E):
-                alone = {k: v[e, :n_steps[e]] for k, v in values.items()}
-                assert tuple(col[e] for col in columns) == _evaluate(c.spec.stl, c.form, alone, thr), (c.label, trial)
-
-
 def test_score_outcomes_keep_order_and_report_unknown_tasks_in_place():
     from scoring.score import score_outcome, score_outcomes
     rng = np.random.default_rng(5)

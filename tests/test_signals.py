@@ -5,7 +5,6 @@ import pytest
 
 from scoring.schema import EpisodeRecord
 from scoring.signals import derive_signals, retained_contacts
-from scoring.stacked import central_differences
 from scoring.synthetic import make_record
 
 BODIES = {"link5": "robot", "link7": "robot", "hand": "gripper", "finger_l": "gripper", "finger_r": "gripper",
@@ -159,15 +158,6 @@ def test_bystander_displacement_and_torque_ratio():
     np.testing.assert_allclose(sig["joint_torque_ratio"], 1.0)  # saturation at the limit is ratio 1
 
 
-def test_central_differences_of_a_cubic():
-    t = np.arange(20) * 0.1
-    x = np.stack([t ** 3, 0 * t, 0 * t], axis=1)
-    v, a, j = (y[0] for y in central_differences(x[None], np.array([0.1]), np.array([19])))
-    np.testing.assert_allclose(v[1:-1], 3 * t[1:-1] ** 2 + 0.01, rtol=1e-9)  # (x+1 - x-1)/2h = 3t² + h²
-    np.testing.assert_allclose(a[1:-1], 6 * t[1:-1], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(j[2:-2], 6.0, rtol=1e-9)
-    assert v[0] == v[1] and j[0] == j[2] and j[-1] == j[-3]
-
 
 def test_int16_contact_indices_do_not_overflow():
     # 200 bodies and 300 steps: step * width and a * B + b both exceed int16
@@ -185,16 +175,6 @@ def test_int16_contact_indices_do_not_overflow():
     assert sig["max_contact_force"][:-1].max() == 0.0  # both pairs touch from step 0 on: static
     assert sig["max_contact_force"][-1] == 300.0
 
-
-def test_gradient_equals_numpy_row_by_row_whatever_the_padding():
-    from scoring.stacked import gradient
-    x = np.random.default_rng(0).random((3, 50, 2, 3))
-    last = np.array([49, 20, 1])
-    dt = np.array([0.05, 0.1, 0.02])
-    g = gradient(x, dt, last)
-    for e in range(3):
-        assert np.array_equal(g[e, :last[e] + 1], np.gradient(x[e, :last[e] + 1], dt[e], axis=0))
-    assert np.array_equal(gradient(x[:, :1], dt, np.zeros(3, int)), np.zeros((3, 1, 2, 3)))
 
 
 def _target_reference(rec):
