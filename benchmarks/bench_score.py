@@ -90,7 +90,8 @@ def whatif_latency(n: int = 100_000) -> float:
 
 def stage_costs(files: list[Path], repeat: int) -> dict:
     """ms per episode of each stage on one core (best of `repeat`, by process CPU time)."""
-    from scoring.io import _read_npz, record_from_npz
+    from scoring.io import record_from_npz
+    from scoring.npz_format import read_npz
     from scoring.score import score_outcomes
     from scoring.signals import derive_signal_batch
     from scoring.store import score_archive
@@ -109,7 +110,7 @@ def stage_costs(files: list[Path], repeat: int) -> dict:
     out = tempfile.mkdtemp()
     return {
         "file_read_ms": cost(lambda: [f.read_bytes() for f in files]),
-        "npz_parse_ms": cost(lambda: [_read_npz(r) for r in raws]),
+        "npz_parse_ms": cost(lambda: [read_npz(r) for r in raws]),
         "read_and_validate_ms": cost(lambda: [record_from_npz(f, source=str(f)) for f in files]),
         "signals_ms": cost(lambda: [derive_signal_batch(recs[i:i + 32]) for i in range(0, len(recs), 32)]),
         "signals_and_clauses_ms": cost(lambda: [score_outcomes(recs[i:i + 64], registry=reg)

@@ -94,29 +94,3 @@ def test_missing_path_and_wrong_suffix_are_named(tmp_path):
     (tmp_path / "x.csv").write_text("a")
     with pytest.raises(RecordError, match=r"x\.csv.*expected \.json, \.jsonl, \.npz"):
         list(iter_archive([tmp_path / "x.csv"]))
-
-
-def test_stored_npz_is_a_checked_zip_numpy_reads_and_the_same_bytes_every_time():
-    import io
-    import zipfile
-
-    from scoring.io import _ARRAYS, record_to_npz_bytes
-    rec = make_record(np.random.default_rng(6), episode_id="s", n_steps=40, contacts_per_step=0, with_replay=True)
-    raw = record_to_npz_bytes(rec)
-    assert raw == record_to_npz_bytes(rec)
-    assert zipfile.ZipFile(io.BytesIO(raw)).testzip() is None  # every CRC right
-    loaded = np.load(io.BytesIO(raw))
-    for name, get in _ARRAYS.items():
-        if get(rec) is not None:
-            assert loaded[name].dtype == get(rec).dtype and np.array_equal(loaded[name], get(rec)), name
-
-
-def test_read_span_into_a_reused_buffer(tmp_path):
-    from scoring.io import jsonl_spans, read_span
-    path = tmp_path / "a.jsonl"
-    path.write_bytes(b'{"long": "' + b"x" * 5000 + b'"}\n{"b": 2}\n')
-    buffer = bytearray()
-    spans = list(jsonl_spans(path))
-    assert [bytes(read_span(path, off, n, into=buffer)) for off, n, _ in spans] == \
-        [read_span(path, off, n) for off, n, _ in spans]
-    assert len(buffer) >= 5000
