@@ -1,6 +1,5 @@
 import io
 import struct
-import zipfile
 
 import numpy as np
 import pytest
