@@ -1,7 +1,7 @@
 """`safevla score --engine ray`: score archive shards as Ray tasks, merge into one run store.
 
-The work is cut into the same `_Job` batches as the local engine (`scoring.store._jobs`);
-each batch is one Ray task running `scoring.store._run_job`, and `ray_engine` hands the
+The work is cut into the same `_Job` batches as the local engine (`scoring.store_jobs._jobs`);
+each batch is one Ray task running `scoring.store_jobs._run_job`, and `ray_engine` hands the
 columnar `_Batch` results back in submission order to `score_archive` itself, which merges
 and writes the store exactly as for the local engine. The Parquet tables are therefore byte-for-byte the
 ones `--engine local` writes (the manifest differs only in its timestamps).
@@ -20,7 +20,8 @@ from collections.abc import Iterable
 
 from scoring.errors import SafeVLAError
 from scoring.registry import load_registry
-from scoring.store import ScoreSummary, _run_job, score_archive
+from scoring.store import ScoreSummary, score_archive
+from scoring.store_jobs import _run_job
 
 TASK_RETRIES = 3
 _REGISTRY: dict = {}

@@ -18,15 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
-import gc
-import hashlib
 import json
 import os
-import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator
-from multiprocessing import get_context
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -36,36 +31,15 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import archive_files, atomic_write_bytes, jsonl_spans, load_record, read_span, record_from_npz, \
-    record_to_npz_bytes
-from scoring.json_fast import record_from_json_bytes
+from scoring.io import archive_files, atomic_write_bytes
 from scoring.registry import Registry, load_registry
-from scoring.schema import EpisodeRecord
-from scoring.clauses import clause_plan
-from scoring.score import EpisodeOutcome, score_outcomes
+from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, _batch_size, _jobs, _store_relative, local_engine
 
 EPISODES = "episodes.parquet"
 SPEC_RESULTS = "spec_results.parquet"
 MANIFEST = "manifest.json"
 ERRORS = "errors.json"
-TRAJECTORIES = "trajectories"
 PARTS = ".parts"
-
-EPISODE_COLUMNS = {
-    "episode_id": pa.string(), "model": pa.string(), "benchmark": pa.string(), "suite": pa.string(),
-    "task_id": pa.string(), "seed": pa.int64(), "init_state": pa.int64(), "language": pa.string(),
-    "success": pa.bool_(), "safe": pa.bool_(), "sbu": pa.bool_(), "vsi": pa.float64(),
-    "worst_spec": pa.string(), "violating_step": pa.int64(), "first_violation_step": pa.int64(),
-    "n_active": pa.int64(), "n_steps": pa.int64(), "dt": pa.float64(), "trajectory": pa.string(),
-    "source": pa.string(), "registry_hash": pa.string(),
-}
-SPEC_COLUMNS = {
-    "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
-    "active": pa.bool_(), "reason": pa.string(), "rho": pa.float64(), "extreme": pa.float64(),
-    "extreme_step": pa.int64(), "first_violation_step": pa.int64(), "depth": pa.float64(),
-    "threshold": pa.float64(), "op": pa.string(), "signal": pa.string(), "unit": pa.string(),
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class ScoreSummary:
@@ -78,67 +52,6 @@ class ScoreSummary:
     total: int
 
 
-# ----------------------------------------------------------------------------- rows
-
-_CLAUSE_FIELDS = ("active", "reason", "rho", "extreme", "extreme_step", "first_violation_step", "depth",
-                  "threshold")
-
-
-class _Columns:
-    """Scored episodes of one job gathered as Parquet columns (no per-row dicts)."""
-
-    def __init__(self, reg: Registry):
-        self.plan = clause_plan(reg)
-        self.registry_hash = reg.hash
-        self.episode = {name: [] for name in EPISODE_COLUMNS}
-        self.clause = {name: [] for name in _CLAUSE_FIELDS}
-
-    def add(self, rec, out: EpisodeOutcome, *, source: str, trajectory: str) -> None:
-        meta = rec.meta
-        row = (rec.episode_id, rec.model, rec.benchmark, rec.suite, rec.task_id, _int_or_none(meta.get("seed")),
-               _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
-               out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
-               rec.n_steps, rec.dt, trajectory, source, self.registry_hash)
-        for column, value in zip(self.episode.values(), row):
-            column.append(value)
-        for name, column in self.clause.items():
-            column.extend(getattr(out, name))
-
-    def tables(self) -> tuple[pa.Table, pa.Table]:
-        episodes = pa.table({name: pa.array(values, type=EPISODE_COLUMNS[name])
-                             for name, values in self.episode.items()})
-        n, per = len(self.episode["episode_id"]), len(self.plan)
-        c = self.clause
-        specs = {
-            "episode_id": pa.array([e for e in self.episode["episode_id"] for _ in range(per)], type=pa.string()),
-            "family": pa.array([k.label for k in self.plan] * n, type=pa.string()),
-            "spec_id": pa.array([k.spec.spec_id for k in self.plan] * n, type=pa.string()),
-            "report_only": pa.array([k.report_only for k in self.plan] * n, type=pa.bool_()),
-            "active": pa.array(c["active"], type=pa.bool_()),
-            "reason": pa.array(c["reason"], type=pa.string()),
-            # inactive clauses: NaN (not null) in the float columns, null in the step columns
-            "rho": pa.array(np.array(c["rho"], dtype=np.float64)),
-            "extreme": pa.array(np.array(c["extreme"], dtype=np.float64)),
-            "extreme_step": pa.array(c["extreme_step"], type=pa.int64()),
-            "first_violation_step": pa.array(c["first_violation_step"], type=pa.int64()),
-            "depth": pa.array(np.array(c["depth"], dtype=np.float64)),
-            "threshold": pa.array(c["threshold"], type=pa.float64()),
-            "op": pa.array([k.spec.op for k in self.plan] * n, type=pa.string()),
-            "signal": pa.array([k.spec.signal for k in self.plan] * n, type=pa.string()),
-            "unit": pa.array([k.spec.unit for k in self.plan] * n, type=pa.string()),
-        }
-        return episodes, pa.table({name: specs[name] for name in SPEC_COLUMNS})
-
-
-def _int_or_none(x) -> int | None:
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return None
-
-
 def _table(rows: list[dict], columns: dict) -> pa.Table:
     data = {name: [r.get(name) for r in rows] for name in columns}
     return pa.table({name: pa.array(data[name], type=typ) for name, typ in columns.items()})
@@ -148,170 +61,6 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="snappy")  # 2x faster than zstd to write and read
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
-
-
-def trajectory_name(episode_id: str) -> str:
-    """A file name for an episode id: readable, filesystem-safe and collision-free."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "__", episode_id).strip("_")[:120]
-    return f"{slug}-{hashlib.sha1(episode_id.encode()).hexdigest()[:8]}.npz"
-
-
-# ----------------------------------------------------------------------------- workers
-
-@dataclasses.dataclass(frozen=True)
-class _Job:
-    """A batch of work for one worker: npz/json files, or JSONL lines as byte ranges."""
-
-    items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
-
-
-_SPAN_BUFFER = bytearray()  # one per process: a JSONL line is decoded before the next is read
-
-
-def _load_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
-    """(record, converted) of one job item; `converted` when it did not come from `.npz`."""
-    if kind == "span":
-        try:
-            line = read_span(*payload, into=_SPAN_BUFFER)
-        except OSError as exc:
-            raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
-        return record_from_json_bytes(line, source=source), True
-    if payload.endswith(".npz"):
-        return record_from_npz(payload, source=payload), False
-    return load_record(payload), True
-
-
-def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: bool) -> str:
-    """The store-relative path of the episode's columnar record, writing it first if the store keeps one."""
-    if not (converted or copy):
-        return _relpath(payload, store)
-    dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
-    if converted:
-        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress=False))
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(payload, dest)
-    return os.path.relpath(dest, store)
-
-
-def _relocated(rec, dest: Path):
-    """`rec` with a relative MJCF path rewritten so it still resolves from `dest`."""
-    from scoring.io import resolve_mjcf
-    if rec.replay is None or rec.replay.mjcf_is_xml:
-        return rec
-    mjcf = resolve_mjcf(rec)
-    return dataclasses.replace(rec, replay=dataclasses.replace(
-        rec.replay, mjcf=os.path.relpath(os.path.abspath(mjcf), os.path.abspath(dest.parent))))
-
-
-def _store_relative(source: str, store: str) -> str:
-    """`source` ("path" or "path:line") with the path relative to the store, so stores move."""
-    path, sep, line = source.rpartition(":")
-    if not (sep and line.isdigit()):
-        path, sep, line = source, "", ""
-    return _relpath(path, store) + sep + line
-
-
-def _relpath(path: str, start: str) -> str:
-    """os.path.relpath, with the directory part cached: it costs more than scoring otherwise."""
-    head, tail = os.path.split(path)
-    rel = _relpath_dir(head, start)
-    return tail if rel == "." else os.path.join(rel, tail)
-
-
-@functools.lru_cache(maxsize=4096)
-def _relpath_dir(directory: str, start: str) -> str:
-    return os.path.relpath(os.path.abspath(directory or "."), os.path.abspath(start))
-
-
-def _error_row(exc: RecordError, source: str) -> dict:
-    return {"file": exc.file or source, "episode": exc.episode, "field": exc.field, "message": str(exc)}
-
-
-_WORKER_STATE: dict = {}
-
-
-def _worker_init(registry_path, registry_hash: str):
-    # a forked worker inherits the parent's registry: re-reading the YAML is the slowest part of start-up
-    inherited = _WORKER_STATE.get("registry")
-    if inherited is None or inherited.hash != registry_hash:
-        _WORKER_STATE["registry"] = load_registry(registry_path)
-    # everything inherited lives as long as the worker: keep the collector from re-scanning it
-    # (and from touching, hence copying, the parent's pages) while records churn through
-    gc.freeze()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Batch:
-    """A worker's scored batch, already columnar so the parent only concatenates."""
-
-    episodes: pa.Table
-    specs: pa.Table
-    spec_counts: list[int]
-    errors: list[dict]
-    n_items: int
-
-
-_LOAD_CHUNK = 64  # items loaded at once: enough to batch numpy calls, few enough to bound memory
-
-
-def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None) -> _Batch:
-    reg = registry or _WORKER_STATE["registry"]
-    columns = _Columns(reg)
-    errors = []
-    items = job.items
-    for start in range(0, len(items), _LOAD_CHUNK):
-        loaded, chunk_errors = [], {}
-        for k, (kind, payload, source) in enumerate(items[start:start + _LOAD_CHUNK]):
-            try:
-                loaded.append((k, *_load_item(kind, payload, source)))
-            except RecordError as exc:
-                chunk_errors[k] = _error_row(exc, source)
-        outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg)
-        for (k, rec, converted), out in zip(loaded, outcomes):
-            kind, payload, source = items[start + k]
-            if isinstance(out, RecordError):
-                chunk_errors[k] = _error_row(out, source)
-                continue
-            columns.add(rec, out, source=_store_relative(source, store),
-                        trajectory=_trajectory(rec, payload, converted, store, copy))
-        errors.extend(chunk_errors[k] for k in sorted(chunk_errors))
-    episodes, specs = columns.tables()
-    return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items))
-
-
-def _batch_size(files: list[Path], workers: int) -> int:
-    """Episodes per job: ~8 jobs per worker, within [16, 256].
-
-    Each job costs the parent a few ms of pool bookkeeping, so jobs are as large as
-    load balance at the end of the run allows. JSONL lines are not counted up front;
-    each costs ~10x a columnar episode, so their jobs are small.
-    """
-    n = sum(p.suffix != ".jsonl" for p in files)
-    if not n:
-        return 16
-    return max(16, min(256, -(-n // (max(workers, 1) * 8))))
-
-
-def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path) -> Iterator[_Job]:
-    items = []
-    for path in paths:
-        if _store_relative(str(path), str(store)) in done_sources:
-            skipped[0] += 1
-            continue
-        if path.suffix == ".jsonl":
-            for offset, length, lineno in jsonl_spans(path):
-                items.append(("span", (str(path), offset, length), f"{path}:{lineno}"))
-                if len(items) >= batch:
-                    yield _Job(tuple(items))
-                    items = []
-        else:
-            items.append(("file", str(path), str(path)))
-        if len(items) >= batch:
-            yield _Job(tuple(items))
-            items = []
-    if items:
-        yield _Job(tuple(items))
 
 
 # ----------------------------------------------------------------------------- store
@@ -448,43 +197,6 @@ def _progress_bar(total: int | None, progress: bool | None):
         return _NoProgress()
     from tqdm.auto import tqdm
     return tqdm(total=total, unit="ep", desc="scoring", disable=None if progress is None else not progress)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Run:
-    """What an engine needs to score jobs for one `score_archive` call."""
-
-    store: str
-    copy: bool
-    registry: Registry
-    registry_path: object
-    workers: int
-
-
-def local_engine(jobs: Iterator[_Job], run: _Run) -> Iterator[_Batch]:
-    """The default engine: in this process, or a process pool when `run.workers > 1`."""
-    if run.workers <= 1:
-        for job in jobs:
-            yield _run_job(job, run.store, run.copy, run.registry)
-        return
-    _WORKER_STATE["registry"] = run.registry
-    pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
-        run.workers, initializer=_worker_init, initargs=(run.registry_path, run.registry.hash))
-    try:
-        yield from pool.imap(_JobRunner(run.store, run.copy), jobs)
-    finally:
-        pool.close()
-        pool.join()
-
-
-class _JobRunner:
-    """Picklable callable for the pool (closures are not)."""
-
-    def __init__(self, store: str, copy: bool):
-        self.store, self.copy = store, copy
-
-    def __call__(self, job: _Job):
-        return _run_job(job, self.store, self.copy)
 
 
 def _concat(tables: list[pa.Table]) -> list[pa.Table]:

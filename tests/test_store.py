@@ -1,12 +1,11 @@
 import dataclasses
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import load_record, record_from_json, save_record
+from scoring.io import load_record, save_record
 from scoring.score import score_episode
 from scoring.store import load_store, score_archive
 from scoring.synthetic import make_archive
@@ -92,7 +91,7 @@ def test_parallel_scoring_writes_identical_tables(archive, tmp_path):
 
 
 def test_checkpoints_resume_an_interrupted_run(archive, tmp_path, monkeypatch):
-    import scoring.store as store_mod
+    import scoring.store_jobs as store_mod
     calls = {"n": 0}
     real = store_mod._load_item
 
@@ -145,5 +144,5 @@ def test_a_store_moved_with_its_archive_still_resolves_and_resumes(archive, tmp_
 def test_cached_relpath_equals_os_relpath(path, start):
     import os
 
-    from scoring.store import _relpath
+    from scoring.store_jobs import _relpath
     assert _relpath(path, start) == os.path.relpath(os.path.abspath(path), os.path.abspath(start))
