@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from multiprocessing import get_context
 from pathlib import Path
@@ -123,14 +124,21 @@ class _Job:
     items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
 
 
-_SPAN_BUFFER = bytearray()  # one per process: a JSONL line is decoded before the next is read
+_SPAN_BUFFERS = threading.local()  # one buffer per thread: a line is decoded before the next is read
+
+
+def _span_buffer() -> bytearray:
+    buffer = getattr(_SPAN_BUFFERS, "buffer", None)
+    if buffer is None:
+        buffer = _SPAN_BUFFERS.buffer = bytearray()
+    return buffer
 
 
 def _load_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
     """(record, converted) of one job item; `converted` when it did not come from `.npz`."""
     if kind == "span":
         try:
-            line = read_span(*payload, into=_SPAN_BUFFER)
+            line = read_span(*payload, into=_span_buffer())
         except OSError as exc:
             raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
         return record_from_json_bytes(line, source=source), True
