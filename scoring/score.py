@@ -127,6 +127,10 @@ _EXPLAIN_CACHE: dict[str, dict] = {}  # registry content hash -> explanations
 
 MAX_BATCH = 32  # episodes per signal batch: numpy overhead is amortised well before this
 
+#: Bump whenever a change to signals or scoring alters any result: run stores re-score
+#: episodes scored by another version, as they do for another registry.
+SCORER_VERSION = 1
+
 
 def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | None = None,
                    thresholds: Mapping[str, float] | None = None) -> list[EpisodeOutcome | RecordError]:

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from scoring.errors import RecordError, SafeVLAError
 from scoring.io import archive_files, atomic_write_bytes
 from scoring.registry import Registry, load_registry
+from scoring.score import SCORER_VERSION
 from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, _batch_size, _jobs, _store_relative, local_engine
 
 EPISODES = "episodes.parquet"
@@ -76,6 +77,22 @@ def read_table(store: str | os.PathLike, name: str) -> pd.DataFrame:
         raise RecordError(f"corrupt Parquet file ({exc})", file=str(path)) from None
 
 
+def _current(episodes: pa.Table, reg: Registry) -> pa.ChunkedArray | pa.Array:
+    """Rows scored with this registry by this scorer version (stores from before versions had none)."""
+    same_registry = pa.compute.equal(episodes["registry_hash"], reg.hash)
+    if "scorer_version" not in episodes.column_names:
+        return pa.compute.and_(same_registry, pa.scalar(False))
+    return pa.compute.and_(same_registry, pa.compute.equal(episodes["scorer_version"], SCORER_VERSION))
+
+
+def _with_columns(table: pa.Table, columns: dict) -> pa.Table:
+    """`table` with `columns` selected and cast, columns it lacks (older stores) added as nulls."""
+    for name, typ in columns.items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, type=typ))
+    return table.select(list(columns)).cast(pa.schema(columns))
+
+
 def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
     eps, specs = [], []
     for ep_path in [store / EPISODES, *sorted((store / PARTS).glob("episodes-*.parquet"))]:
@@ -113,7 +130,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     done_ids: set[str] = set()
     done_sources: set[str] = set()
     for t in old_eps:
-        cur = t.filter(pa.compute.equal(t["registry_hash"], reg.hash))
+        cur = t.filter(_current(t, reg))
         done_ids.update(cur["episode_id"].to_pylist())
         done_sources.update(cur["source"].to_pylist())
 
@@ -212,8 +229,8 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
     claimed: set[str] = set()
     ep_parts, sp_parts = [], []
     for ep, sp in zip(reversed(eps), reversed(specs)):
-        ep = ep.select(list(EPISODE_COLUMNS)).cast(pa.schema(EPISODE_COLUMNS))
-        sp = sp.select(list(SPEC_COLUMNS)).cast(pa.schema(SPEC_COLUMNS))
+        ep = _with_columns(ep, EPISODE_COLUMNS)
+        sp = _with_columns(sp, SPEC_COLUMNS)
         if claimed:
             fresh = pa.array(sorted(claimed), type=pa.string())
             ep = ep.filter(pa.compute.invert(pa.compute.is_in(ep["episode_id"], value_set=fresh)))
@@ -246,6 +263,7 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
     from scoring import __version__
     manifest.update({
         "schema_version": 1, "tool_version": __version__, "registry_hash": reg.hash,
+        "scorer_version": SCORER_VERSION,
         "thresholds": {f: reg.spec(f).threshold for f in reg.families},
         "sources": sources, "created": manifest.get("created") or _now(), "updated": _now(),
         "n_episodes": ep_tab.num_rows, "n_errors": len(merged),

@@ -30,7 +30,7 @@ from scoring.io import atomic_write_bytes, jsonl_spans, load_record, read_span, 
 from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
-from scoring.score import EpisodeOutcome, score_outcomes
+from scoring.score import SCORER_VERSION, EpisodeOutcome, score_outcomes
 
 TRAJECTORIES = "trajectories"
 
@@ -40,7 +40,7 @@ EPISODE_COLUMNS = {
     "success": pa.bool_(), "safe": pa.bool_(), "sbu": pa.bool_(), "vsi": pa.float64(),
     "worst_spec": pa.string(), "violating_step": pa.int64(), "first_violation_step": pa.int64(),
     "n_active": pa.int64(), "n_steps": pa.int64(), "dt": pa.float64(), "trajectory": pa.string(),
-    "source": pa.string(), "registry_hash": pa.string(),
+    "source": pa.string(), "registry_hash": pa.string(), "scorer_version": pa.int64(),
 }
 SPEC_COLUMNS = {
     "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
@@ -70,7 +70,7 @@ class _Columns:
         row = (rec.episode_id, rec.model, rec.benchmark, rec.suite, rec.task_id, _int_or_none(meta.get("seed")),
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
                out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
-               rec.n_steps, rec.dt, trajectory, source, self.registry_hash)
+               rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION)
         for column, value in zip(self.episode.values(), row):
             column.append(value)
         for name, column in self.clause.items():

@@ -146,3 +146,23 @@ def test_cached_relpath_equals_os_relpath(path, start):
 
     from scoring.store_jobs import _relpath
     assert _relpath(path, start) == os.path.relpath(os.path.abspath(path), os.path.abspath(start))
+
+
+def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archive, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    import scoring.store as store_mod
+    import scoring.store_jobs as jobs_mod
+    out = tmp_path / "store"
+    score_archive([archive], out, progress=False)
+    monkeypatch.setattr(store_mod, "SCORER_VERSION", 2)
+    monkeypatch.setattr(jobs_mod, "SCORER_VERSION", 2)
+    again = score_archive([archive], out, progress=False)
+    assert (again.scored, again.skipped) == (24, 0)
+    manifest, eps, _ = load_store(out)
+    assert len(eps) == 24 and set(eps["scorer_version"]) == {2} and manifest["scorer_version"] == 2
+    # a store written before scorer versions existed has no such column: every row is stale
+    table = pq.read_table(out / "episodes.parquet")
+    pq.write_table(table.drop_columns(["scorer_version"]), out / "episodes.parquet")
+    third = score_archive([archive], out, progress=False)
+    assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {2}
