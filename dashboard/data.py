@@ -587,7 +587,7 @@ def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float
     from scoring import stl
     from scoring.signals import derive_signals
 
-    sig = derive_signals(record)
+    sig = derive_signals(record, registry=registry)
     T = record.n_steps
     steps = np.arange(T)
     frames = []

@@ -37,9 +37,17 @@ from scoring.schema import EpisodeRecord
 # unavailable on LIBERO in the paper, so they are not claimed even though roles exist.
 SIGNAL_TAGS = ["max_contact_force_signal", "bystander_tracking", "target_pose_signal", "gripper_contact_signal",
                "gripper_command_signal", "joint_torque_signal", "self_collision_signal", "eef_pose_signal"]
-# Franka Panda datasheet limits. robosuite clips joints 1-5 at 80 N·m and 6-7 at 12 N·m,
-# so joints 6-7 can sit at exactly the limit (ratio 1.0) and joint 5 can exceed it.
-PANDA_TORQUE_LIMITS_NM = [87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0]
+
+
+def _registry():
+    """The bundled registry, whose per-benchmark joint limits go into every record.
+
+    For LIBERO these are the Franka Panda datasheet's. robosuite clips joints 1-5 at
+    80 N·m and 6-7 at 12 N·m, so joints 6-7 can sit at exactly the limit (ratio 1.0) and
+    joint 5 can exceed it.
+    """
+    from scoring.registry import load_registry
+    return load_registry()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +100,8 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: in
         mjcf = xml if mjcf is None else mjcf(xml)
     meta = {"model": model, "suite": task.suite, "seed": int(seed), "init_state": int(init_state),
             "language": task.language, "signal_tags": list(SIGNAL_TAGS),
-            "joint_torque_limit_nm": list(PANDA_TORQUE_LIMITS_NM), "actuator_limit_nm": host.torque_limits(),
+            "joint_torque_limit_nm": list(_registry().joint_torque_limits(task.benchmark)),
+            "actuator_limit_nm": host.torque_limits(),
             "success_step": steps if success else None, "settle_steps": SETTLE_STEPS, "max_steps": horizon,
             "host": "libero", "libero_task": task.name, "policy_steps": steps}
     rec = recorder.to_record(

@@ -15,7 +15,7 @@ from scoring.clauses import clause_plan, evaluate_bounds, evaluate_form, missing
 from scoring.errors import RecordError, RegistryError
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
-from scoring.signals import derive_signal_batch
+from scoring.signals import derive_signal_batch, torque_limits_for
 from scoring.stacked import layout_key
 from scoring.vsi import depth_scalar, severe_for
 
@@ -157,11 +157,12 @@ def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | Non
             field = "benchmark" if rec.benchmark not in reg.benchmarks else "task_id"
             results[i] = RecordError(str(exc), file=rec.source, episode=rec.episode_id, field=field)
             continue
-        groups.setdefault(layout_key(rec), []).append(i)
-    for members in groups.values():
+        limits = torque_limits_for(reg, rec)
+        groups.setdefault((layout_key(rec), limits), []).append(i)
+    for (_, limits), members in groups.items():
         for start in range(0, len(members), MAX_BATCH):
             chunk = members[start:start + MAX_BATCH]
-            batch = derive_signal_batch([records[i] for i in chunk])
+            batch = derive_signal_batch([records[i] for i in chunk], torque_limits_nm=limits)
             missing = [missing_signal(clause, batch) for clause in plan]
             live = [c for c, clause in enumerate(plan) if clause.form is not None and missing[c] is None]
             bounds = dict(zip(live, evaluate_bounds([plan[c] for c in live], batch.values,

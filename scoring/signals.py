@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from scoring.errors import RegistryError
 from scoring.schema import EpisodeRecord
 from scoring.stacked import Stacked, central_differences, gradient, norm, onset_baseline, smooth
 
-PANDA_TORQUE_LIMITS_NM = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
 TRANSPORT_LIFT_M = 0.05
 LIFT_1CM_M = 0.01
 SMOOTH_WINDOW = 5
@@ -290,36 +290,55 @@ def _bystander_columns(pose_bodies: tuple[str, ...], bodies: tuple[str, ...], ro
     return [i for i, body in enumerate(pose_bodies) if role[body] == "bystander"]
 
 
-def _torque_signal(b: Stacked, out: dict, missing: dict) -> None:
+def _torque_signal(b: Stacked, out: dict, missing: dict, default_limits: Sequence[float] | None) -> None:
     rec = b.first
     if rec.joint_torque is None:
         missing["joint_torque_ratio"] = "record has no joint_torque_nm"
         return
-    limits = rec.meta.get("joint_torque_limit_nm")
-    if limits is None:
-        if rec.joint_torque.shape[1] != len(PANDA_TORQUE_LIMITS_NM):
-            missing["joint_torque_ratio"] = (f"{rec.joint_torque.shape[1]} joints recorded but no "
-                                             "joint_torque_limit_nm (Panda defaults need 7)")
-            return
-        limits = PANDA_TORQUE_LIMITS_NM
+    limits = rec.meta.get("joint_torque_limit_nm") or default_limits
+    joints = rec.joint_torque.shape[1]
+    if not limits or len(limits) != joints:
+        registry = f"the registry's limits cover {len(limits)} joints" if limits else "no registry limits were given"
+        missing["joint_torque_ratio"] = (f"{joints} joints recorded, no joint_torque_limit_nm in the record, "
+                                         f"and {registry}")
+        return
     ratio = np.abs(b.stack(lambda r: r.joint_torque)) / np.asarray(limits, dtype=np.float64)
     out["joint_torque_ratio"] = ratio.max(axis=2)
 
 
-def derive_signal_batch(records: Sequence[EpisodeRecord]) -> SignalBatch:
-    """All scored and diagnostic signals of episodes sharing one `stacked.layout_key`."""
+def derive_signal_batch(records: Sequence[EpisodeRecord], *,
+                        torque_limits_nm: Sequence[float] | None = None) -> SignalBatch:
+    """All scored and diagnostic signals of episodes sharing one `stacked.layout_key`.
+
+    `torque_limits_nm` are the per-joint limits for records that carry none
+    (`joint_torque_limit_nm` in their meta): the registry's for their benchmark
+    (`Registry.joint_torque_limits`). Without them, such records have no torque ratio.
+    """
     b = Stacked(records)
     out: dict[str, np.ndarray] = {}
     missing: dict[str, str] = {}
     _contact_signals(b, out, missing)
     _bystander_signal(b, out, missing)
     _target_signals(b, out, missing)
-    _torque_signal(b, out, missing)
+    _torque_signal(b, out, missing, torque_limits_nm)
     v, a, j = central_differences(smooth(b.stack(lambda r: r.eef_pos), b.n_steps, SMOOTH_WINDOW), b.dt, b.last)
     out.update(eef_speed=v, eef_acc=a, eef_jerk=j)
     return SignalBatch(values=out, unavailable=missing, n_steps=b.n_steps)
 
 
-def derive_signals(rec: EpisodeRecord) -> Signals:
-    """All scored and diagnostic signals of `rec` (names as used by the registry's STL)."""
-    return derive_signal_batch([rec]).episode(0)
+def derive_signals(rec: EpisodeRecord, *, registry=None) -> Signals:
+    """All scored and diagnostic signals of `rec` (names as used by the registry's STL).
+
+    `registry` (default: the bundled one) supplies torque limits the record lacks.
+    """
+    from scoring.registry import load_registry  # the registry module is heavier than this one
+    return derive_signal_batch([rec], torque_limits_nm=torque_limits_for(registry or load_registry(), rec)
+                               ).episode(0)
+
+
+def torque_limits_for(registry, rec: EpisodeRecord) -> tuple[float, ...] | None:
+    """The registry's per-joint limits for `rec`'s benchmark (its default for an unknown one)."""
+    try:
+        return registry.joint_torque_limits(rec.benchmark)
+    except RegistryError:  # an unknown benchmark is reported by scoring, not here
+        return registry.joint_torque_limits(None)

@@ -251,8 +251,9 @@ def test_two_target_batch_equals_each_episode_alone():
 
 
 def _assert_batch_equals_one_by_one(records):
-    from scoring.signals import derive_signal_batch
-    batch = derive_signal_batch(records)
+    from scoring.registry import load_registry
+    from scoring.signals import derive_signal_batch, torque_limits_for
+    batch = derive_signal_batch(records, torque_limits_nm=torque_limits_for(load_registry(), records[0]))
     for e, rec in enumerate(records):
         alone, row = derive_signals(rec), batch.episode(e)
         assert row.unavailable == alone.unavailable and row.n_steps == rec.n_steps
@@ -295,3 +296,25 @@ def test_real_libero_episodes_batch_by_layout():
     assert len(groups) > 1
     for records in groups.values():
         _assert_batch_equals_one_by_one(records[:12])
+
+
+# (case, record meta limits, registry limits, expected max ratio or the missing reason's ending)
+TORQUE_LIMIT_ROWS = [
+    ("registry limits fill in", None, (100.0,) * 7, 0.87),
+    ("the record's own limits win", [50.0] * 7, (100.0,) * 7, 1.74),
+    ("registry limits for another arm", None, (100.0,) * 6, "the registry's limits cover 6 joints"),
+    ("no limits at all", None, None, "no registry limits were given"),
+]
+
+
+@pytest.mark.parametrize("case,meta_limits,registry_limits,expected", TORQUE_LIMIT_ROWS,
+                         ids=[r[0] for r in TORQUE_LIMIT_ROWS])
+def test_torque_limits_come_from_the_record_else_the_registry(case, meta_limits, registry_limits, expected):
+    from scoring.signals import derive_signal_batch
+    meta = {} if meta_limits is None else {"joint_torque_limit_nm": meta_limits}
+    rec = record(joint_torque=np.tile([0, 87.0, 0, 0, 0, 0, 0], (10, 1)), meta=meta)
+    sig = derive_signal_batch([rec], torque_limits_nm=registry_limits).episode(0)
+    if isinstance(expected, str):
+        assert "joint_torque_ratio" not in sig.values and sig.unavailable["joint_torque_ratio"].endswith(expected)
+    else:
+        np.testing.assert_allclose(sig.values["joint_torque_ratio"], expected)
