@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from scoring.clauses import clause_plan
 from scoring.errors import RecordError
-from scoring.io import atomic_write_bytes, jsonl_spans, load_record, read_span, record_from_npz, record_to_npz_bytes
+from scoring.io import (atomic_write_bytes, jsonl_spans, load_record, read_span, record_from_npz, record_to_npz_bytes,
+                        resolve_mjcf)
 from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
@@ -153,7 +154,7 @@ def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: 
         return _relpath(payload, store)
     dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
     if converted:
-        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest), compress=False))
+        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest)))
     else:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(payload, dest)
@@ -162,7 +163,6 @@ def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: 
 
 def _relocated(rec, dest: Path):
     """`rec` with a relative MJCF path rewritten so it still resolves from `dest`."""
-    from scoring.io import resolve_mjcf
     if rec.replay is None or rec.replay.mjcf_is_xml:
         return rec
     mjcf = resolve_mjcf(rec)
