@@ -283,6 +283,11 @@ def show(chart, **kw):
     return st.altair_chart(chart, height=display_height(chart) or "content", **kw)
 
 
+def file_safe(name: str) -> str:
+    """`name` as a download file name: letters, digits, '-', '_' and '.' kept, anything else '_'."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
 def pct(x) -> str:
     return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}%"
 

@@ -347,7 +347,7 @@ def replay_ui(c: C.Ctx, d, key: str, a: str, b: str) -> None:
 def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
     rows = (sides[0]["i"], sides[1]["i"])
     steps = tuple(min(step, s["n"] - 1) for s in sides)
-    name = _safe(f"compare_{sides[0]['model']}_vs_{sides[1]['model']}_{key}")
+    name = C.file_safe(f"compare_{sides[0]['model']}_vs_{sides[1]['model']}_{key}")
     caps = [_caption(s, step) for s in sides]
     title = f"{sides[0]['model']} vs {sides[1]['model']} · {key} · step {step}"
     cols = st.columns([1, 1, 2])
@@ -373,9 +373,6 @@ def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
         cols[2].download_button("Download clip (MP4)", got[1], file_name=f"{name}.mp4", mime="video/mp4",
                                 key="cmp_clip_dl")
 
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
 def render() -> None:

@@ -158,12 +158,10 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
         got = st.session_state.get("_clip")
         if got and got[0] == tag:
             st.video(got[1], format="video/mp4", autoplay=True, muted=True, loop=True)
-            st.download_button("Download MP4", got[1], file_name=_safe(c.data.episodes["episode_id"].iat[i]) + ".mp4",
+            st.download_button("Download MP4", got[1],
+                               file_name=C.file_safe(c.data.episodes["episode_id"].iat[i]) + ".mp4",
                                mime="video/mp4", key="clip_dl")
 
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
 def render() -> None:

@@ -169,12 +169,8 @@ def replay_section(c: C.Ctx) -> None:
         if got and got[0] == c.items:
             for eid, blob in got[1].items():
                 if eid in chosen:
-                    st.download_button(f"{eid}.mp4", blob, file_name=_safe(eid) + ".mp4", mime="video/mp4",
-                                       key=f"x_clip_{_safe(eid)}")
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+                    st.download_button(f"{eid}.mp4", blob, file_name=C.file_safe(eid) + ".mp4", mime="video/mp4",
+                                       key=f"x_clip_{C.file_safe(eid)}")
 
 
 def render() -> None:
