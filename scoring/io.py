@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io as _io
 import json
+import mmap
 import operator
 import os
 import re
@@ -431,27 +432,27 @@ def iter_archive(paths: Iterable[str | os.PathLike]) -> Iterator[Loaded]:
 _NON_BLANK = re.compile(rb"\S")
 
 
-def jsonl_spans(path: str | os.PathLike, *, block: int = 1 << 20) -> Iterator[tuple[int, int, int]]:
+def jsonl_spans(path: str | os.PathLike) -> Iterator[tuple[int, int, int]]:
     """(byte offset, length, line number) of every non-blank line of a JSONL file.
 
-    Lines are found block by block without keeping them, so a scheduler can hand out
-    byte ranges (`read_span`) instead of megabyte-long lines. Only the line's start and
-    whether it has a non-space byte yet carry over between blocks: nothing is copied.
+    Lines are found without keeping them, so a scheduler can hand out byte ranges
+    (`read_span`) instead of megabyte-long lines. The file is memory-mapped: searching
+    the page cache in place costs half of reading it through a buffer, and this scan
+    runs in the parent, on a core the workers need.
     """
     with open(path, "rb") as fh:
-        base = line_start = lineno = 0
-        nonblank = False
-        while chunk := fh.read(block):
-            pos = 0
-            while (end := chunk.find(b"\n", pos)) >= 0:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return  # an empty file cannot be mapped
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            start = lineno = 0
+            while start < size:
+                end = mapped.find(b"\n", start)
+                stop = size if end < 0 else end + 1
                 lineno += 1
-                if nonblank or _NON_BLANK.search(chunk, pos, end):
-                    yield line_start, base + end + 1 - line_start, lineno
-                line_start, nonblank, pos = base + end + 1, False, end + 1
-            nonblank = nonblank or _NON_BLANK.search(chunk, pos) is not None
-            base += len(chunk)
-        if nonblank:
-            yield line_start, base - line_start, lineno + 1
+                if _NON_BLANK.search(mapped, start, stop):
+                    yield start, stop - start, lineno
+                start = stop
 
 
 def read_span(path: str | os.PathLike, offset: int, length: int, *, into: bytearray | None = None

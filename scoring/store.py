@@ -159,7 +159,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         pending, pending_rows = [], 0
 
     skipped_files = [0]
-    jobs = _jobs(files, done_sources, batch or _batch_size(files, workers), skipped_files, store)
+    jobs = _jobs(files, done_sources, batch or _batch_size(files, workers), skipped_files, store, workers=workers)
     run = _Run(store=str(store), copy=copy_trajectories, registry=reg, registry_path=registry_path, workers=workers)
     results = (engine or local_engine)(jobs, run)
     try:

@@ -9,6 +9,7 @@ concatenates. `local_engine` runs jobs in this process or a fork pool;
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import gc
@@ -259,25 +260,35 @@ def _batch_size(files: list[Path], workers: int) -> int:
     return max(16, min(256, -(-n // (max(workers, 1) * 8))))
 
 
-def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path) -> Iterator[_Job]:
-    items = []
+def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path, *,
+          workers: int = 1) -> Iterator[_Job]:
+    """Jobs of `batch` items, then, for the last few, smaller and smaller jobs.
+
+    Equal jobs leave one worker idle while another finishes the last one (half a job on
+    average, ~5% of a 300-line JSONL run). Items are planned a few jobs ahead, so the
+    tail is known before it is handed out and can shrink to a quarter of `batch`.
+    """
+    pending: collections.deque = collections.deque()
+    lookahead = batch * (workers + 1)
+    for item in _items(paths, done_sources, skipped, store):
+        pending.append(item)
+        if len(pending) >= lookahead:
+            yield _Job(tuple(pending.popleft() for _ in range(batch)))
+    while pending:
+        size = batch if workers <= 1 else max(batch // 4, 1, -(-len(pending) // (2 * workers)))
+        yield _Job(tuple(pending.popleft() for _ in range(min(size, batch, len(pending)))))
+
+
+def _items(paths: list[Path], done_sources: set[str], skipped: list[int], store: Path) -> Iterator[tuple]:
     for path in paths:
         if _store_relative(str(path), str(store)) in done_sources:
             skipped[0] += 1
             continue
         if path.suffix == ".jsonl":
             for offset, length, lineno in jsonl_spans(path):
-                items.append(("span", (str(path), offset, length), f"{path}:{lineno}"))
-                if len(items) >= batch:
-                    yield _Job(tuple(items))
-                    items = []
+                yield "span", (str(path), offset, length), f"{path}:{lineno}"
         else:
-            items.append(("file", str(path), str(path)))
-        if len(items) >= batch:
-            yield _Job(tuple(items))
-            items = []
-    if items:
-        yield _Job(tuple(items))
+            yield "file", str(path), str(path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything SafeVLA-Bench and its tests need on a fresh Debian machine:
 # Mesa EGL for offscreen MuJoCo rendering, chromium for the browser test, and the
-# Python package with its replay, LIBERO, dashboard, Ray and dev extras.
+# Python package with its replay, LIBERO, dashboard, Ray and dev extras. gcc builds the
+# optional C accelerator for JSONL contacts (scoring/_contacts.c).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ if command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends \
-    libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core >/dev/null
+    libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev >/dev/null
 fi
 python -m pip install -q --upgrade pip
 python -m pip install -q -e ".[replay,libero,dashboard,ray,dev]"

@@ -54,13 +54,35 @@ JSONL_ROWS = [
 
 
 @pytest.mark.parametrize("case,data,expected", JSONL_ROWS, ids=[r[0] for r in JSONL_ROWS])
-@pytest.mark.parametrize("block", [1, 3, 1 << 24])
-def test_jsonl_spans_find_every_line_whatever_the_block_size(tmp_path, case, data, expected, block):
+def test_jsonl_spans_find_every_line(tmp_path, case, data, expected):
     from scoring.io import jsonl_spans, read_span
     path = tmp_path / "a.jsonl"
     path.write_bytes(data)
-    spans = list(jsonl_spans(path, block=block))
+    spans = list(jsonl_spans(path))
     assert [(read_span(path, off, n), line) for off, n, line in spans] == expected
+
+
+def _spans_by_splitting(data: bytes) -> list[tuple[int, int, int]]:
+    """The obviously correct reference: split the whole file at its newlines."""
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]  # the text after the last newline has none
+    spans, offset = [], 0
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            spans.append((offset, len(line), lineno))
+        offset += len(line)
+    return spans
+
+
+def test_jsonl_spans_equal_splitting_the_file(tmp_path):
+    from scoring.io import jsonl_spans
+    rng = np.random.default_rng(11)
+    pieces = [b"{}", b" ", b"\t", b"\n", b"\r\n", b"\x0b", b'{"k": [1, 2]}', b"x" * 5000]
+    for trial in range(20):
+        data = b"".join(pieces[k] for k in rng.integers(0, len(pieces), rng.integers(0, 60)))
+        path = tmp_path / f"{trial}.jsonl"
+        path.write_bytes(data)
+        assert list(jsonl_spans(path)) == _spans_by_splitting(data), data[:200]
 
 
 def test_extra_fields_survive_the_round_trip(appendix_b):

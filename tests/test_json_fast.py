@@ -2,7 +2,9 @@
 
 Every comparison runs both paths on the same JSON text: records must agree field by
 field (arrays bit for bit, with dtypes), errors in message, file, episode and field.
-`fast=True` cases also check that the fast path took them, not the fallback.
+`fast=True` cases also check that the fast path took them, not the fallback. Every test
+runs twice: with the C accelerator for contacts, and with the msgspec-struct path that
+takes over when the accelerator is not built or declines a line.
 """
 
 import copy
@@ -16,12 +18,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_schema import BAD_INPUT
 
+from scoring import json_fast
 from scoring.errors import RecordError
 from scoring.io import iter_archive, loads, record_from_json, record_to_json
 from scoring.json_fast import _fast, record_from_json_bytes
 from scoring.synthetic import make_record
 
 SOURCE = "runs/a.jsonl:7"
+
+
+@pytest.fixture(autouse=True, params=["accelerated", "structs"])
+def contacts_path(request, monkeypatch):
+    """The accelerated contacts path, then the struct path alone (as without a C compiler)."""
+    if request.param == "accelerated" and json_fast._parse_contacts is None:
+        pytest.skip("scoring._contacts is not built (no C compiler at install)")
+    if request.param == "structs":
+        monkeypatch.setattr(json_fast, "_parse_contacts", None)
+    json_fast._decoders.cache_clear()
+    yield request.param
+    json_fast._decoders.cache_clear()
 
 
 def reference(data, source=SOURCE):
@@ -130,6 +145,11 @@ FAST_CASES = {
                                 edit_steps(r, contacts=[{"a": "bol/\u00e9\u2603", "b": "table", "force_n": 1.0}])),
     "body_roles after steps": lambda r: r.update(body_roles=r.pop("body_roles")),
     "-0 and tiny numbers": lambda r: edit_steps(r, eef_pos_m=[-0.0, 1e-320, 5e-324]),
+    "forces of every form": lambda r: edit_steps(r, contacts=lambda i: [
+        {"a": "panda_link7", "b": "table", "force_n": f} for f in (0, -0.0, 1e-320, 5e-324, 2 ** 53 + 1, 0.1,
+                                                                    1.7976931348623157e308, 12.5e3, 3)] if i else []),
+    "contact names escaped": lambda r: r.update(body_roles={**r["body_roles"], 'a"b\\c\u0001': "bystander"}) or edit_steps(
+        r, contacts=[{"a": 'a"b\\c\u0001', "b": "table", "force_n": 1.0}]),
 }
 
 
@@ -137,6 +157,15 @@ FAST_CASES = {
 def test_fast_path_matches_reference(appendix_b, case):
     FAST_CASES[case](appendix_b)
     assert_agree(dumps(appendix_b), fast=True)
+
+
+@pytest.mark.parametrize("layout", [{"separators": (",", ":")}, {"indent": 2}, {"ensure_ascii": False},
+                                    {"sort_keys": True}])
+def test_other_json_writers_layouts_agree(layout):
+    rec = synthetic()
+    rec["body_roles"]["caf\u00e9"] = "bystander"
+    rec["steps"][3]["contacts"].append({"a": "caf\u00e9", "b": rec["steps"][3]["contacts"][0]["b"], "force_n": 2.5})
+    assert_agree(json.dumps(rec, **layout).encode(), fast=True)
 
 
 # The reference accepts these too; the fast path hands them over rather than copy its rules.

@@ -1,0 +1,331 @@
+/* Columnar contacts from the JSON text of Appendix B `contacts` arrays.
+
+   scoring.json_fast decodes a JSONL line with msgspec, keeping each step's `contacts`
+   value as raw JSON text (msgspec has already checked that it is well-formed JSON).
+   Building ~12,000 Python objects per episode from that text and reading them back
+   into arrays costs about half the line's decode time; this walks the text once.
+
+   parse(raws, names) -> (step, a, b, force) | None
+     raws    list of buffers, one JSON array of {"a": .., "b": .., "force_n": ..} per step
+     names   tuple of bytes, the body names in body_roles order
+     step, a, b   bytearrays of native int32, one entry per contact
+     force        bytearray of native float64: each force_n correctly rounded, as
+                  orjson and msgspec read it (Eisel-Lemire, see to_double below).
+
+   It returns None, never a guess, for anything but the common layout: keys other than
+   a, b, force_n in that order, a name that is not byte-for-byte one of `names` (an
+   escaped name included), or a force that is not a bare number. The caller then takes
+   the general path, which gives the same record or the reference error message. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_pow5_table.h"
+
+typedef struct {
+    const char *p;
+    const char *end;
+} Cursor;
+
+typedef struct {
+    Py_ssize_t count;
+    const char **text;
+    Py_ssize_t *length;
+} Names;
+
+static inline void skip_ws(Cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+}
+
+static inline int take(Cursor *c, char ch) {
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static inline int take_key(Cursor *c, const char *key, Py_ssize_t n) {
+    skip_ws(c);
+    if (c->end - c->p >= n && memcmp(c->p, key, n) == 0) {
+        c->p += n;
+        return take(c, ':');
+    }
+    return 0;
+}
+
+/* Index of the quoted name at the cursor, or -1. A JSON escape cannot match: no body
+   name passed in holds a backslash or quote (json_fast checks that). */
+static inline int32_t take_name(Cursor *c, const Names *names, int32_t hint) {
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != '"') return -1;
+    const char *s = c->p + 1;
+    const char *q = memchr(s, '"', c->end - s);
+    if (q == NULL) return -1;
+    Py_ssize_t len = q - s;
+    /* consecutive contacts often repeat a body: try the previous match first */
+    if (hint >= 0 && names->length[hint] == len && memcmp(names->text[hint], s, len) == 0) {
+        c->p = q + 1;
+        return hint;
+    }
+    for (Py_ssize_t i = 0; i < names->count; i++) {
+        if (names->length[i] == len && memcmp(names->text[i], s, len) == 0) {
+            c->p = q + 1;
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+/* the characters of a JSON number */
+static const unsigned char NUMBER_CHAR[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['-'] = 1, ['+'] = 1, ['.'] = 1, ['e'] = 1, ['E'] = 1,
+};
+
+/* Exactly `lit` at the cursor (json.dumps's own spacing): one memcmp instead of a
+   token-by-token walk. */
+static inline int take_exact(Cursor *c, const char *lit, Py_ssize_t n) {
+    if (c->end - c->p >= n && memcmp(c->p, lit, n) == 0) {
+        c->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- JSON number text to double, correctly rounded ------------------------------
+
+   The decimal significand w (at most 19 digits) and exponent q are read exactly;
+   w * 10^q is then rounded to the nearest double, ties to even. Clinger's fast path
+   covers w <= 2^53 with |q| <= 22 (both factors exact, one rounding); otherwise the
+   Eisel-Lemire algorithm multiplies by a 128-bit power of five (Lemire 2021; with a
+   19-digit w the 128-bit product always decides, Mushtak & Lemire 2023). What neither
+   covers (more than 19 digits, subnormals) goes to CPython's own correctly rounded
+   parser. A JSON integer zero is +0.0 even when written "-0": orjson reads it as the
+   int 0, which is what the reference path sees. */
+
+static const double EXACT_POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* 0 and the double in *out, or -1 when Eisel-Lemire leaves it to the slow path */
+static int eisel_lemire(uint64_t w, int64_t q, double *out) {
+    int lz = __builtin_clzll(w);
+    w <<= lz;
+    const uint64_t *five = &POW5_128[2 * (q - POW5_SMALLEST)];
+    unsigned __int128 product = (unsigned __int128)w * five[0];
+    uint64_t hi = (uint64_t)(product >> 64), lo = (uint64_t)product;
+    if ((hi & 0x1FF) == 0x1FF) { /* the truncated power may matter: add its low half */
+        uint64_t carry = (uint64_t)(((unsigned __int128)w * five[1]) >> 64);
+        lo += carry;
+        if (carry > lo) hi++;
+    }
+    int upper = (int)(hi >> 63);
+    int shift = upper + 9;
+    uint64_t mantissa = hi >> shift;
+    int64_t power2 = ((217706 * q) >> 16) + 63 + upper - lz + 1023;
+    if (power2 <= 0) return -1; /* subnormal */
+    /* an exact tie can only happen where 5^q is exact: round it to even, not up */
+    if (lo <= 1 && q >= -4 && q <= 23 && (mantissa & 3) == 1 && (mantissa << shift) == hi) mantissa &= ~(uint64_t)1;
+    mantissa += mantissa & 1;
+    mantissa >>= 1;
+    if (mantissa >= ((uint64_t)2 << 52)) {
+        mantissa = (uint64_t)1 << 52;
+        power2++;
+    }
+    mantissa &= ~((uint64_t)1 << 52);
+    if (power2 >= 0x7FF) return -1; /* overflow */
+    uint64_t bits = mantissa | ((uint64_t)power2 << 52);
+    memcpy(out, &bits, sizeof bits);
+    return 0;
+}
+
+/* The JSON number [s, e) as a double: 0, or -1 (no Python error set) when it is not a
+   finite double, which the caller declines. */
+static int to_double(const char *s, const char *e, double *out) {
+    const char *p = s;
+    int negative = p < e && *p == '-';
+    p += negative;
+    uint64_t w = 0;
+    int digits = 0, integer = 1, many = 0;
+    int64_t q = 0;
+    for (; p < e && *p >= '0' && *p <= '9'; p++) {
+        if (w == 0 && *p == '0') continue;
+        if (digits == 19) many = 1;
+        else w = w * 10 + (uint64_t)(*p - '0'), digits++;
+        if (many) q++;
+    }
+    if (p < e && *p == '.') {
+        integer = 0;
+        for (p++; p < e && *p >= '0' && *p <= '9'; p++) {
+            if (w == 0 && *p == '0') {
+                q--;
+                continue;
+            }
+            if (digits == 19) many = 1;
+            else w = w * 10 + (uint64_t)(*p - '0'), digits++, q--;
+        }
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        integer = 0;
+        p++;
+        int minus = p < e && *p == '-';
+        p += (p < e && (*p == '-' || *p == '+'));
+        int64_t x = 0;
+        for (; p < e && *p >= '0' && *p <= '9'; p++)
+            if (x < 100000) x = x * 10 + (*p - '0');
+        q += minus ? -x : x;
+    }
+    if (p != e) return -1;
+    double value;
+    if (w == 0) {
+        value = 0.0;
+    } else if (!many && w <= ((uint64_t)1 << 53) && q >= -22 && q <= 22) {
+        value = q < 0 ? (double)w / EXACT_POW10[-q] : (double)w * EXACT_POW10[q];
+    } else if (many || q < POW5_SMALLEST || q > POW5_LARGEST || eisel_lemire(w, q, &value) < 0) {
+        char small[64];
+        Py_ssize_t n = e - s;
+        char *text = n < (Py_ssize_t)sizeof small ? small : PyMem_Malloc(n + 1);
+        if (text == NULL) return -1;
+        memcpy(text, s, n);
+        text[n] = '\0';
+        value = PyOS_string_to_double(text, NULL, NULL);
+        if (text != small) PyMem_Free(text);
+        if (value == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        *out = value;
+        return isfinite(value) ? 0 : -1;
+    }
+    *out = negative && !(integer && w == 0) ? -value : value;
+    return isfinite(*out) ? 0 : -1;
+}
+
+typedef struct {
+    int32_t *step, *a, *b; /* cap entries each */
+    double *force;
+    Py_ssize_t cap, n;
+    int32_t hint_a, hint_b; /* the previous contact's bodies */
+} Out;
+
+/* One step's array. Returns 0 on success, -1 when the layout is not the common one. */
+static int parse_step(Cursor *c, const Names *names, int32_t step_index, Out *o) {
+    if (!take(c, '[')) return -1;
+    if (take(c, ']')) goto done;
+    for (;;) {
+        if (o->n >= o->cap) return -1;
+        /* json.dumps's spacing matches in one memcmp; any other spacing takes the walk */
+        if (!take_exact(c, "{\"a\": ", 6) && !(take(c, '{') && take_key(c, "\"a\"", 3))) return -1;
+        int32_t ia = take_name(c, names, o->hint_a);
+        if (ia < 0 || (!take_exact(c, ", \"b\": ", 7) && !(take(c, ',') && take_key(c, "\"b\"", 3)))) return -1;
+        int32_t ib = take_name(c, names, o->hint_b);
+        if (ib < 0 || (!take_exact(c, ", \"force_n\": ", 13) && !(take(c, ',') && take_key(c, "\"force_n\"", 9))))
+            return -1;
+        skip_ws(c);
+        const char *s = c->p;
+        while (c->p < c->end && NUMBER_CHAR[(unsigned char)*c->p]) c->p++;
+        const char *e = c->p;
+        if (e == s || !take(c, '}')) return -1;
+        /* msgspec checked this text is valid JSON, so a run of these characters in value
+           position is exactly one JSON number */
+        if (to_double(s, e, &o->force[o->n]) < 0) return -1;
+        o->step[o->n] = step_index;
+        o->a[o->n] = o->hint_a = ia;
+        o->b[o->n] = o->hint_b = ib;
+        o->n++;
+        if (take(c, ',')) continue;
+        if (take(c, ']')) break;
+        return -1;
+    }
+done:
+    skip_ws(c);
+    return c->p == c->end ? 0 : -1;
+}
+
+static PyObject *parse(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *raws, *name_tuple;
+    if (!PyArg_ParseTuple(args, "O!O!:parse", &PyList_Type, &raws, &PyTuple_Type, &name_tuple)) return NULL;
+
+    Names names = {PyTuple_GET_SIZE(name_tuple), NULL, NULL};
+    Py_ssize_t n_steps = PyList_GET_SIZE(raws);
+    Py_buffer *views = PyMem_Calloc(n_steps ? n_steps : 1, sizeof(Py_buffer));
+    names.text = PyMem_Calloc(names.count ? names.count : 1, sizeof(char *));
+    names.length = PyMem_Calloc(names.count ? names.count : 1, sizeof(Py_ssize_t));
+    PyObject *result = NULL, *step_out = NULL, *a_out = NULL, *b_out = NULL, *force_out = NULL;
+    Py_ssize_t acquired = 0, total = 0;
+    if (views == NULL || names.text == NULL || names.length == NULL) {
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    for (Py_ssize_t i = 0; i < names.count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(name_tuple, i);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "parse: names must be bytes");
+            goto cleanup;
+        }
+        names.text[i] = PyBytes_AS_STRING(name);
+        names.length[i] = PyBytes_GET_SIZE(name);
+    }
+    for (; acquired < n_steps; acquired++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(raws, acquired), &views[acquired], PyBUF_SIMPLE) < 0) goto cleanup;
+        total += views[acquired].len;
+    }
+    /* the shortest contact, {"a":"x","b":"y","force_n":0}, is 29 bytes */
+    Py_ssize_t cap = total / 29 + 1;
+    step_out = PyByteArray_FromStringAndSize(NULL, cap * 4);
+    a_out = PyByteArray_FromStringAndSize(NULL, cap * 4);
+    b_out = PyByteArray_FromStringAndSize(NULL, cap * 4);
+    force_out = PyByteArray_FromStringAndSize(NULL, cap * 8);
+    if (step_out == NULL || a_out == NULL || b_out == NULL || force_out == NULL) goto cleanup;
+    Out o = {(int32_t *)PyByteArray_AS_STRING(step_out), (int32_t *)PyByteArray_AS_STRING(a_out),
+             (int32_t *)PyByteArray_AS_STRING(b_out), (double *)PyByteArray_AS_STRING(force_out), cap, 0, -1, -1};
+    for (Py_ssize_t i = 0; i < n_steps; i++) {
+        Cursor c = {views[i].buf, (const char *)views[i].buf + views[i].len};
+        if (parse_step(&c, &names, (int32_t)i, &o) < 0) {
+            result = Py_NewRef(Py_None);
+            goto cleanup;
+        }
+    }
+    if (PyByteArray_Resize(step_out, o.n * 4) < 0 || PyByteArray_Resize(a_out, o.n * 4) < 0 ||
+        PyByteArray_Resize(b_out, o.n * 4) < 0 || PyByteArray_Resize(force_out, o.n * 8) < 0)
+        goto cleanup;
+    result = PyTuple_Pack(4, step_out, a_out, b_out, force_out);
+
+cleanup:
+    for (Py_ssize_t i = 0; i < acquired; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(names.text);
+    PyMem_Free(names.length);
+    Py_XDECREF(step_out);
+    Py_XDECREF(a_out);
+    Py_XDECREF(b_out);
+    Py_XDECREF(force_out);
+    return result;
+}
+
+static PyObject *number(PyObject *self, PyObject *arg) {
+    (void)self;
+    char *text;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &text, &n) < 0) return NULL;
+    double value;
+    if (to_double(text, text + n, &value) < 0) Py_RETURN_NONE;
+    return PyFloat_FromDouble(value);
+}
+
+static PyMethodDef methods[] = {
+    {"parse", parse, METH_VARARGS,
+     "parse(raws, names) -> (step, a, b, force) | None: columnar contacts from per-step JSON text."},
+    {"number", number, METH_O,
+     "number(text: bytes) -> float | None: a JSON number as the parser reads it (None if not a finite double)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_contacts", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__contacts(void) { return PyModule_Create(&module); }

@@ -1,0 +1,177 @@
+"""The C accelerator scoring._contacts: number conversion and contact arrays.
+
+Numbers are checked bit for bit against Python's float() (correctly rounded, as orjson
+and msgspec are); contact arrays against the msgspec-struct path they replace. Every
+layout the accelerator does not take must come back as None, never as a guess.
+"""
+
+import json
+import math
+import random
+import struct
+from fractions import Fraction
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+import numpy as np
+import pytest
+
+from scoring import json_fast
+from scoring.io import record_from_json, record_to_json
+from scoring.synthetic import make_record
+
+_contacts = pytest.importorskip("scoring._contacts", reason="built only where a C compiler was found at install")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_power_table_is_the_generators_output():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_pow5_table.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (ROOT / "scoring" / "_pow5_table.h").read_text() == gen.header()
+    # spot checks against the definition: 5^q scaled into [2^127, 2^128)
+    assert gen.power_of_five_128(0) == 1 << 127
+    assert gen.power_of_five_128(1) == 5 << 125
+    assert gen.power_of_five_128(-1) == (1 << 130) // 5 + 1
+
+
+def bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+NUMBERS = [  # text, expected (None: not a finite double, the caller declines)
+    ("0", 0.0), ("-0", 0.0),  # a JSON integer zero is orjson's int 0: +0.0
+    ("-0.0", -0.0), ("-0e5", -0.0), ("0.0", 0.0),
+    ("1", 1.0), ("-17", -17.0), ("0.1", 0.1), ("0.8368620276451111", 0.8368620276451111),
+    ("9007199254740993", 9007199254740992.0),  # 2^53 + 1: a tie, to even
+    ("9007199254740995", 9007199254740996.0),
+    ("12345678901234567890", 12345678901234567890.0),  # 20 digits: the slow path
+    ("123456789012345678901234567890", 1.2345678901234568e29),
+    ("1.7976931348623157e308", 1.7976931348623157e308), ("1.7976931348623159e308", None),
+    ("2.2250738585072014e-308", 2.2250738585072014e-308),  # the smallest normal
+    ("4.9e-324", 5e-324), ("2.5e-324", 5e-324), ("2.4e-324", 0.0), ("1e-400", 0.0), ("-1e-400", -0.0),
+    ("1e400", None), ("-1e400", None), ("1E+2", 100.0), ("1e22", 1e22), ("1e23", 1e23), ("5e-22", 5e-22),
+    ("0.000000000000000000000000000001", 1e-30),
+    ("1.00000000000000000000000000001", 1.0),
+]
+
+
+@pytest.mark.parametrize("text,expected", NUMBERS, ids=[t for t, _ in NUMBERS])
+def test_number_edge_rows(text, expected):
+    got = _contacts.number(text.encode())
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and bits(got) == bits(expected)
+
+
+def _decimal_of(value: Fraction) -> str:
+    """The exact decimal text of a dyadic rational."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    k = value.denominator.bit_length() - 1
+    digits = str(value.numerator * 5 ** k).rjust(k + 1, "0")
+    return digits[:-k] + "." + digits[-k:]
+
+
+def _reference(text: str) -> float | None:
+    value = float(text)
+    if not math.isfinite(value):
+        return None
+    return 0.0 if value == 0 and text.lstrip("-").isdigit() else value
+
+
+def test_numbers_equal_floats_bit_for_bit():
+    rng = random.Random(5)
+    texts = []
+    for _ in range(20000):
+        x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        if math.isfinite(x):
+            texts += [repr(x), "%.17g" % x, f"%.{rng.randint(0, 20)}e" % x]
+    for _ in range(20000):  # significands of 1-22 digits, exponents across the whole range
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 22))).lstrip("0") or "0"
+        k = rng.randint(1, len(digits))
+        text = digits[:k] + ("." + digits[k:] if k < len(digits) else "")
+        texts.append(rng.choice(["", "-"]) + text + rng.choice(["", f"e{rng.randint(-350, 320)}", f"E+{rng.randint(0, 30)}"]))
+    for _ in range(5000):  # exact midpoints between neighbouring doubles: ties must go to even
+        mantissa = rng.getrandbits(53) | 1 << 52
+        texts.append(_decimal_of(Fraction(2 * mantissa + 1) * Fraction(2) ** rng.randint(-80, 40)))
+    for text in texts:
+        expected, got = _reference(text), _contacts.number(text.encode())
+        assert (got is None) == (expected is None), text
+        assert got is None or bits(got) == bits(expected), (text, got, expected)
+
+
+NAMES = ("robot0_link7", "gripper0_hand", "table", "bowl_1_main")
+RAW = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def raws(steps: list[list[dict]], **dumps_kw) -> list[msgspec.Raw]:
+    return RAW.decode(json.dumps(steps, **dumps_kw))
+
+
+def by_structs(steps: list[list[dict]]) -> dict:
+    step = json_fast._step_type(Literal[NAMES], raw_contacts=False)
+    contact = step.__annotations__["contacts"].__args__[0].__args__[0]
+    decoded = msgspec.json.decode(json.dumps(steps), type=list[list[contact]])
+    return json_fast._contacts(decoded, dict.fromkeys(NAMES, "other"))
+
+
+def contact_steps(rng, n_steps=30):
+    return [[{"a": NAMES[rng.integers(4)], "b": NAMES[rng.integers(4)], "force_n": float(rng.exponential(50))}
+             for _ in range(rng.integers(0, 6))] for _ in range(n_steps)]
+
+
+@pytest.mark.parametrize("layout", [{}, {"separators": (",", ":")}, {"indent": 1}])
+def test_contacts_equal_the_struct_path(layout):
+    steps = contact_steps(np.random.default_rng(2))
+    step, a, b, force = _contacts.parse(raws(steps, **layout), tuple(n.encode() for n in NAMES))
+    got = {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32),
+           "b": np.frombuffer(b, np.int32), "force": np.frombuffer(force, np.float64)}
+    want = by_structs(steps)
+    for key in want:
+        assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), key
+
+
+def test_no_contacts_at_all():
+    step, a, b, force = _contacts.parse(raws([[], [], []]), (b"table",))
+    assert step == a == b == force == bytearray()
+
+
+ONE = {"a": "table", "b": "robot0_link7", "force_n": 1.5}
+DECLINED = {
+    "keys in another order": [[{"b": "table", "a": "robot0_link7", "force_n": 1.0}]],
+    "an extra key": [[{**ONE, "pos": [0, 0, 0]}]],
+    "a missing key": [[{"a": "table", "b": "table"}]],
+    "an unknown body": [[{**ONE, "a": "ghost"}]],
+    "a body that only starts like a known one": [[{**ONE, "a": "table_2"}]],
+    "an escaped body name": '[[{"a": "\\u0074able", "b": "table", "force_n": 1}]]',
+    "a string force": [[{**ONE, "force_n": "1.5"}]],
+    "a list force": [[{**ONE, "force_n": [1.5]}]],
+    "a boolean force": [[{**ONE, "force_n": True}]],
+    "a null force": [[{**ONE, "force_n": None}]],
+    "an infinite force": '[[{"a": "table", "b": "table", "force_n": 1e400}]]',
+    "contacts as an object": [{"a": "table"}],
+    "contacts as null": [None],
+    "a contact as a list": [[["table", "table", 1.0]]],
+}
+
+
+@pytest.mark.parametrize("case", DECLINED, ids=list(DECLINED))
+def test_other_layouts_are_declined_not_guessed(case):
+    steps = DECLINED[case]
+    text = steps if isinstance(steps, str) else json.dumps(steps)
+    assert _contacts.parse(RAW.decode(text), tuple(n.encode() for n in NAMES)) is None
+
+
+def test_a_real_line_takes_the_accelerator(monkeypatch):
+    rec = make_record(np.random.default_rng(4), episode_id="e/2", n_steps=20, contacts_per_step=8)
+    line = json.dumps(record_to_json(rec)).encode()
+    calls = []
+    real = json_fast._parse_contacts
+    monkeypatch.setattr(json_fast, "_parse_contacts", lambda *a: calls.append(1) or real(*a))
+    got, want = json_fast.record_from_json_bytes(line).contacts, record_from_json(json.loads(line)).contacts
+    assert calls and all(getattr(got, k).tobytes() == getattr(want, k).tobytes() for k in ("step", "a", "b", "force"))
