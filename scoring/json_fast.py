@@ -2,11 +2,11 @@
 
 `record_from_json(loads(line))` builds ~12,000 contact dicts per 300-step episode and
 then walks them again to make arrays. Here msgspec decodes straight into slotted
-structs in one pass and the arrays are filled with `np.fromiter`. When the C
-accelerator `scoring._contacts` is built (setup.py; it needs a C compiler), msgspec
-keeps each step's contacts as checked raw JSON text and the accelerator turns that
-text into the contact arrays, with msgspec still converting the force numbers: this
-halves the decode time of a contact-heavy line.
+structs in one pass and the arrays are filled with `np.fromiter`. When the C module
+`scoring._columns` is built (setup.py; it needs a C compiler), msgspec instead keeps
+each step's numeric fields as checked raw JSON text, and `scoring.json_accel` turns
+those texts into the arrays directly: about half the decode time of a contact-heavy
+line.
 
 The fast paths only return a record when they are certain the reference path would
 return the same one; anything unusual (or any error) is handed to the next path, and
@@ -19,21 +19,16 @@ import re
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
-from typing import Annotated, Any, Literal, NamedTuple, Union
+from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
 
 import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
+from scoring import json_accel
 from scoring.errors import RecordError
 from scoring.io import _META_KEYS, _TOP_KEYS, loads, record_from_json
 from scoring.schema import EpisodeRecord
-
-
-try:
-    from scoring._contacts import parse as _parse_contacts
-except ImportError:  # built without a C compiler: contacts take the msgspec-struct path
-    _parse_contacts = None
 
 
 class _Fallback(Exception):
@@ -58,18 +53,19 @@ def _nested(depth: int) -> Any:
 _JSON = _nested(4)
 
 
-def _step_type(body: Any, *, raw_contacts: bool) -> type:
+def _step_type(body: Any, *, raw: bool) -> type:
     """The per-step struct, with body names typed as `body` (str, or a Literal of them).
 
-    With `raw_contacts`, `contacts` is kept as its JSON text (msgspec.Raw), which msgspec
-    has checked to be well-formed JSON, for the C accelerator.
+    With `raw`, the numeric fields are kept as their JSON text (msgspec.Raw), which
+    msgspec has checked to be well-formed JSON, for `scoring.json_accel`.
     """
     contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float)],
                                 gc=False, forbid_unknown_fields=True)
     vec3, vec4 = tuple[float, float, float], tuple[float, float, float, float]
-    fields = [("t", _SCALAR), ("eef_pos_m", vec3), ("body_pos_m", dict[body, vec3]),
-              ("body_quat_wxyz", dict[body, vec4]), ("contacts", msgspec.Raw if raw_contacts else list[contact]),
-              ("joint_torque_nm", list[float]), ("gripper_contact", _SCALAR), ("action", list[float])]
+    typed = {"eef_pos_m": vec3, "body_pos_m": dict[body, vec3], "body_quat_wxyz": dict[body, vec4],
+             "contacts": list[contact], "joint_torque_nm": list[float], "action": list[float]}
+    fields = [("t", _SCALAR), *((name, msgspec.Raw if raw else tp) for name, tp in typed.items()),
+              ("gripper_contact", _SCALAR)]
     # Unknown keys are forbidden, not skipped: msgspec skips without checking UTF-8 or
     # number range, so a skipped value could hide JSON that orjson rejects.
     return msgspec.defstruct("Step", [(name, Union[tp, UnsetType], UNSET) for name, tp in fields],
@@ -82,23 +78,23 @@ class _Decoder(NamedTuple):
 
 
 class _Decoders(NamedTuple):
-    raw: _Decoder | None  # contacts as raw text, for the accelerator (None without it)
-    structs: _Decoder  # contacts as msgspec structs
+    raw: _Decoder | None  # numeric fields as raw text, for json_accel (None without its C module)
+    structs: _Decoder  # everything as msgspec structs
 
 
 @lru_cache(maxsize=256)
 def _decoders(names: tuple[str, ...]) -> _Decoders:
-    raw = _decoder(names, raw_contacts=True) if _parse_contacts is not None else None
-    return _Decoders(raw, _decoder(names, raw_contacts=False))
+    raw = _decoder(names, raw=True) if json_accel.AVAILABLE else None
+    return _Decoders(raw, _decoder(names, raw=False))
 
 
-def _decoder(names: tuple[str, ...], *, raw_contacts: bool) -> _Decoder:
+def _decoder(names: tuple[str, ...], *, raw: bool) -> _Decoder:
     """A decoder whose body names are a Literal of `names` (~1 ms to build, so cached).
 
     Literal names come back as the same cached str objects, not one new str per contact,
     and their hashes are ready for the index lookup: ~0.3 ms of a 300-step episode.
     """
-    step = _step_type(Literal[names], raw_contacts=raw_contacts)
+    step = _step_type(Literal[names], raw=raw)
     # The top level is decoded as a mapping rather than a struct so unknown keys (which
     # the reference keeps as meta["extra"]) come back in order. msgspec types a value by
     # its JSON kind, and only arrays may hold steps; a list elsewhere that happens to hold
@@ -158,21 +154,25 @@ def _fast(data: bytes | str, source: str | None) -> EpisodeRecord | None:
         return None
 
 
-class _NotCommonLayout(Exception):
-    """The accelerator declined the contacts text: decode the line again with structs."""
+class _Arrays(NamedTuple):
+    """How `_build` turns the decoded step fields into arrays: from structs, or from raw text."""
+
+    matrix: Callable  # (rows, n, width=None) -> (T, width)
+    per_body: Callable  # (col, n, width, roles) -> (names, (T, P, width))
+    contacts: Callable  # (per_step, roles) -> {step, a, b, force}
 
 
 def _decode(data: bytes | str, source: str | None) -> EpisodeRecord:
     decoders = _decoders(_body_names(data))
     if decoders.raw is not None:
         try:
-            return _build(decoders.raw, data, source, _contacts_from_text)
-        except _NotCommonLayout:
+            return _build(decoders.raw, data, source, _FROM_TEXT)
+        except json_accel.NotCommonLayout:
             pass
-    return _build(decoders.structs, data, source, _contacts)
+    return _build(decoders.structs, data, source, _FROM_STRUCTS)
 
 
-def _build(dec: _Decoder, data: bytes | str, source: str | None, contacts_of) -> EpisodeRecord:
+def _build(dec: _Decoder, data: bytes | str, source: str | None, arrays: _Arrays) -> EpisodeRecord:
     obj = dec.decoder.decode(data)
     steps = obj.get("steps")
     roles = obj.get("body_roles")
@@ -187,11 +187,11 @@ def _build(dec: _Decoder, data: bytes | str, source: str | None, contacts_of) ->
     eef = _column(steps, "eef_pos_m")
     if eef is None:
         raise _Fallback
-    pose_bodies, body_pos = _per_body(_column(steps, "body_pos_m"), n, 3)
-    quat_bodies, body_quat = _per_body(_column(steps, "body_quat_wxyz"), n, 4)
+    pose_bodies, body_pos = arrays.per_body(_column(steps, "body_pos_m"), n, 3, roles)
+    quat_bodies, body_quat = arrays.per_body(_column(steps, "body_quat_wxyz"), n, 4, roles)
     contacts = _column(steps, "contacts")
     if contacts is not None:
-        contacts = contacts_of(contacts, roles)
+        contacts = arrays.contacts(contacts, roles)
 
     meta = {k: obj[k] for k in _META_KEYS if k in obj}
     extra = {k: v for k, v in obj.items() if k not in _TOP_KEYS}
@@ -204,10 +204,10 @@ def _build(dec: _Decoder, data: bytes | str, source: str | None, contacts_of) ->
         source=source, episode_id=obj.get("episode_id"), benchmark=obj.get("benchmark"),
         task_id=obj.get("task_id"), success=obj.get("success"), dt=obj.get("dt"),
         target_object=obj.get("target_object"), body_roles=roles,
-        t=t, eef_pos=_matrix(eef, n), pose_bodies=pose_bodies, body_pos=body_pos,
+        t=t, eef_pos=arrays.matrix(eef, n, 3), pose_bodies=pose_bodies, body_pos=body_pos,
         quat_bodies=quat_bodies, body_quat=body_quat,
-        joint_torque=_matrix(_column(steps, "joint_torque_nm"), n), gripper_contact=grip,
-        contacts=contacts, actions=_matrix(_column(steps, "action"), n), meta=meta, replay=replay)
+        joint_torque=arrays.matrix(_column(steps, "joint_torque_nm"), n), gripper_contact=grip,
+        contacts=contacts, actions=arrays.matrix(_column(steps, "action"), n), meta=meta, replay=replay)
 
 
 def _column(steps: list, name: str) -> list | None:
@@ -221,18 +221,21 @@ def _column(steps: list, name: str) -> list | None:
     return col
 
 
-def _matrix(rows: list | None, n: int) -> np.ndarray | None:
-    """(T, width) float64 from equal-length rows; ragged rows get the reference's message."""
+def _matrix(rows: list | None, n: int, width: int | None = None) -> np.ndarray | None:
+    """(T, width) float64 from equal-length rows; ragged rows get the reference's message.
+
+    `width` is already enforced by the struct type where it is given.
+    """
     if rows is None:
         return None
     widths = set(map(len, rows))
     if len(widths) != 1:
         raise _Fallback
-    width = widths.pop()
+    width, = widths
     return np.fromiter(chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
 
 
-def _per_body(col: list[dict] | None, n: int, width: int) -> tuple[list[str], np.ndarray | None]:
+def _per_body(col: list[dict] | None, n: int, width: int, roles=None) -> tuple[list[str], np.ndarray | None]:
     """Body names in the first step's order and the (T, P, width) array.
 
     The reference also accepts steps listing the same bodies in another order; those are
@@ -261,25 +264,5 @@ def _contacts(per_step: list[list], roles: dict[str, str]) -> dict[str, np.ndarr
             "force": np.fromiter(map(_GET_F, flat), np.float64, n)}
 
 
-
-def _contacts_from_text(per_step: list[msgspec.Raw], roles: dict[str, str]) -> dict[str, np.ndarray]:
-    """The accelerator's contact arrays; `_NotCommonLayout` when it declines the text."""
-    names = _encoded_names(tuple(roles))
-    parsed = None if names is None else _parse_contacts(per_step, names)
-    if parsed is None:
-        raise _NotCommonLayout
-    step, a, b, force = parsed
-    return {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32),
-            "b": np.frombuffer(b, np.int32), "force": np.frombuffer(force, np.float64)}
-
-
-@lru_cache(maxsize=256)
-def _encoded_names(names: tuple[str, ...]) -> tuple[bytes, ...] | None:
-    """The names as the bytes a JSON string holds them in, None if that could be escaped.
-
-    The accelerator compares raw bytes, so a name whose JSON text may differ from its
-    UTF-8 (a quote, backslash or control character in it) is left to the struct path.
-    """
-    if any(ch in '"\\' or ch < " " for name in names for ch in name):
-        return None
-    return tuple(name.encode() for name in names)
+_FROM_STRUCTS = _Arrays(_matrix, _per_body, _contacts)
+_FROM_TEXT = _Arrays(json_accel.matrix, json_accel.per_body, json_accel.contacts)

@@ -2,7 +2,7 @@
 # Installs everything SafeVLA-Bench and its tests need on a fresh Debian machine:
 # Mesa EGL for offscreen MuJoCo rendering, chromium for the browser test, and the
 # Python package with its replay, LIBERO, dashboard, Ray and dev extras. gcc builds the
-# optional C accelerator for JSONL contacts (scoring/_contacts.c).
+# optional C module that reads JSONL step arrays (scoring/_columns.c).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,8 +1,8 @@
-"""The C accelerator scoring._contacts: number conversion and contact arrays.
+"""The C module scoring._columns: number conversion, contact arrays, vectors.
 
 Numbers are checked bit for bit against Python's float() (correctly rounded, as orjson
-and msgspec are); contact arrays against the msgspec-struct path they replace. Every
-layout the accelerator does not take must come back as None, never as a guess.
+and msgspec are); arrays against the msgspec-struct path they replace. Every layout the
+module does not take must come back as None, never as a guess.
 """
 
 import json
@@ -21,7 +21,7 @@ from scoring import json_fast
 from scoring.io import record_from_json, record_to_json
 from scoring.synthetic import make_record
 
-_contacts = pytest.importorskip("scoring._contacts", reason="built only where a C compiler was found at install")
+_columns = pytest.importorskip("scoring._columns", reason="built only where a C compiler was found at install")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ NUMBERS = [  # text, expected (None: not a finite double, the caller declines)
 
 @pytest.mark.parametrize("text,expected", NUMBERS, ids=[t for t, _ in NUMBERS])
 def test_number_edge_rows(text, expected):
-    got = _contacts.number(text.encode())
+    got = _columns.number(text.encode())
     if expected is None:
         assert got is None
     else:
@@ -100,7 +100,7 @@ def test_numbers_equal_floats_bit_for_bit():
         mantissa = rng.getrandbits(53) | 1 << 52
         texts.append(_decimal_of(Fraction(2 * mantissa + 1) * Fraction(2) ** rng.randint(-80, 40)))
     for text in texts:
-        expected, got = _reference(text), _contacts.number(text.encode())
+        expected, got = _reference(text), _columns.number(text.encode())
         assert (got is None) == (expected is None), text
         assert got is None or bits(got) == bits(expected), (text, got, expected)
 
@@ -114,7 +114,7 @@ def raws(steps: list[list[dict]], **dumps_kw) -> list[msgspec.Raw]:
 
 
 def by_structs(steps: list[list[dict]]) -> dict:
-    step = json_fast._step_type(Literal[NAMES], raw_contacts=False)
+    step = json_fast._step_type(Literal[NAMES], raw=False)
     contact = step.__annotations__["contacts"].__args__[0].__args__[0]
     decoded = msgspec.json.decode(json.dumps(steps), type=list[list[contact]])
     return json_fast._contacts(decoded, dict.fromkeys(NAMES, "other"))
@@ -128,7 +128,7 @@ def contact_steps(rng, n_steps=30):
 @pytest.mark.parametrize("layout", [{}, {"separators": (",", ":")}, {"indent": 1}])
 def test_contacts_equal_the_struct_path(layout):
     steps = contact_steps(np.random.default_rng(2))
-    step, a, b, force = _contacts.parse(raws(steps, **layout), tuple(n.encode() for n in NAMES))
+    step, a, b, force = _columns.contacts(raws(steps, **layout), tuple(n.encode() for n in NAMES))
     got = {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32),
            "b": np.frombuffer(b, np.int32), "force": np.frombuffer(force, np.float64)}
     want = by_structs(steps)
@@ -137,7 +137,7 @@ def test_contacts_equal_the_struct_path(layout):
 
 
 def test_no_contacts_at_all():
-    step, a, b, force = _contacts.parse(raws([[], [], []]), (b"table",))
+    step, a, b, force = _columns.contacts(raws([[], [], []]), (b"table",))
     assert step == a == b == force == bytearray()
 
 
@@ -164,14 +164,68 @@ DECLINED = {
 def test_other_layouts_are_declined_not_guessed(case):
     steps = DECLINED[case]
     text = steps if isinstance(steps, str) else json.dumps(steps)
-    assert _contacts.parse(RAW.decode(text), tuple(n.encode() for n in NAMES)) is None
+    assert _columns.contacts(RAW.decode(text), tuple(n.encode() for n in NAMES)) is None
 
 
-def test_a_real_line_takes_the_accelerator(monkeypatch):
+VECTOR_ROWS = [[0.5, -1, 2e-3], [1e300, 0, -0.0], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("layout", [{}, {"separators": (",", ":")}, {"indent": 1}])
+def test_vectors_equal_numpy(layout):
+    values, width = _columns.vectors(raws(VECTOR_ROWS, **layout))
+    assert width == 3
+    assert np.frombuffer(values, np.float64).tobytes() == np.array(VECTOR_ROWS, np.float64).tobytes()
+    assert _columns.vectors(raws([[], []])) == (bytearray(), 0)
+
+
+@pytest.mark.parametrize("case,rows", [("ragged", [[1, 2], [1]]), ("a string", [[1, "2"]]), ("a boolean", [[True]]),
+                                       ("null", [None]), ("nested", [[[1]]]), ("an object", [{"x": 1}]),
+                                       ("too large", "[[1e400]]")])
+def test_vectors_decline(case, rows):
+    assert _columns.vectors(RAW.decode(rows if isinstance(rows, str) else json.dumps(rows))) is None
+
+
+POSES = [{"table": [0, 0, 0.8], "bowl_1_main": [0.1, 0.2, 0.9]}, {"table": [0, 0, 0.8], "bowl_1_main": [0.1, 0.3, 1]}]
+
+
+@pytest.mark.parametrize("layout", [{}, {"separators": (",", ":")}, {"indent": 1}])
+def test_named_vectors_keep_the_first_steps_order(layout):
+    order, values = _columns.named_vectors(raws(POSES, **layout), tuple(n.encode() for n in NAMES), 3)
+    assert np.frombuffer(order, np.int32).tolist() == [NAMES.index("table"), NAMES.index("bowl_1_main")]
+    want = np.array([list(step.values()) for step in POSES], np.float64)
+    assert np.frombuffer(values, np.float64).tobytes() == want.tobytes()
+
+
+NAMED_DECLINED = {
+    "another order": [POSES[0], dict(reversed(list(POSES[1].items())))],
+    "a body fewer": [POSES[0], {"table": [0, 0, 0]}],
+    "a body more": [POSES[0], {**POSES[1], "gripper0_hand": [0, 0, 0]}],
+    "a repeated body": '[{"table": [0, 0, 0], "table": [1, 1, 1]}]',
+    "an unknown body": [{"ghost": [0, 0, 0]}],
+    "the wrong width": [{"table": [0, 0]}],
+    "an empty mapping": [{}],
+    "null": [None],
+    "a list of pairs": [[["table", [0, 0, 0]]]],
+}
+
+
+@pytest.mark.parametrize("case", NAMED_DECLINED, ids=list(NAMED_DECLINED))
+def test_named_vectors_decline(case):
+    rows = NAMED_DECLINED[case]
+    text = rows if isinstance(rows, str) else json.dumps(rows)
+    assert _columns.named_vectors(RAW.decode(text), tuple(n.encode() for n in NAMES), 3) is None
+
+
+def test_a_real_line_takes_the_c_module(monkeypatch):
     rec = make_record(np.random.default_rng(4), episode_id="e/2", n_steps=20, contacts_per_step=8)
     line = json.dumps(record_to_json(rec)).encode()
     calls = []
-    real = json_fast._parse_contacts
-    monkeypatch.setattr(json_fast, "_parse_contacts", lambda *a: calls.append(1) or real(*a))
-    got, want = json_fast.record_from_json_bytes(line).contacts, record_from_json(json.loads(line)).contacts
-    assert calls and all(getattr(got, k).tobytes() == getattr(want, k).tobytes() for k in ("step", "a", "b", "force"))
+    for name in ("contacts", "vectors", "named_vectors"):
+        real = getattr(_columns, name)
+        monkeypatch.setattr(_columns, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    got, want = json_fast.record_from_json_bytes(line), record_from_json(json.loads(line))
+    assert set(calls) == {"contacts", "vectors", "named_vectors"}
+    for field in ("eef_pos", "body_pos", "body_quat", "joint_torque", "actions"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert (a is None and b is None) or (a.dtype == b.dtype and a.tobytes() == b.tobytes()), field
+    assert all(getattr(got.contacts, k).tobytes() == getattr(want.contacts, k).tobytes() for k in ("step", "a", "b", "force"))
