@@ -53,12 +53,15 @@ def _nested(depth: int) -> Any:
 _JSON = _nested(4)
 
 
-def _step_type(body: Any, *, raw: bool) -> type:
+def _step_type(body: Any | None) -> type:
     """The per-step struct, with body names typed as `body` (str, or a Literal of them).
 
-    With `raw`, the numeric fields are kept as their JSON text (msgspec.Raw), which
-    msgspec has checked to be well-formed JSON, for `scoring.json_accel`.
+    With `body=None`, the numeric fields are kept as their JSON text (msgspec.Raw), which
+    msgspec has checked to be well-formed JSON, for `scoring.json_accel`. Raw skips
+    strings without checking their UTF-8 too, but json_accel only takes strings that
+    equal a decoded body name byte for byte.
     """
+    raw = body is None
     contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float)],
                                 gc=False, forbid_unknown_fields=True)
     vec3, vec4 = tuple[float, float, float], tuple[float, float, float, float]
@@ -77,24 +80,15 @@ class _Decoder(NamedTuple):
     step: type
 
 
-class _Decoders(NamedTuple):
-    raw: _Decoder | None  # numeric fields as raw text, for json_accel (None without its C module)
-    structs: _Decoder  # everything as msgspec structs
-
-
 @lru_cache(maxsize=256)
-def _decoders(names: tuple[str, ...]) -> _Decoders:
-    raw = _decoder(names, raw=True) if json_accel.AVAILABLE else None
-    return _Decoders(raw, _decoder(names, raw=False))
-
-
-def _decoder(names: tuple[str, ...], *, raw: bool) -> _Decoder:
+def _decoder(names: tuple[str, ...] | None) -> _Decoder:
     """A decoder whose body names are a Literal of `names` (~1 ms to build, so cached).
 
     Literal names come back as the same cached str objects, not one new str per contact,
     and their hashes are ready for the index lookup: ~0.3 ms of a 300-step episode.
+    `names=None` gives the raw-text decoder of `scoring.json_accel`, which needs no names.
     """
-    step = _step_type(Literal[names], raw=raw)
+    step = _step_type(None if names is None else Literal[names])
     # The top level is decoded as a mapping rather than a struct so unknown keys (which
     # the reference keeps as meta["extra"]) come back in order. msgspec types a value by
     # its JSON kind, and only arrays may hold steps; a list elsewhere that happens to hold
@@ -163,13 +157,12 @@ class _Arrays(NamedTuple):
 
 
 def _decode(data: bytes | str, source: str | None) -> EpisodeRecord:
-    decoders = _decoders(_body_names(data))
-    if decoders.raw is not None:
+    if json_accel.AVAILABLE:
         try:
-            return _build(decoders.raw, data, source, _FROM_TEXT)
+            return _build(_decoder(None), data, source, _FROM_TEXT)
         except json_accel.NotCommonLayout:
             pass
-    return _build(decoders.structs, data, source, _FROM_STRUCTS)
+    return _build(_decoder(_body_names(data)), data, source, _FROM_STRUCTS)
 
 
 def _build(dec: _Decoder, data: bytes | str, source: str | None, arrays: _Arrays) -> EpisodeRecord:

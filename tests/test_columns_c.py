@@ -114,7 +114,7 @@ def raws(steps: list[list[dict]], **dumps_kw) -> list[msgspec.Raw]:
 
 
 def by_structs(steps: list[list[dict]]) -> dict:
-    step = json_fast._step_type(Literal[NAMES], raw=False)
+    step = json_fast._step_type(Literal[NAMES])
     contact = step.__annotations__["contacts"].__args__[0].__args__[0]
     decoded = msgspec.json.decode(json.dumps(steps), type=list[list[contact]])
     return json_fast._contacts(decoded, dict.fromkeys(NAMES, "other"))

@@ -34,9 +34,9 @@ def contacts_path(request, monkeypatch):
         pytest.skip("scoring._columns is not built (no C compiler at install)")
     if request.param == "structs":
         monkeypatch.setattr(json_accel, "AVAILABLE", False)
-    json_fast._decoders.cache_clear()
+    json_fast._decoder.cache_clear()
     yield request.param
-    json_fast._decoders.cache_clear()
+    json_fast._decoder.cache_clear()
 
 
 def reference(data, source=SOURCE):
