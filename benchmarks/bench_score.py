@@ -5,7 +5,8 @@ LIBERO record, see scoring/synthetic.py) are written once to a cache directory, 
 
 - columnar (.npz) scoring with 1 and 2 workers, in episodes/s;
 - the paper roster (15,000 episodes) with 2 workers: wall time and peak RSS;
-- JSONL ingestion + scoring, in episodes/s;
+- JSONL ingestion + scoring, in episodes/s, with the C module scoring/_columns.c and
+  without it (SAFEVLA_PURE_PYTHON=1, as on a machine without a C compiler);
 - what-if re-scoring of 100,000 episodes x 8 families, in ms.
 
 Each scoring figure is the best of `--repeat` runs (default 3) in fresh subprocesses:
@@ -35,6 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scoring import json_accel  # noqa: E402
 from scoring.io import record_to_json, load_record  # noqa: E402
 from scoring.registry import load_registry  # noqa: E402
 from scoring.synthetic import make_archive  # noqa: E402
@@ -50,7 +52,8 @@ def ensure_archive(path: Path, n: int) -> Path:
     return path
 
 
-def score_in_subprocess(paths: list[Path], out: Path, workers: int) -> tuple[float, int, float]:
+def score_in_subprocess(paths: list[Path], out: Path, workers: int, *, env: dict | None = None
+                        ) -> tuple[float, int, float]:
     """(seconds, episodes, peak RSS MiB of the scoring process tree) of one `score_archive` run."""
     code = (
         "import sys, time, resource, json\n"
@@ -63,7 +66,7 @@ def score_in_subprocess(paths: list[Path], out: Path, workers: int) -> tuple[flo
     )
     shutil.rmtree(out, ignore_errors=True)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=Path(__file__).resolve().parent.parent, env={**os.environ, **(env or {})})
     r = json.loads(res.stdout.strip().splitlines()[-1])
     return r["s"], r["n"], r["rss_mib"]
 
@@ -146,9 +149,9 @@ def main() -> None:
             for f in files[:300]:
                 fh.write(json.dumps(record_to_json(load_record(f))) + "\n")
 
-    def best(paths, workers):
+    def best(paths, workers, env=None):
         """The fastest of `--repeat` runs (seconds, episodes, largest peak RSS of any run), and every run's seconds."""
-        runs = [score_in_subprocess(paths, out, workers) for _ in range(args.repeat)]
+        runs = [score_in_subprocess(paths, out, workers, env=env) for _ in range(args.repeat)]
         fastest = min(runs)
         return (fastest[0], fastest[1], max(r for _, _, r in runs)), [round(s, 2) for s, _, _ in runs]
 
@@ -156,6 +159,7 @@ def main() -> None:
     (s2, n2, _), all2 = best([sample_dir], 2)
     (sr, nr, rss), allr = best([roster], 2)
     (sj, nj, _), allj = best([jsonl], 2)
+    (sp, n_pure, _), allp = best([jsonl], 2, {"SAFEVLA_PURE_PYTHON": "1"})
     size = sum(f.stat().st_size for f in files[:100]) / 100
     print(json.dumps({
         "bench": "score", "steps": 300, "contacts_per_step": 40, "bodies": 8, "episode_bytes": int(size),
@@ -163,8 +167,10 @@ def main() -> None:
         "npz_eps_per_s_1_worker": round(n1 / s1), "npz_eps_per_s_2_workers": round(n2 / s2),
         "speedup_2_vs_1": round((n2 / s2) / (n1 / s1), 2),
         "roster_episodes": nr, "roster_s": round(sr, 2), "roster_peak_rss_mib": round(rss),
-        "jsonl_episodes": nj, "jsonl_eps_per_s": round(nj / sj), "whatif_100k_x8_ms": round(whatif_latency(), 2),
-        "all_runs_s": {"npz_1_worker": all1, "npz_2_workers": all2, "roster": allr, "jsonl": allj},
+        "jsonl_episodes": nj, "jsonl_eps_per_s": round(nj / sj), "jsonl_eps_per_s_pure_python": round(n_pure / sp),
+        "c_module": json_accel.AVAILABLE, "whatif_100k_x8_ms": round(whatif_latency(), 2),
+        "all_runs_s": {"npz_1_worker": all1, "npz_2_workers": all2, "roster": allr, "jsonl": allj,
+                       "jsonl_pure_python": allp},
         "targets": {"npz_eps_per_s": 2000, "roster_s": 10, "jsonl_eps_per_s": 300, "whatif_ms": 50,
                     "peak_rss_mib": 2048},
     }))

@@ -6,12 +6,15 @@ per-step texts into the record's arrays in one pass, with numbers rounded exactl
 orjson and msgspec round them. They raise `NotCommonLayout` for anything the C code
 does not take (it never guesses); json_fast then decodes the line the general way.
 
-`AVAILABLE` is False when the package was installed without a C compiler: json_fast
-then uses its msgspec-struct path alone (same records, ~1.5x slower on contact-heavy lines).
+`AVAILABLE` is False when the package was installed without a C compiler, or when the
+environment sets SAFEVLA_PURE_PYTHON=1 (to rule the C module out when chasing a bug):
+json_fast then uses its msgspec-struct path alone (same records, ~1.7x slower on
+contact-heavy lines; see docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import msgspec
@@ -22,7 +25,7 @@ try:
 except ImportError:  # built without a C compiler
     _columns = None
 
-AVAILABLE = _columns is not None
+AVAILABLE = _columns is not None and os.environ.get("SAFEVLA_PURE_PYTHON", "") in ("", "0")
 
 
 class NotCommonLayout(Exception):
