@@ -1,6 +1,6 @@
 """`safevla score --engine ray`: score archive shards as Ray tasks, merge into one run store.
 
-The work is cut into the same `_Job` batches as the local engine (`scoring.store_jobs._jobs`);
+The work is cut into the same `_Job` batches as the local engine (`scoring.job_plan._jobs`);
 each batch is one Ray task running `scoring.store_jobs._run_job`, and `ray_engine` hands the
 columnar `_Batch` results back in submission order to `score_archive` itself, which merges
 and writes the store exactly as for the local engine. The Parquet tables are therefore byte-for-byte the

@@ -34,7 +34,8 @@ from scoring.errors import RecordError, SafeVLAError
 from scoring.io import archive_files, atomic_write_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import SCORER_VERSION
-from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, _batch_size, _jobs, _store_relative, local_engine
+from scoring.job_plan import _batch_size, _jobs, _store_relative
+from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, local_engine
 
 EPISODES = "episodes.parquet"
 SPEC_RESULTS = "spec_results.parquet"

@@ -1,7 +1,7 @@
-"""The work of `score_archive`: jobs, the engine that runs them, and what a job returns.
+"""The work of `score_archive`: the engine that runs jobs, and what a job returns.
 
-A job is a batch of archive items (`.npz`/`.json` files, or JSONL lines as byte ranges).
-A worker loads them, scores them together (`scoring.score.score_outcomes`), writes the
+A job is a batch of archive items (`.npz`/`.json` files, or JSONL lines as byte ranges;
+`scoring.job_plan` cuts them). A worker loads them, scores them together (`scoring.score.score_outcomes`), writes the
 trajectories the store keeps, and returns Parquet columns, so the parent only
 concatenates. `local_engine` runs jobs in this process or a fork pool;
 `scoring.ray_score.ray_engine` runs the same jobs as Ray tasks.
@@ -9,9 +9,7 @@ concatenates. `local_engine` runs jobs in this process or a fork pool;
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import functools
 import gc
 import hashlib
 import os
@@ -27,8 +25,8 @@ import pyarrow as pa
 
 from scoring.clauses import clause_plan
 from scoring.errors import RecordError
-from scoring.io import (atomic_write_bytes, jsonl_spans, load_record, read_span, record_from_npz, record_to_npz_bytes,
-                        resolve_mjcf)
+from scoring.io import atomic_write_bytes, load_record, read_span, record_from_npz, record_to_npz_bytes, resolve_mjcf
+from scoring.job_plan import _Job, _relpath, _store_relative
 from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
@@ -119,13 +117,6 @@ def trajectory_name(episode_id: str) -> str:
     return f"{slug}-{hashlib.sha1(episode_id.encode()).hexdigest()[:8]}.npz"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Job:
-    """A batch of work for one worker: npz/json files, or JSONL lines as byte ranges."""
-
-    items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
-
-
 _SPAN_BUFFERS = threading.local()  # one buffer per thread: a line is decoded before the next is read
 
 
@@ -169,26 +160,6 @@ def _relocated(rec, dest: Path):
     mjcf = resolve_mjcf(rec)
     return dataclasses.replace(rec, replay=dataclasses.replace(
         rec.replay, mjcf=os.path.relpath(os.path.abspath(mjcf), os.path.abspath(dest.parent))))
-
-
-def _store_relative(source: str, store: str) -> str:
-    """`source` ("path" or "path:line") with the path relative to the store, so stores move."""
-    path, sep, line = source.rpartition(":")
-    if not (sep and line.isdigit()):
-        path, sep, line = source, "", ""
-    return _relpath(path, store) + sep + line
-
-
-def _relpath(path: str, start: str) -> str:
-    """os.path.relpath, with the directory part cached: it costs more than scoring otherwise."""
-    head, tail = os.path.split(path)
-    rel = _relpath_dir(head, start)
-    return tail if rel == "." else os.path.join(rel, tail)
-
-
-@functools.lru_cache(maxsize=4096)
-def _relpath_dir(directory: str, start: str) -> str:
-    return os.path.relpath(os.path.abspath(directory or "."), os.path.abspath(start))
 
 
 def _error_row(exc: RecordError, source: str) -> dict:
@@ -245,50 +216,6 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
         errors.extend(chunk_errors[k] for k in sorted(chunk_errors))
     episodes, specs = columns.tables()
     return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items))
-
-
-def _batch_size(files: list[Path], workers: int) -> int:
-    """Episodes per job: ~8 jobs per worker, within [16, 256].
-
-    Each job costs the parent a few ms of pool bookkeeping, so jobs are as large as
-    load balance at the end of the run allows. JSONL lines are not counted up front;
-    each costs ~10x a columnar episode, so their jobs are small.
-    """
-    n = sum(p.suffix != ".jsonl" for p in files)
-    if not n:
-        return 16
-    return max(16, min(256, -(-n // (max(workers, 1) * 8))))
-
-
-def _jobs(paths: list[Path], done_sources: set[str], batch: int, skipped: list[int], store: Path, *,
-          workers: int = 1) -> Iterator[_Job]:
-    """Jobs of `batch` items, then, for the last few, smaller and smaller jobs.
-
-    Equal jobs leave one worker idle while another finishes the last one (half a job on
-    average, ~5% of a 300-line JSONL run). Items are planned a few jobs ahead, so the
-    tail is known before it is handed out and can shrink to a quarter of `batch`.
-    """
-    pending: collections.deque = collections.deque()
-    lookahead = batch * (workers + 1)
-    for item in _items(paths, done_sources, skipped, store):
-        pending.append(item)
-        if len(pending) >= lookahead:
-            yield _Job(tuple(pending.popleft() for _ in range(batch)))
-    while pending:
-        size = batch if workers <= 1 else max(batch // 4, 1, -(-len(pending) // (2 * workers)))
-        yield _Job(tuple(pending.popleft() for _ in range(min(size, batch, len(pending)))))
-
-
-def _items(paths: list[Path], done_sources: set[str], skipped: list[int], store: Path) -> Iterator[tuple]:
-    for path in paths:
-        if _store_relative(str(path), str(store)) in done_sources:
-            skipped[0] += 1
-            continue
-        if path.suffix == ".jsonl":
-            for offset, length, lineno in jsonl_spans(path):
-                yield "span", (str(path), offset, length), f"{path}:{lineno}"
-        else:
-            yield "file", str(path), str(path)
 
 
 @dataclasses.dataclass(frozen=True)

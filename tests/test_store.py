@@ -139,15 +139,6 @@ def test_a_store_moved_with_its_archive_still_resolves_and_resumes(archive, tmp_
     assert (again.scored, again.skipped) == (0, 24)
 
 
-@pytest.mark.parametrize("path,start", [("a/b/c.npz", "store"), ("/x/y.npz", "/x/s"), ("c.npz", "."),
-                                        ("../a.npz", "s/t"), ("s/x.npz", "s")])
-def test_cached_relpath_equals_os_relpath(path, start):
-    import os
-
-    from scoring.store_jobs import _relpath
-    assert _relpath(path, start) == os.path.relpath(os.path.abspath(path), os.path.abspath(start))
-
-
 def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archive, tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
@@ -167,20 +158,3 @@ def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archi
     third = score_archive([archive], out, progress=False)
     assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {2}
 
-
-@pytest.mark.parametrize("n_items,batch,workers", [(300, 16, 2), (300, 16, 1), (5, 16, 2), (0, 16, 2), (1000, 100, 4),
-                                                  (17, 16, 2), (64, 4, 2)])
-def test_jobs_hand_out_every_item_once_in_order_with_a_shrinking_tail(tmp_path, n_items, batch, workers):
-    from scoring.store_jobs import _jobs
-    paths = [tmp_path / f"{i:04d}.npz" for i in range(n_items)]
-    sizes, items = [], []
-    for job in _jobs(paths, set(), batch, [0], tmp_path, workers=workers):
-        sizes.append(len(job.items))
-        items += [path for _, path, _ in job.items]
-    assert items == [str(p) for p in paths]
-    assert all(0 < size <= batch for size in sizes)
-    if workers == 1:
-        assert sizes[:-1] == [batch] * (len(sizes) - 1)  # one worker: nothing to balance
-    elif n_items >= batch * (workers + 1):
-        # full jobs first, then smaller and smaller ones so the workers finish together
-        assert sizes == sorted(sizes, reverse=True) and sizes[-2] < batch and sizes[0] == batch, sizes
