@@ -2,7 +2,7 @@
 
 For q in [-342, 308] the entry is 5**q scaled by a power of two into [2**127, 2**128):
 truncated for q >= 0, rounded up for q < 0 (as in Lemire, "Number parsing at a gigabyte
-per second", 2021, and the fast_float library). tests/test_contacts_ext.py checks that the
+per second", 2021, and the fast_float library). tests/test_columns_c.py checks that the
 committed header is this script's output.
 
 Usage: python scripts/gen_pow5_table.py [OUT]
