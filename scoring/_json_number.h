@@ -14,6 +14,11 @@
 
 #include "_pow5_table.h"
 
+#ifndef __SIZEOF_INT128__
+/* the optional build then fails and JSONL takes the pure-Python path */
+#error "the Eisel-Lemire product needs a 128-bit integer type (GCC or Clang on a 64-bit target)"
+#endif
+
 /* The decimal significand w (at most 19 digits) and exponent q are read exactly;
    w * 10^q is then rounded to the nearest double, ties to even. Clinger's fast path
    covers w <= 2^53 with |q| <= 22 (both factors exact, one rounding); otherwise the
