@@ -350,7 +350,9 @@ def load_record(path: str | os.PathLike) -> EpisodeRecord:
     if path.suffix == ".npz":
         return record_from_npz(str(path), source=str(path))
     if path.suffix == ".json":
-        return record_from_json(_read_json(path), source=str(path))
+        from scoring.json_fast import fast_record  # it builds on this module
+        data = _read_bytes(path)
+        return fast_record(data, str(path)) or record_from_json(_parse_json(data, path), source=str(path))
     raise RecordError(f"unsupported suffix {path.suffix!r}; expected .json or .npz "
                       "(use iter_archive for .jsonl)", file=str(path))
 
@@ -374,11 +376,16 @@ except ImportError:  # pragma: no cover - orjson is optional
     _loads = json.loads
 
 
-def _read_json(path: Path) -> Any:
+def _read_bytes(path: Path) -> bytes:
     try:
-        return loads(path.read_bytes())
+        return path.read_bytes()
     except OSError as exc:
         raise RecordError(f"cannot read ({exc.strerror})", file=str(path)) from None
+
+
+def _parse_json(data: bytes, path: Path) -> Any:
+    try:
+        return loads(data)
     except ValueError as exc:
         raise RecordError(f"not valid JSON ({exc})", file=str(path)) from None
 

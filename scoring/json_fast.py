@@ -128,7 +128,7 @@ def record_from_json_bytes(data: bytes | bytearray | memoryview | str, *, source
     That is `record_from_json(loads(data), source=source)`, with invalid JSON reported
     as `RecordError("line is not valid JSON (...)", file=source)`.
     """
-    record = _fast(data, source)
+    record = fast_record(data, source)
     if record is not None:
         return record
     if isinstance(data, (bytearray, memoryview)):
@@ -140,8 +140,11 @@ def record_from_json_bytes(data: bytes | bytearray | memoryview | str, *, source
     return record_from_json(obj, source=source)
 
 
-def _fast(data: bytes | str, source: str | None) -> EpisodeRecord | None:
-    """The record, or None when the reference path must decide (including every error)."""
+def fast_record(data: bytes | bytearray | memoryview | str, source: str | None) -> EpisodeRecord | None:
+    """The record, or None when the reference path must decide (including every error).
+
+    For callers with their own reference path and error wording (`scoring.io.load_record`).
+    """
     try:
         return _decode(data, source)
     except Exception:  # an optimisation must never change an outcome: let the reference decide

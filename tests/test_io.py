@@ -2,9 +2,10 @@ import json
 
 import numpy as np
 import pytest
+from test_schema import BAD_INPUT
 
 from scoring.errors import RecordError
-from scoring.io import (iter_archive, load_record, record_from_json, record_from_npz, record_to_json,
+from scoring.io import (iter_archive, load_record, loads, record_from_json, record_from_npz, record_to_json,
                         record_to_npz_bytes, save_record)
 from scoring.synthetic import make_record
 
@@ -116,3 +117,34 @@ def test_missing_path_and_wrong_suffix_are_named(tmp_path):
     (tmp_path / "x.csv").write_text("a")
     with pytest.raises(RecordError, match=r"x\.csv.*expected \.json, \.jsonl, \.npz"):
         list(iter_archive([tmp_path / "x.csv"]))
+
+
+def _load_by_reference(path):
+    """What load_record did for .json before the fast path: the contract."""
+    return record_from_json(loads(path.read_bytes()), source=str(path))
+
+
+@pytest.mark.parametrize("case,edit,field,message", BAD_INPUT, ids=[row[0] for row in BAD_INPUT])
+def test_json_files_fail_as_the_reference_fails(tmp_path, appendix_b, case, edit, field, message):
+    edit(appendix_b)
+    path = tmp_path / "ep.json"
+    path.write_text(json.dumps(appendix_b))
+    with pytest.raises(RecordError) as fast:
+        load_record(path)
+    with pytest.raises(RecordError) as ref:
+        _load_by_reference(path)
+    assert str(fast.value) == str(ref.value) and fast.value.field == field
+
+
+def test_json_files_take_the_fast_path_and_keep_their_wording(tmp_path):
+    rec = make_record(np.random.default_rng(5), episode_id="a/b", n_steps=30, contacts_per_step=4)
+    path = tmp_path / "ep.json"
+    path.write_text(json.dumps(record_to_json(rec)))
+    got, want = load_record(path), _load_by_reference(path)
+    for name in ("t", "eef_pos", "body_pos", "body_quat", "joint_torque"):
+        assert getattr(got, name).tobytes() == getattr(want, name).tobytes(), name
+    assert got.contacts.force.tobytes() == want.contacts.force.tobytes() and got.source == str(path)
+    path.write_text("{not json")
+    with pytest.raises(RecordError, match="not valid JSON") as info:
+        load_record(path)
+    assert info.value.file == str(path) and "line is" not in str(info.value)

@@ -21,7 +21,7 @@ from test_schema import BAD_INPUT
 from scoring import json_accel, json_fast
 from scoring.errors import RecordError
 from scoring.io import iter_archive, loads, record_from_json, record_to_json
-from scoring.json_fast import _fast, record_from_json_bytes
+from scoring.json_fast import fast_record, record_from_json_bytes
 from scoring.synthetic import make_record
 
 SOURCE = "runs/a.jsonl:7"
@@ -78,7 +78,7 @@ def assert_agree(data, *, fast=None):
     else:
         assert ref[1] == got[1]
     if fast is not None:
-        assert (_fast(data, SOURCE) is not None) == fast
+        assert (fast_record(data, SOURCE) is not None) == fast
     return ref
 
 
