@@ -283,6 +283,37 @@ def show(chart, **kw):
     return st.altair_chart(chart, height=display_height(chart) or "content", **kw)
 
 
+def render_button_ui(label: str, *, key: str, tag, render, what: str, where=None, **button_kw):
+    """A button that renders something slow (a clip, a figure) under a progress bar.
+
+    `render(progress)` makes the result and reports with `progress(fraction, text)`. The
+    result is kept in the session with `tag`, what it was made from, and returned on later
+    runs while `tag` still holds: the bytes for `tag`, or None. A failed render is
+    reported and the page stays usable.
+    """
+    if (where or st).button(label, key=key, **button_kw):
+        bar = st.progress(0.0, text=f"Rendering {what} …")
+        try:
+            st.session_state[f"_{key}"] = (tag, render(lambda fraction, text: bar.progress(
+                min(max(fraction, 0.0), 1.0), text=text)))
+        except Exception as exc:  # noqa: BLE001 - whatever the renderer raises is shown, not a traceback
+            st.error(f"Could not render {what}: {exc}")
+        finally:
+            bar.empty()
+    got = st.session_state.get(f"_{key}")
+    return got[1] if got is not None and got[0] == tag else None
+
+
+def forget_render(key: str) -> None:
+    """Drops what `render_button_ui(key=key)` kept, e.g. when the page shows another episode."""
+    st.session_state.pop(f"_{key}", None)
+
+
+def has_render(key: str) -> bool:
+    """Whether `render_button_ui(key=key)` keeps a result (for whichever tag)."""
+    return f"_{key}" in st.session_state
+
+
 def file_safe(name: str) -> str:
     """`name` as a download file name: letters, digits, '-', '_' and '.' kept, anything else '_'."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

@@ -264,7 +264,7 @@ def _key_changed() -> None:
     S.put("cmp_key", st.session_state.get("w.cmp_key"))
     S.put("cmp_step", None)
     st.session_state.pop("w.cmp_step", None)
-    st.session_state.pop("_cmp_clip", None)
+    C.forget_render("cmp_clip_go")
 
 
 def _jump(step: int) -> None:
@@ -355,24 +355,16 @@ def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
         "Download figure (PNG)", data=lambda: C.pair_figure(c.data, c.key, rows, steps, c.items, caps, title=title),
         file_name=f"{name}_step{step}.png", mime="image/png", key="cmp_fig", icon=":material/download:",
         help="both frames at this step side by side, with captions", width="stretch")
-    tag = (c.key, rows, c.items)
-    if cols[1].button("Render side-by-side clip", key="cmp_clip_go", icon=":material/play_circle:", width="stretch"):
-        bar = st.progress(0.0, text="Rendering frames …")
-        try:
-            blob = C.pair_clip(c.data, c.key, rows, c.items, [f"{s['model']} · {s['outcome']}" for s in sides],
-                               progress=lambda done, total: bar.progress(done / max(total, 1),
-                                                                         text=f"Rendering step {done}/{total} …"))
-            st.session_state["_cmp_clip"] = (tag, blob)
-        except Exception as exc:  # noqa: BLE001
-            st.error(f"Could not render the clip: {exc}")
-        finally:
-            bar.empty()
-    got = st.session_state.get("_cmp_clip")
-    if got and got[0] == tag:
-        st.video(got[1], format="video/mp4", autoplay=True, muted=True, loop=True)
-        cols[2].download_button("Download clip (MP4)", got[1], file_name=f"{name}.mp4", mime="video/mp4",
+    labels = [f"{s['model']} · {s['outcome']}" for s in sides]
+    clip = C.render_button_ui(
+        "Render side-by-side clip", key="cmp_clip_go", tag=(c.key, rows, c.items), what="the clip",
+        where=cols[1], icon=":material/play_circle:", width="stretch",
+        render=lambda progress: C.pair_clip(c.data, c.key, rows, c.items, labels, progress=lambda done, total: progress(
+            done / max(total, 1), f"Rendering step {done}/{total} …")))
+    if clip is not None:
+        st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)
+        cols[2].download_button("Download clip (MP4)", clip, file_name=f"{name}.mp4", mime="video/mp4",
                                 key="cmp_clip_dl")
-
 
 
 def render() -> None:

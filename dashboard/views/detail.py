@@ -74,7 +74,7 @@ def _episode_changed(c: C.Ctx) -> None:
     i = c.data.index_of(eid) if eid else None
     step = C.D.violating_frame(c.data, c.v, i) if i is not None else None
     S.set_widget("step", int(step or 0))
-    st.session_state.pop("_clip", None)
+    C.forget_render("clip_go")
 
 
 def header(c: C.Ctx, i: int, vstep: int | None) -> None:
@@ -136,32 +136,21 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
     ok, why = C.replay_status()
     if not ok:
         return
-    with st.expander("Play the clip", icon=":material/play_circle:", expanded=bool(st.session_state.get("_clip"))):
+    with st.expander("Play the clip", icon=":material/play_circle:", expanded=C.has_render("clip_go")):
         choices = ["whole episode"] + ([f"±{CLIP_WINDOW} steps around the violation"] if vstep is not None else [])
         which = st.radio("Clip", choices, horizontal=True, key="clip_range")
         rng = None
         if which != "whole episode" and vstep is not None:
             rng = (max(0, vstep - CLIP_WINDOW), min(n_steps, vstep + CLIP_WINDOW + 1))
-        tag = (c.key, i, rng, c.items)
-        if st.button("Render clip", key="clip_go", type="primary"):
-            bar = st.progress(0.0, text="Rendering frames …")
-            try:
-                rec = C.episode_record(c.data, i)
-                vs = C.violations(c.data, c.key, i, c.items)
-                data = C.render_service().clip(rec, vs, step_range=rng, progress=lambda d, t: bar.progress(
-                    d / max(t, 1), text=f"Rendering frame {d}/{t} …"))
-                st.session_state["_clip"] = (tag, data)
-            except Exception as exc:  # noqa: BLE001
-                st.error(f"Could not render the clip: {exc}")
-            finally:
-                bar.empty()
-        got = st.session_state.get("_clip")
-        if got and got[0] == tag:
-            st.video(got[1], format="video/mp4", autoplay=True, muted=True, loop=True)
-            st.download_button("Download MP4", got[1],
-                               file_name=C.file_safe(c.data.episodes["episode_id"].iat[i]) + ".mp4",
-                               mime="video/mp4", key="clip_dl")
-
+        clip = C.render_button_ui(
+            "Render clip", key="clip_go", tag=(c.key, i, rng, c.items), what="the clip", type="primary",
+            render=lambda progress: C.render_service().clip(
+                C.episode_record(c.data, i), C.violations(c.data, c.key, i, c.items), step_range=rng,
+                progress=lambda done, total: progress(done / max(total, 1), f"Rendering frame {done}/{total} …")))
+        if clip is not None:
+            st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)
+            name = C.file_safe(c.data.episodes["episode_id"].iat[i])
+            st.download_button("Download MP4", clip, file_name=f"{name}.mp4", mime="video/mp4", key="clip_dl")
 
 
 def render() -> None:

@@ -3,6 +3,8 @@ triptychs (Figure 3) and clips for chosen episodes through `replay/`'s export.""
 
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
 from dashboard import charts
@@ -127,50 +129,46 @@ def replay_section(c: C.Ctx) -> None:
     with a:
         fmt = st.radio("Triptych format", ["png", "pdf", "svg"], horizontal=True, key="x_tri_fmt",
                        format_func=FORMATS.get)
-        if st.button("Render triptych (Figure 3)", key="x_tri", type="primary"):
-            bar = st.progress(0.0, text="Rendering the triptych …")
-            try:
-                items = []
-                for eid in chosen:
-                    i = data.index_of(eid)
-                    ep = c.v.frame.iloc[i]
-                    items.append((C.episode_record(data, i), C.violations(data, c.key, i, c.items),
-                                  f"{ep['model']} · {ep['suite']} · {ep['task_id']}"))
-                blob = C.render_service().triptych(items, fmt=fmt, progress=lambda d, t: bar.progress(
-                    d / max(t, 1), text=f"Rendering panel {d}/{t} …"))
-                st.session_state["_triptych"] = (tuple(chosen), fmt, c.items, blob)
-            except Exception as exc:  # noqa: BLE001
-                st.error(f"Could not render the triptych: {exc}")
-            finally:
-                bar.empty()
-        got = st.session_state.get("_triptych")
-        if got and got[0] == tuple(chosen) and got[2] == c.items:
-            if got[1] == "png":
-                st.image(got[3], width="stretch")
-            st.download_button(f"Download triptych ({FORMATS[got[1]]})", got[3], file_name=f"triptych.{got[1]}",
-                               mime=charts.EXPORT_FORMATS[got[1]], key="x_tri_dl")
+        got = C.render_button_ui("Render triptych (Figure 3)", key="x_tri", tag=(tuple(chosen), c.items),
+                                 what="the triptych", type="primary",
+                                 render=functools.partial(_triptych, c, chosen, fmt))
+        if got is not None:
+            shown, blob = got
+            if shown == "png":
+                st.image(blob, width="stretch")
+            st.download_button(f"Download triptych ({FORMATS[shown]})", blob, file_name=f"triptych.{shown}",
+                               mime=charts.EXPORT_FORMATS[shown], key="x_tri_dl")
     with b:
-        if st.button("Render clips (MP4)", key="x_clips"):
-            bar = st.progress(0.0, text="Rendering clips …")
-            clips = {}
-            try:
-                for n, eid in enumerate(chosen):
-                    i = data.index_of(eid)
-                    clips[eid] = C.render_service().clip(
-                        C.episode_record(data, i), C.violations(data, c.key, i, c.items),
-                        progress=lambda d, t, n=n: bar.progress((n + d / max(t, 1)) / len(chosen),
-                                                                text=f"Clip {n + 1}/{len(chosen)}: frame {d}/{t}"))
-                st.session_state["_clips"] = (c.items, clips)
-            except Exception as exc:  # noqa: BLE001
-                st.error(f"Could not render the clips: {exc}")
-            finally:
-                bar.empty()
-        got = st.session_state.get("_clips")
-        if got and got[0] == c.items:
-            for eid, blob in got[1].items():
-                if eid in chosen:
-                    st.download_button(f"{eid}.mp4", blob, file_name=C.file_safe(eid) + ".mp4", mime="video/mp4",
-                                       key=f"x_clip_{C.file_safe(eid)}")
+        got = C.render_button_ui("Render clips (MP4)", key="x_clips", tag=c.items, what="the clips",
+                                 render=functools.partial(_clips, c, chosen))
+        for eid, blob in (got or {}).items():
+            if eid in chosen:
+                st.download_button(f"{eid}.mp4", blob, file_name=C.file_safe(eid) + ".mp4", mime="video/mp4",
+                                   key=f"x_clip_{C.file_safe(eid)}")
+
+
+def _triptych(c: C.Ctx, chosen: list[str], fmt: str, progress) -> tuple[str, bytes]:
+    """(format, bytes) of the Figure-3 triptych of the `chosen` episodes."""
+    items = []
+    for eid in chosen:
+        i = c.data.index_of(eid)
+        ep = c.v.frame.iloc[i]
+        items.append((C.episode_record(c.data, i), C.violations(c.data, c.key, i, c.items),
+                      f"{ep['model']} · {ep['suite']} · {ep['task_id']}"))
+    return fmt, C.render_service().triptych(items, fmt=fmt, progress=lambda done, total: progress(
+        done / max(total, 1), f"Rendering panel {done}/{total} …"))
+
+
+def _clips(c: C.Ctx, chosen: list[str], progress) -> dict[str, bytes]:
+    """An MP4 clip per chosen episode, by episode id."""
+    out = {}
+    for n, eid in enumerate(chosen):
+        i = c.data.index_of(eid)
+        out[eid] = C.render_service().clip(
+            C.episode_record(c.data, i), C.violations(c.data, c.key, i, c.items),
+            progress=lambda done, total, n=n: progress((n + done / max(total, 1)) / len(chosen),
+                                                       f"Clip {n + 1}/{len(chosen)}: frame {done}/{total}"))
+    return out
 
 
 def render() -> None:
