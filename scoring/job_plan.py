@@ -1,6 +1,6 @@
 """Which archive items a `score_archive` run scores, cut into jobs for the workers.
 
-An item is an `.npz`/`.json` file or one JSONL line as a byte range (`scoring.io.jsonl_spans`),
+An item is an `.npz`/`.json` file or one JSONL line as a byte range (`scoring.archive.jsonl_spans`),
 so a scheduler never holds megabyte-long lines. Items already in the store, by their
 store-relative source, are skipped. Jobs are sized for load balance at the end of the run
 (`_batch_size`), and the last few shrink so the workers finish together (`_jobs`).
@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from scoring.io import jsonl_spans
+from scoring.archive import jsonl_spans
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,8 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import archive_files, atomic_write_bytes
+from scoring.archive import archive_files
+from scoring.io import atomic_write_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import SCORER_VERSION
 from scoring.job_plan import _batch_size, _jobs, _store_relative

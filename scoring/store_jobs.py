@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from scoring.clauses import clause_plan
 from scoring.errors import RecordError
-from scoring.io import atomic_write_bytes, load_record, read_span, record_from_npz, record_to_npz_bytes, resolve_mjcf
+from scoring.archive import read_span
+from scoring.io import atomic_write_bytes, load_record, record_from_npz, record_to_npz_bytes, resolve_mjcf
 from scoring.job_plan import _Job, _relpath, _store_relative
 from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry

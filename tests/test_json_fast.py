@@ -20,7 +20,8 @@ from test_schema import BAD_INPUT
 
 from scoring import json_accel, json_fast
 from scoring.errors import RecordError
-from scoring.io import iter_archive, loads, record_from_json, record_to_json
+from scoring.archive import iter_archive
+from scoring.io import loads, record_from_json, record_to_json
 from scoring.json_fast import fast_record, record_from_json_bytes
 from scoring.synthetic import make_record
 

@@ -24,7 +24,7 @@ def test_stored_npz_is_a_checked_zip_numpy_reads_and_the_same_bytes_every_time()
 
 
 def test_read_span_into_a_reused_buffer(tmp_path):
-    from scoring.io import jsonl_spans, read_span
+    from scoring.archive import jsonl_spans, read_span
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"long": "' + b"x" * 5000 + b'"}\n{"b": 2}\n')
     buffer = bytearray()

@@ -288,7 +288,7 @@ def test_real_libero_episodes_batch_by_layout():
     """The demo archive: 14 scene layouts, 101 different episode lengths."""
     from pathlib import Path
 
-    from scoring.io import iter_archive
+    from scoring.archive import iter_archive
     from scoring.stacked import layout_key
     groups = {}
     for item in iter_archive([Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"]):
