@@ -14,7 +14,8 @@ this machine is a shared VM whose background load comes in bursts, and the best 
 the one least disturbed by it; every run's figure is printed as well.
 
 `--stages` prints instead where one core's time goes, per episode: the file read, npz
-parsing, read + validation, signals, scoring, and the whole `score_archive`.
+parsing, read + validation, signals, scoring, and the whole `score_archive`; and per JSONL
+line, the decode with the C module and on the msgspec-struct path.
 
 Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--repeat 3] [--stages] [--cache DIR]
 """
@@ -123,6 +124,29 @@ def stage_costs(files: list[Path], repeat: int) -> dict:
     }
 
 
+def jsonl_stage_costs(lines: list[bytes], repeat: int) -> dict:
+    """ms per JSONL line to decode into a record, with the C module and on the msgspec-struct path."""
+    from scoring.json_fast import record_from_json_bytes
+
+    def cost():
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.process_time()
+            for line in lines:
+                record_from_json_bytes(line)
+            best = min(best, time.process_time() - t)
+        return round(best / len(lines) * 1000, 3)
+
+    with_c = cost() if json_accel.AVAILABLE else None
+    saved, json_accel.AVAILABLE = json_accel.AVAILABLE, False
+    try:
+        structs = cost()
+    finally:
+        json_accel.AVAILABLE = saved
+    return {"line_bytes": round(sum(map(len, lines)) / len(lines)), "decode_c_module_ms": with_c,
+            "decode_structs_ms": structs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roster", type=int, default=15_000)
@@ -140,7 +164,9 @@ def main() -> None:
         for f in files[: args.sample]:
             os.link(f, sample_dir / f.name)
     if args.stages:
-        print(json.dumps({"bench": "score_stages", "episodes": 1536, "per_episode": stage_costs(files[:1536], args.repeat)}))
+        lines = [json.dumps(record_to_json(load_record(f))).encode() for f in files[:32]]
+        print(json.dumps({"bench": "score_stages", "episodes": 1536, "per_episode": stage_costs(files[:1536], args.repeat),
+                          "jsonl_per_line": jsonl_stage_costs(lines, args.repeat)}))
         return
     out = cache / "store"
     jsonl = cache / "ingest.jsonl"
