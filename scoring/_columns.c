@@ -1,6 +1,6 @@
 /* Columnar arrays from the JSON text of Appendix B steps: contacts, vectors, per-body vectors.
 
-   scoring.json_fast decodes a JSONL line with msgspec, keeping each step's numeric
+   scoring.json_fast decodes a JSON record with msgspec, keeping each step's numeric
    fields as raw JSON text (msgspec has already checked that it is well-formed JSON).
    Building ~40,000 Python objects per episode from that text and reading them back
    into arrays costs most of the line's decode time; this walks the text once and
@@ -11,7 +11,7 @@
      names   tuple of bytes, the body names in body_roles order
      step, a, b   bytearrays of native int32, one entry per contact
      force        bytearray of native float64: each force_n correctly rounded, as
-                  orjson and msgspec read it (Eisel-Lemire, see to_double below).
+                  orjson and msgspec read it (to_double in _json_number.h).
 
    vectors(raws) -> (values, width) | None
      raws    list of buffers, one JSON array of numbers per step (eef_pos_m, joint_torque_nm, action)
@@ -70,7 +70,7 @@ static inline int take_key(Cursor *c, const char *key, Py_ssize_t n) {
 }
 
 /* Index of the quoted name at the cursor, or -1. A JSON escape cannot match: no body
-   name passed in holds a backslash or quote (json_fast checks that). */
+   name passed in holds a backslash or quote (json_accel.encoded_names checks that). */
 static inline int32_t take_name(Cursor *c, const Names *names, int32_t hint) {
     skip_ws(c);
     if (c->p >= c->end || *c->p != '"') return -1;

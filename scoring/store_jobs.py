@@ -1,10 +1,10 @@
 """The work of `score_archive`: the engine that runs jobs, and what a job returns.
 
 A job is a batch of archive items (`.npz`/`.json` files, or JSONL lines as byte ranges;
-`scoring.job_plan` cuts them). A worker loads them, scores them together (`scoring.score.score_outcomes`), writes the
-trajectories the store keeps, and returns Parquet columns, so the parent only
-concatenates. `local_engine` runs jobs in this process or a fork pool;
-`scoring.ray_score.ray_engine` runs the same jobs as Ray tasks.
+`scoring.job_plan` cuts them). A worker loads them, scores them together
+(`scoring.score.score_outcomes`), writes the trajectories the store keeps, and returns
+Parquet columns, so the parent only concatenates. `local_engine` runs jobs in this
+process or a fork pool; `scoring.ray_score.ray_engine` runs the same jobs as Ray tasks.
 """
 
 from __future__ import annotations
