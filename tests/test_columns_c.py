@@ -16,6 +16,8 @@ from typing import Literal
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scoring import json_fast
 from scoring.io import record_from_json, record_to_json
@@ -231,3 +233,35 @@ def test_a_real_line_takes_the_c_module(monkeypatch):
         assert (a is None and b is None) or (a.dtype == b.dtype and a.tobytes() == b.tobytes()), field
     for name in ("step", "a", "b", "force"):
         assert getattr(got.contacts, name).tobytes() == getattr(want.contacts, name).tobytes(), name
+
+
+VALID_CONTACTS = json.dumps([[{"a": "table", "b": "bowl_1_main", "force_n": 1.25},
+                              {"a": "robot0_link7", "b": "table", "force_n": 3e-5}], [],
+                             [{"a": "gripper0_hand", "b": "table", "force_n": 200}]]).encode()
+EDIT_BYTES = b'[]{}",: \n0123456789.-+eEabtlx\\'
+
+
+@settings(max_examples=400, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, len(VALID_CONTACTS)), st.sampled_from(["insert", "replace", "delete"]),
+                                st.sampled_from(list(EDIT_BYTES))), min_size=1, max_size=3))
+def test_edited_contact_text_is_taken_only_when_the_struct_path_reads_it_the_same(edits):
+    text = bytearray(VALID_CONTACTS)
+    for pos, op, byte in edits:
+        pos = min(pos, len(text))
+        if op == "insert":
+            text.insert(pos, byte)
+        elif pos < len(text):
+            if op == "replace":
+                text[pos] = byte
+            else:
+                del text[pos]
+    try:
+        steps = RAW.decode(bytes(text))  # msgspec's check, as json_fast makes it
+    except msgspec.DecodeError:
+        return
+    got = _columns.contacts(steps, tuple(n.encode() for n in NAMES))
+    if got is None:
+        return  # declined: the struct path decides
+    want = by_structs(json.loads(bytes(text)))  # raises if the struct path would not take it
+    for value, (name, dtype) in zip(got, [("step", np.int32), ("a", np.int32), ("b", np.int32), ("force", np.float64)]):
+        assert np.frombuffer(value, dtype).tobytes() == want[name].tobytes(), name
