@@ -241,27 +241,62 @@ VALID_CONTACTS = json.dumps([[{"a": "table", "b": "bowl_1_main", "force_n": 1.25
 EDIT_BYTES = b'[]{}",: \n0123456789.-+eEabtlx\\'
 
 
+def _edited(text: bytes, edits) -> bytes:
+    out = bytearray(text)
+    for pos, op, byte in edits:
+        pos = min(pos, len(out))
+        if op == "insert":
+            out.insert(pos, byte)
+        elif pos < len(out):
+            if op == "replace":
+                out[pos] = byte
+            else:
+                del out[pos]
+    return bytes(out)
+
+
 @settings(max_examples=400, deadline=None)
 @given(edits=st.lists(st.tuples(st.integers(0, len(VALID_CONTACTS)), st.sampled_from(["insert", "replace", "delete"]),
                                 st.sampled_from(list(EDIT_BYTES))), min_size=1, max_size=3))
 def test_edited_contact_text_is_taken_only_when_the_struct_path_reads_it_the_same(edits):
-    text = bytearray(VALID_CONTACTS)
-    for pos, op, byte in edits:
-        pos = min(pos, len(text))
-        if op == "insert":
-            text.insert(pos, byte)
-        elif pos < len(text):
-            if op == "replace":
-                text[pos] = byte
-            else:
-                del text[pos]
+    text = _edited(VALID_CONTACTS, edits)
     try:
-        steps = RAW.decode(bytes(text))  # msgspec's check, as json_fast makes it
+        steps = RAW.decode(text)  # msgspec's check, as json_fast makes it
     except msgspec.DecodeError:
         return
     got = _columns.contacts(steps, tuple(n.encode() for n in NAMES))
     if got is None:
         return  # declined: the struct path decides
-    want = by_structs(json.loads(bytes(text)))  # raises if the struct path would not take it
+    want = by_structs(json.loads(text))  # raises if the struct path would not take it
     for value, (name, dtype) in zip(got, [("step", np.int32), ("a", np.int32), ("b", np.int32), ("force", np.float64)]):
         assert np.frombuffer(value, dtype).tobytes() == want[name].tobytes(), name
+
+
+VALID_VECTORS = json.dumps([[1, 2.5, -3e10], [0, -0.0, 7]]).encode()
+VALID_POSES = json.dumps(POSES).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(which=st.sampled_from(["vectors", "poses"]),
+       edits=st.lists(st.tuples(st.integers(0, 200), st.sampled_from(["insert", "replace", "delete"]),
+                                st.sampled_from(list(EDIT_BYTES))), min_size=1, max_size=3))
+def test_edited_vector_text_is_taken_only_when_the_struct_path_reads_it_the_same(which, edits):
+    text = _edited(VALID_VECTORS if which == "vectors" else VALID_POSES, edits)
+    try:
+        steps = RAW.decode(text)
+    except msgspec.DecodeError:
+        return
+    if which == "vectors":
+        got = _columns.vectors(steps)
+        if got is not None:
+            rows = msgspec.json.decode(text, type=list[list[float]])  # raises if the struct path would not take it
+            want = json_fast._matrix(rows, len(rows))
+            assert got[1] == want.shape[1] and np.frombuffer(got[0], np.float64).tobytes() == want.tobytes()
+        return
+    got = _columns.named_vectors(steps, tuple(n.encode() for n in NAMES), 3)
+    if got is not None:
+        vec3 = tuple[float, float, float]
+        col = msgspec.json.decode(text, type=list[dict[Literal[NAMES], vec3]])
+        names, want = json_fast._per_body(col, len(col), 3)
+        assert [NAMES[i] for i in np.frombuffer(got[0], np.int32)] == names
+        assert np.frombuffer(got[1], np.float64).tobytes() == want.tobytes()
