@@ -341,9 +341,10 @@ def load_record(path: str | os.PathLike) -> EpisodeRecord:
     if path.suffix == ".json":
         from scoring.json_fast import fast_record  # it builds on this module
         data = _read_bytes(path)
-        return fast_record(data, str(path)) or record_from_json(_parse_json(data, path), source=str(path))
+        record = fast_record(data, str(path))
+        return record if record is not None else record_from_json(_parse_json(data, path), source=str(path))
     raise RecordError(f"unsupported suffix {path.suffix!r}; expected .json or .npz "
-                      "(use iter_archive for .jsonl)", file=str(path))
+                      "(use scoring.archive.iter_archive for .jsonl)", file=str(path))
 
 
 def loads(data: bytes | str) -> Any:
