@@ -8,8 +8,8 @@ does not take (it never guesses); json_fast then decodes the line the general wa
 
 `AVAILABLE` is False when the package was installed without a C compiler, or when the
 environment sets SAFEVLA_PURE_PYTHON=1 (to rule the C module out when chasing a bug):
-json_fast then uses its msgspec-struct path alone (same records, ~1.7x slower on
-contact-heavy lines; see docs/benchmarks.md).
+json_fast then uses its msgspec-struct path alone: the same records, but a 300-step
+line takes ~1.8x as long to decode and JSONL ingests ~1.5x slower (docs/benchmarks.md).
 """
 
 from __future__ import annotations
