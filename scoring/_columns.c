@@ -108,6 +108,21 @@ static inline int take_exact(Cursor *c, const char *lit, Py_ssize_t n) {
     return 0;
 }
 
+static inline int at_end(Cursor *c) {
+    skip_ws(c);
+    return c->p == c->end;
+}
+
+/* One JSON number at the cursor into *out: 1, or 0 when there is none or it is not a
+   finite double. msgspec checked the text is valid JSON, so a run of number characters
+   in value position is exactly one JSON number. */
+static inline int take_number(Cursor *c, double *out) {
+    skip_ws(c);
+    const char *s = c->p;
+    while (c->p < c->end && NUMBER_CHAR[(unsigned char)*c->p]) c->p++;
+    return c->p != s && to_double(s, c->p, out) == 0;
+}
+
 typedef struct {
     int32_t *step, *a, *b; /* cap entries each */
     double *force;
@@ -128,14 +143,7 @@ static int parse_step(Cursor *c, const Names *names, int32_t step_index, Out *o)
         int32_t ib = take_name(c, names, o->hint_b);
         if (ib < 0 || (!take_exact(c, ", \"force_n\": ", 13) && !(take(c, ',') && take_key(c, "\"force_n\"", 9))))
             return -1;
-        skip_ws(c);
-        const char *s = c->p;
-        while (c->p < c->end && NUMBER_CHAR[(unsigned char)*c->p]) c->p++;
-        const char *e = c->p;
-        if (e == s || !take(c, '}')) return -1;
-        /* msgspec checked this text is valid JSON, so a run of these characters in value
-           position is exactly one JSON number */
-        if (to_double(s, e, &o->force[o->n]) < 0) return -1;
+        if (!take_number(c, &o->force[o->n]) || !take(c, '}')) return -1;
         o->step[o->n] = step_index;
         o->a[o->n] = o->hint_a = ia;
         o->b[o->n] = o->hint_b = ib;
@@ -145,8 +153,7 @@ static int parse_step(Cursor *c, const Names *names, int32_t step_index, Out *o)
         return -1;
     }
 done:
-    skip_ws(c);
-    return c->p == c->end ? 0 : -1;
+    return at_end(c) ? 0 : -1;
 }
 
 /* [number, ...] at the cursor into out (at most cap): the count, or -1 */
@@ -154,20 +161,12 @@ static Py_ssize_t take_numbers(Cursor *c, double *out, Py_ssize_t cap) {
     if (!take(c, '[')) return -1;
     if (take(c, ']')) return 0;
     for (Py_ssize_t k = 0;; ) {
-        skip_ws(c);
-        const char *s = c->p;
-        while (c->p < c->end && NUMBER_CHAR[(unsigned char)*c->p]) c->p++;
-        if (c->p == s || k >= cap || to_double(s, c->p, &out[k]) < 0) return -1;
+        if (k >= cap || !take_number(c, &out[k])) return -1;
         k++;
         if (take(c, ',')) continue;
         if (take(c, ']')) return k;
         return -1;
     }
-}
-
-static inline int at_end(Cursor *c) {
-    skip_ws(c);
-    return c->p == c->end;
 }
 
 /* The buffers of a list of objects, released by release_views. */
