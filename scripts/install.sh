@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
-# Installs everything SafeVLA-Bench and its tests need on a fresh Debian machine:
-# Mesa EGL for offscreen MuJoCo rendering, chromium for the browser test, and the
-# Python package with its replay, LIBERO, dashboard, Ray and dev extras. gcc builds the
-# optional C module that reads JSONL step arrays (scoring/_columns.c).
+# Installs everything SafeVLA-Bench and its tests need into the virtual environment .venv of
+# this checkout (created if missing), on a fresh Debian or Ubuntu machine:
+#   - apt: Mesa EGL (offscreen MuJoCo rendering), chromium (browser tests), gcc (the optional
+#     C module that reads JSONL step arrays, scoring/_columns.c), python3-venv where the system
+#     Python lacks venv;
+#   - pip: the package with its replay, LIBERO, dashboard, Ray and dev extras.
+# It never installs into the system Python (PEP 668) nor into whatever venv or conda environment
+# is active: .venv is always its own, created from the python3 on the PATH. .venv may be a
+# symlink to a venv elsewhere (.ci/run does that to test in a fresh venv at a temporary path).
+# Set SAFEVLA_EXTRAS to install fewer extras (default: all of them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
-if command -v apt-get >/dev/null; then
+apt_install() {
+  command -v apt-get >/dev/null || return 0
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends \
-    libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev >/dev/null
+  if [ -z "${_APT_UPDATED:-}" ]; then $SUDO apt-get update -qq; _APT_UPDATED=1; fi
+  $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev
+
+PYTHON3="${PYTHON3:-python3}"
+if ! command -v "$PYTHON3" >/dev/null; then
+  apt_install python3 python3-venv python3-dev
 fi
-python -m pip install -q --upgrade pip
-python -m pip install -q -e ".[replay,libero,dashboard,ray,dev]"
+if [ ! -x .venv/bin/python ]; then
+  if ! "$PYTHON3" -m venv --help >/dev/null 2>&1 || ! "$PYTHON3" -c "import ensurepip" 2>/dev/null; then
+    # Debian and Ubuntu ship venv and ensurepip in a separate package
+    apt_install python3-venv python3-dev
+  fi
+  if [ -L .venv ]; then "$PYTHON3" -m venv "$(readlink -f .venv)"; else "$PYTHON3" -m venv .venv; fi
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[${SAFEVLA_EXTRAS:-replay,libero,dashboard,ray,dev}]"
+echo "installed into $(cd .venv && pwd -P) ($(.venv/bin/python --version)); run commands with .venv/bin/..., or 'source .venv/bin/activate'"
