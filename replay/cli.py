@@ -119,7 +119,7 @@ def _missing(x) -> bool:
 # ----------------------------------------------------------------- parsers
 
 def add_replay_parsers(subparsers) -> None:
-    """Registers `replay` and `figure` on the `safevla` subparsers."""
+    """Registers `replay`, `figure` and `migrate-scenes` on the `safevla` subparsers."""
     p = subparsers.add_parser(
         "replay", help="render an episode as MP4/GIF with its violation highlighted",
         description="Replays an episode of a run store in MuJoCo and writes a clip with a timeline bar. The worst "
@@ -145,6 +145,30 @@ def add_replay_parsers(subparsers) -> None:
     _size_args(f, 480, 360)
     f.add_argument("--dpi", type=int, default=200, help="resolution stored in PNG/PDF (default 200)")
     f.set_defaults(func=run_figure)
+
+    m = subparsers.add_parser(
+        "migrate-scenes", help="make archives and stores recorded before portable scenes replay on any machine",
+        description="Rewrites the absolute mesh/texture paths in the scene MJCF files of archives or run stores "
+                    "(recorded before scenes named their assets package://ROOT/...) as portable names, in place. "
+                    "Scenes embedded in records are re-rooted when loaded and need no migration.")
+    m.add_argument("paths", nargs="+", help="archive or run store folders, or scene .xml files")
+    m.add_argument("--dry-run", action="store_true", help="list what would change, write nothing")
+    m.set_defaults(func=run_migrate_scenes)
+
+
+def run_migrate_scenes(args: argparse.Namespace) -> int:
+    """`safevla migrate-scenes`: 0 on success, 2 with a one-line cause on bad input."""
+    from replay.scene_assets import migrate_scene_files
+
+    try:
+        changed = migrate_scene_files(args.paths, dry_run=args.dry_run)
+    except SafeVLAError as exc:
+        return _fail("migrate-scenes", exc)
+    verb = "would rewrite" if args.dry_run else "rewrote"
+    for path, n in changed.items():
+        print(f"{verb} {n} asset path(s) in {path}")
+    print(f"{verb} {len(changed)} scene file(s); the others were already portable")
+    return 0
 
 
 def _size_args(p: argparse.ArgumentParser, width: int, height: int) -> None:

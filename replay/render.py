@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import os
-import xml.etree.ElementTree as ET
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
                               Violation, draw_arrow, draw_border, draw_captions)
+from replay.scene_assets import SceneAssetError, resolve_scene  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import load_record, resolve_mjcf  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -32,52 +32,6 @@ AGENT_VIEWS = ("agentview", "robot0_agentview_center")
 QUALITIES = ("fast", "high")
 _MODEL_CACHE: OrderedDict = OrderedDict()
 _MODEL_CACHE_SIZE = 4
-
-
-_ASSET_FILE_ATTRS = {"mesh": ("file",), "hfield": ("file",), "skin": ("file",),
-                     "texture": ("file", "fileright", "fileleft", "fileup", "filedown", "filefront", "fileback")}
-
-
-def check_assets(xml: str, base: Path, *, origin: str) -> None:
-    """Raises RenderError naming the first mesh/texture/include file that does not exist,
-    and where it was looked for (MuJoCo's rules: meshdir/texturedir/assetdir relative to
-    the model file's directory, absolute paths as they are)."""
-    roots, todo, seen = [], [(xml, origin)], set()
-    while todo:
-        text, name = todo.pop()
-        try:
-            root = ET.fromstring(text)
-        except ET.ParseError as exc:
-            raise RenderError(f"the MJCF ({name}) is not valid XML: {exc}") from None
-        roots.append(root)
-        for inc in root.iter("include"):
-            f = inc.get("file", "")
-            p = Path(f) if Path(f).is_absolute() else base / f
-            if not p.is_file():
-                raise RenderError(f"included MJCF file {f!r} not found: looked for {p} (from {name})")
-            if p not in seen:
-                seen.add(p)
-                todo.append((p.read_text(), str(p)))
-    comp = {}
-    for root in roots:
-        for c in root.iter("compiler"):
-            comp.update(c.attrib)
-    strip = comp.get("strippath", "false").lower() == "true"
-    for root in roots:
-        for el in root.iter():
-            for attr in _ASSET_FILE_ATTRS.get(el.tag, ()):
-                f = el.get(attr)
-                if not f:
-                    continue
-                key = "texturedir" if el.tag == "texture" else "meshdir"
-                sub = comp.get(key, comp.get("assetdir", ""))
-                f = Path(f).name if strip else f
-                folder = Path(sub) if Path(sub).is_absolute() else base / sub
-                p = Path(f) if Path(f).is_absolute() else folder / f
-                if not p.is_file():
-                    how = "" if Path(f).is_absolute() else f" ({key}={sub!r} relative to {base})"
-                    raise RenderError(f"{el.tag} file {f!r} not found: looked for {p}{how}; "
-                                      f"referenced by {el.tag} {el.get('name', '')!r} in {origin}")
 
 
 def load_model(record: EpisodeRecord) -> mujoco.MjModel:
@@ -102,14 +56,15 @@ def load_model(record: EpisodeRecord) -> mujoco.MjModel:
     model = _MODEL_CACHE.get(key)
     if model is None:
         origin = str(path) if path else "embedded MJCF"
-        check_assets(text, base, origin=origin)
         try:
-            if path is not None:
-                model = mujoco.MjModel.from_xml_path(str(path))
-            else:
-                spec = mujoco.MjSpec.from_string(text)
-                spec.modelfiledir = str(base) + os.sep
-                model = spec.compile()
+            spec = mujoco.MjSpec.from_string(resolve_scene(text, base=base, origin=origin))
+        except SceneAssetError as exc:
+            raise RenderError(str(exc)) from None
+        except (ValueError, mujoco.FatalError) as exc:
+            raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
+        spec.modelfiledir = str(base) + os.sep
+        try:
+            model = spec.compile()
         except (ValueError, mujoco.FatalError) as exc:
             raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
         _MODEL_CACHE[key] = model

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import pytest
 mujoco = pytest.importorskip("mujoco")
 
 from replay.hosts import libero as host_mod  # noqa: E402
+from replay.scene_assets import resolve_scene  # noqa: E402
 
 HAS_LIBERO = True
 try:
@@ -94,7 +96,10 @@ def test_each_host_keeps_its_own_scene_xml(spatial0):
     try:
         other.reset(init_state=0, seed=0)
         for host in (spatial0, other):
-            model = mujoco.MjModel.from_xml_string(host.mjcf())
+            xml = host.mjcf()
+            # portable: assets named under the installed packages, never by this machine's paths
+            assert 'file="/' not in xml and 'file="package://robosuite/' in xml
+            model = mujoco.MjModel.from_xml_string(resolve_scene(xml, base=Path.cwd(), origin="test"))
             assert [model.body(i).name for i in range(model.nbody)] == \
                 [host.model.body(i).name for i in range(host.model.nbody)]
             np.testing.assert_array_equal(model.body_pos, host.model.body_pos)  # fixtures as placed

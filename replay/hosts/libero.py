@@ -29,6 +29,7 @@ import numpy as np
 
 from replay.policies import ObjectGeometry, Obstacle, TaskInfo
 from replay.record import Recorder
+from replay.scene_assets import portable_scene
 
 SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
           "libero_goal": "libero-goal", "libero_10": "libero-10"}
@@ -127,6 +128,7 @@ class LiberoHost:
                                       has_offscreen_renderer=False, use_camera_obs=False)
         self._ready = False
         self._xml = ""
+        self._portable_xml: tuple[str | None, str] = (None, "")
 
     # ------------------------------------------------------------------ episode control
 
@@ -168,11 +170,14 @@ class LiberoHost:
 
         LIBERO places fixtures by editing `model.body_pos` after loading, which the init
         state does not cover; `mj_saveLastXML` writes the edited values. Mesh and texture
-        files are referenced by absolute paths inside the installed LIBERO assets package.
+        files are named `package://ROOT/...` inside the installed robosuite and LIBERO asset
+        packages (`replay.scene_assets`), never by this machine's absolute paths.
         """
         if not self._ready:
             raise RuntimeError("call reset() first: the scene (fixture placement) is sampled at reset")
-        return self._xml
+        if self._portable_xml[0] is not self._xml:
+            self._portable_xml = (self._xml, portable_scene(self._xml, origin=f"the {self.task.suite} scene"))
+        return self._portable_xml[1]
 
     def close(self) -> None:
         self.env.close()
