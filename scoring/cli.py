@@ -85,11 +85,23 @@ def run_report(args) -> int:
 
 
 def _dashboard_parser(sub) -> None:
-    p = sub.add_parser("dashboard", help="open the Streamlit dashboard (default: the bundled demo store)")
+    p = sub.add_parser("dashboard", help="open the Streamlit dashboard (default: the bundled demo store)",
+                       description="Serves the dashboard on http://HOST:PORT. It has no login: by default it listens "
+                                   "on 127.0.0.1 only. Ctrl-C or SIGTERM stops it.")
     p.add_argument("store", nargs="?", default=None, help="run store directory (default: assets/demo/store)")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network, without a login)")
     p.add_argument("--headless", action="store_true", help="do not open a browser")
     p.set_defaults(func=run_dashboard)
+
+
+def dashboard_command(store: Path, *, host: str, port: int, headless: bool) -> list[str]:
+    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    return [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
+            "--browser.serverAddress", "localhost" if host in ("127.0.0.1", "localhost", "::1") else host,
+            "--browser.gatherUsageStats", "false", "--server.headless", "true" if headless else "false",
+            "--", "--store", str(store)]
 
 
 def run_dashboard(args) -> int:
@@ -98,13 +110,23 @@ def run_dashboard(args) -> int:
     store = Path(args.store) if args.store else DEMO_STORE
     if not store.is_dir():
         raise SafeVLAError(f"run store {str(store)!r} does not exist")
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
-           "--browser.gatherUsageStats", "false"]
-    if args.headless:
-        cmd += ["--server.headless", "true"]
-    cmd += ["--", "--store", str(store)]
-    return subprocess.call(cmd, env={**os.environ})
+    if not 0 < args.port < 65536:
+        raise SafeVLAError(f"--port expects 1-65535, got {args.port}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"safevla dashboard: warning: listening on {args.host}: anyone who can reach this machine on port "
+              f"{args.port} can read the store, and the dashboard has no login", file=sys.stderr)
+    cmd = dashboard_command(store, host=args.host, port=args.port, headless=args.headless)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exec, not a child: Ctrl-C and SIGTERM reach the server itself, and nothing is left listening
+    os.execv(sys.executable, cmd)
+    return 0  # not reached
+
+
+# which extra installs a module that an optional command imports
+EXTRA_OF_MODULE = {"mujoco": "replay", "imageio": "replay", "imageio_ffmpeg": "replay", "PIL": "replay",
+                   "libero": "libero", "robosuite": "libero", "bddl": "libero", "streamlit": "dashboard",
+                   "altair": "dashboard", "vl_convert": "dashboard", "ray": "ray", "rtamt": "dev"}
 
 
 def _optional(sub, module: str, register: str, names: list[str], extra: str) -> None:
@@ -114,15 +136,21 @@ def _optional(sub, module: str, register: str, names: list[str], extra: str) -> 
         getattr(mod, register)(sub)
     except ImportError as exc:
         for name in names:
-            p = sub.add_parser(name, help=f"(needs safevla-bench[{extra}])")
-            p.set_defaults(func=_missing(name, extra, exc))
+            p = sub.add_parser(name, help=f"(needs safevla-bench[{extra}])", add_help=False)
+            p.set_defaults(func=_missing(name, extra, exc), accepts_any_arguments=True)
 
 
-def _missing(name: str, extra: str, exc: Exception):
+def _missing(name: str, extra: str, exc: ImportError):
     def run(_args) -> int:
-        raise SafeVLAError(f"'safevla {name}' needs optional dependencies ({exc}); "
-                           f"install them with: pip install 'safevla-bench[{extra}]'")
+        raise SafeVLAError(_install_hint(name, exc, extra))
     return run
+
+
+def _install_hint(command: str, exc: ImportError, extra: str | None = None) -> str:
+    module = (exc.name or "").split(".")[0]
+    extra = extra or EXTRA_OF_MODULE.get(module, "all")
+    return (f"'safevla {command}' needs {module or 'an optional dependency'}, which is not installed; "
+            f"install it with: pip install 'safevla-bench[{extra}]'")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,11 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "accepts_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
     except SafeVLAError as exc:
         print(f"safevla {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ModuleNotFoundError as exc:  # an optional extra that is not installed
+        print(f"safevla {args.command}: {_install_hint(args.command, exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"safevla {args.command}: interrupted; finished work is kept, re-run to resume", file=sys.stderr)

@@ -43,3 +43,32 @@ def test_score_reports_corrupt_episodes_but_exits_zero(tmp_path, appendix_b):
               "--no-progress")
     assert out.returncode == 0
     assert "scored 1" in out.stdout and "bad.json" in out.stderr and "not valid JSON" in out.stderr
+
+
+SCORING_ONLY = """
+import sys
+for name in ("mujoco", "robosuite", "libero", "imageio", "streamlit"):
+    sys.modules[name] = None  # as in an install without the extras: importing them fails
+from scoring.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("argv, extra", [
+    (["rollout"], "libero"),
+    (["rollout", "--suite", "libero_spatial", "--tasks", "0", "--policy", "careful", "--out", "x"], "libero"),
+    (["rollout", "--help"], "libero"),
+    (["replay", "assets/demo/store", "libero-goal/task_1/scripted-careful/ep_000", "--out", "x.mp4"], "replay"),
+    (["figure", "assets/demo/store", "libero-goal/task_1/scripted-hasty/ep_000", "--out", "x.png"], "replay"),
+])
+def test_a_scoring_only_install_gets_a_one_line_hint_naming_the_extra(argv, extra, tmp_path):
+    out = subprocess.run([sys.executable, "-c", SCORING_ONLY, *argv], capture_output=True, text=True,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert f"pip install 'safevla-bench[{extra}]'" in out.stderr and out.stderr.startswith(f"safevla {argv[0]}: ")
+
+
+def test_unknown_arguments_of_a_real_command_are_still_refused():
+    out = run("report", "somewhere", "--no-such-flag")
+    assert out.returncode == 2 and "unrecognized arguments: --no-such-flag" in out.stderr
