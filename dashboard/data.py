@@ -28,12 +28,8 @@ OUTCOMES = ("SBU", "safe success", "unsafe failure", "safe failure")
 BY = ("model", "suite")
 REQUIRED_EPISODE_COLUMNS = ("episode_id", "model", "suite", "task_id", "success", "safe", "sbu", "vsi")
 REQUIRED_SPEC_COLUMNS = ("episode_id", "family", "report_only", "active", "rho", "extreme", "extreme_step")
-SHORT = {
-    "arm_furniture_force": "arm-furniture force", "target_furniture_force": "object-furniture force",
-    "max_contact_force": "max contact force", "non_target_max_disp": "bystander displacement",
-    "held_object_tilt_world": "held-object tilt", "stable_grasp_maintained": "grasp slip",
-    "joint_torque": "joint torque", "self_collision_free": "self-collision",
-}
+# the registry's human name of each family, the one name the dashboard, clips and figures show
+SHORT = {spec.family: spec.name for spec in load_registry().specs}
 
 
 class StoreProblem(SafeVLAError):

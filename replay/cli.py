@@ -191,6 +191,9 @@ def run_replay(args: argparse.Namespace) -> int:
         row = store_row(args.store, args.episode_id)
         rec = store_record(args.store, args.episode_id, row=row)
         vs = violations_from_store(args.store, args.episode_id, record=rec, row=row)
+        if args.camera == "free:violation" and not vs:
+            raise SafeVLAError(f"--camera free:violation aims at the violation, and episode {args.episode_id!r} is "
+                               "safe (it has none); use --camera free, or a model camera")
         n = rec.n_steps
         start = 0 if args.start is None else args.start
         stop = n if args.stop is None else args.stop

@@ -21,6 +21,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 from scoring.errors import SafeVLAError  # noqa: E402
+from scoring.registry import spec_name  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
 
 VIOLATION_RGB = (230, 25, 25)
@@ -68,8 +69,8 @@ class Violation:
 
     @property
     def caption(self) -> str:
-        """E.g. "max_contact_force 412 N > 200 N"."""
-        return f"{self.family} {format_quantity(self.value, self.unit, self.threshold)} {self.op} " \
+        """E.g. "max contact force 412 N > 200 N": the spec's human name from the registry."""
+        return f"{spec_name(self.family)} {format_quantity(self.value, self.unit, self.threshold)} {self.op} " \
                f"{format_quantity(self.threshold, self.unit, self.threshold)}"
 
 

@@ -568,10 +568,11 @@ def worker_summary(outcomes: Sequence[EpisodeOutcome]) -> dict[str, dict]:
 
 
 def print_summary(result: RayRolloutResult, *, total: int, file=sys.stderr) -> None:
-    ran = [o for o in result.outcomes if not o.skipped]
-    ok = sum(bool(o.success) for o in ran)
-    print(f"recorded {len(ran)} episodes ({ok} successful), skipped {total - len(ran)} already recorded, "
-          f"{result.wall_s:.0f} s ({len(ran) / max(result.wall_s, 1e-9):.2f} episodes/s)", file=file)
+    from replay.rollout import summary_line
+
+    ran = sum(not o.skipped for o in result.outcomes)
+    print(f"{summary_line(result.outcomes, total, result.wall_s)} ({ran / max(result.wall_s, 1e-9):.2f} episodes/s)",
+          file=file)
     for name, w in result.worker_stats.items():
         print(f"  worker {name}: {w['episodes']} episodes, {w['steps']} steps, {w['episodes_per_s']:.2f} ep/s, "
               f"{w['steps_per_s']:.0f} steps/s (env build {w['build_s']:.0f} s, policy wait "

@@ -251,6 +251,14 @@ def _plain_main():
         sys.modules["__main__"] = main
 
 
+def summary_line(outcomes: Sequence[Outcome], total: int, wall_s: float) -> str:
+    """"recorded 3 episodes (2 successful), skipped 1 already recorded, 12 s" (local and Ray runs alike)."""
+    ran = [o for o in outcomes if not o.skipped]
+    ok = sum(bool(o.success) for o in ran)
+    return (f"recorded {len(ran)} episode{'' if len(ran) == 1 else 's'} ({ok} successful), "
+            f"skipped {total - len(ran)} already recorded, {wall_s:.0f} s")
+
+
 def run_jobs(jobs: list[tuple], *, workers: int, progress: bool = True) -> list[Outcome]:
     """Runs (suite, task, episodes, run_task keyword arguments) jobs, one env per job."""
     from tqdm import tqdm
@@ -271,8 +279,5 @@ def run_jobs(jobs: list[tuple], *, workers: int, progress: bool = True) -> list[
                 for res in pool.imap_unordered(_task_job, jobs):
                     results.extend(res)
                     bar.update(len(res))
-    ran = [o for o in results if not o.skipped]
-    ok = sum(bool(o.success) for o in ran)
-    print(f"recorded {len(ran)} episodes ({ok} successful), skipped {total - len(ran)} already recorded, "
-          f"{time.time() - t0:.0f} s", file=sys.stderr)
+    print(summary_line(results, total, time.time() - t0), file=sys.stderr)
     return results

@@ -311,6 +311,14 @@ def load_registry(path: str | Path | None = None) -> Registry:
     return Registry.from_directory(path)
 
 
+def spec_name(spec: str) -> str:
+    """The human name of a family or spec id ("bystander displacement"), the id itself if unknown."""
+    try:
+        return _default_registry().spec(spec).name or spec
+    except RegistryError:
+        return spec
+
+
 def active_specs(benchmark: str, task_id: str) -> list[str]:
     """Canonical family names active on a task, Table 2 order (default registry)."""
     return load_registry().active_specs(benchmark, task_id)

@@ -287,7 +287,7 @@ def _load_templates(path: Path, data: Any, vocab: dict[str, TagInfo]):
 
 
 # --------------------------------------------------------------------------- specs
-_FAMILY_KEYS = ("concern", "basis", "gate", "binary", "params")
+_FAMILY_KEYS = ("name", "concern", "basis", "gate", "binary", "params")
 _FAMILY_REQUIRED = ("axis", "signal", "op", "unit", "requires_all", "invalid_if_any", "tiers")
 _TIER_KEYS = ("aliases", "source", "severe_anchor", "vsi_severe")
 _TIER_REQUIRED = ("spec_id", "tier", "threshold", "stl")
@@ -365,6 +365,7 @@ def _load_specs(path: Path, data: Any, vocab: Mapping[str, TagInfo]):
             binary=_binary(c, d.get("binary"), f"{f}.binary"),
             gate=c.string(d.get("gate"), f"{f}.gate", optional=True),
             concern=c.string(d.get("concern"), f"{f}.concern", optional=True) or "",
+            name=c.string(d.get("name"), f"{f}.name", optional=True) or fam.replace("_", " "),
             params=FrozenMap(dict(c.mapping(d.get("params"), f"{f}.params", optional=True))))
         tiers = d["tiers"]
         if not isinstance(tiers, list) or not tiers:

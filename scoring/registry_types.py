@@ -109,6 +109,7 @@ class Spec:
     source: str = ""
     severe_anchor: str = ""
     concern: str = ""
+    name: str = ""  # the family's human name ("bystander displacement"), shown instead of the id
     params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, compare=False, hash=False,
                                       repr=False)
 

@@ -14,11 +14,14 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
-apt_install() {
+apt_install() {  # installs the Debian packages that are missing; a no-op where apt-get is absent
   command -v apt-get >/dev/null || return 0
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
   export DEBIAN_FRONTEND=noninteractive
   if [ -z "${_APT_UPDATED:-}" ]; then $SUDO apt-get update -qq; _APT_UPDATED=1; fi
-  $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev

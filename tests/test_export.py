@@ -187,7 +187,7 @@ def test_violations_from_store_worst_first_with_bodies(tmp_path):
     vs = violations_from_store(store, "toy-1")
     assert [v.family for v in vs] == ["max_contact_force", "non_target_max_disp"]  # not the report-only one
     assert vs[0] == Violation("max_contact_force", 6, 412.0, 200.0, "N", ">", ("box", "world"))
-    assert vs[1].bodies == ("ball",) and vs[1].caption == "non_target_max_disp 6 mm > 5 mm"
+    assert vs[1].bodies == ("ball",) and vs[1].caption == "bystander displacement 6 mm > 5 mm"
     assert violations_from_store(store, "toy-safe") == ()
 
 
@@ -203,7 +203,7 @@ def test_cli_replay_and_figure(tmp_path, capsys):
     clip, fig = tmp_path / "out" / "clip.gif", tmp_path / "fig.png"
     assert run(["replay", str(store), "toy-1", "--out", str(clip), "--width", "96", "--height", "64",
                 "--start", "3", "--stop", "9", "--window", "1"]) == 0
-    assert "worst max_contact_force 412 N > 200 N at step 6" in capsys.readouterr().out
+    assert "worst max contact force 412 N > 200 N at step 6" in capsys.readouterr().out
     from PIL import Image
 
     with Image.open(clip) as im:
@@ -219,6 +219,8 @@ def test_cli_replay_and_figure(tmp_path, capsys):
     (["replay", "{store}", "toy-1", "--out", "{tmp}/c.webm"], "unsupported clip format"),
     (["replay", "{store}", "toy-1", "--out", "{tmp}/c.mp4", "--camera", "top"], "unknown camera 'top'"),
     (["replay", "{store}", "toy-1", "--out", "{tmp}/c.mp4", "--stop", "99"], "step_range"),
+    (["replay", "{store}", "toy-safe", "--out", "{tmp}/c.mp4", "--camera", "free:violation"],
+     "--camera free:violation aims at the violation, and episode 'toy-safe' is safe"),
 ])
 def test_cli_bad_input_one_line_cause(tmp_path, capsys, argv, message):
     store = make_store(tmp_path)

@@ -178,11 +178,11 @@ def test_draw_arrow_clips_to_the_image():
 
 
 def test_caption_text():
-    assert VIOL.caption == "max_contact_force 412 N > 200 N"
-    assert Violation("non_target_max_disp", 3, 0.012, 0.005, "m", ">").caption == "non_target_max_disp 12 mm > 5 mm"
+    assert VIOL.caption == "max contact force 412 N > 200 N"
+    assert Violation("non_target_max_disp", 3, 0.012, 0.005, "m", ">").caption == "bystander displacement 12 mm > 5 mm"
     assert format_quantity(40.2, "deg") == "40°"
     assert format_quantity(1.04, "ratio") == "1.04x limit"
-    assert Violation("joint_torque", 1, 3.06, 1.0, "ratio").caption == "joint_torque 3.06x limit > 1x limit"
+    assert Violation("joint_torque", 1, 3.06, 1.0, "ratio").caption == "joint torque 3.06x limit > 1x limit"
     assert format_quantity(7.5, "m/s^2") == "7.5 m/s^2"  # the bundled font has no superscripts
     with pytest.raises(RenderError, match="op"):
         Violation("x", 1, 1.0, 0.0, "", "=>")

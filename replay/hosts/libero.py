@@ -19,7 +19,10 @@ floor) are `furniture`; the robot base, mount and world are `other`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import logging
 import os
 import re
 from typing import Any
@@ -42,6 +45,11 @@ EEF_SITE = "gripper0_grip_site"  # the site behind LIBERO's `robot0_eef_pos` obs
 ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
 CAMERA = "agentview"
 
+
+# robosuite warns at import that it has no private macro file: noise for our users, who never
+# configure robosuite, and it breaks the rollout progress bar. Only those three lines are dropped.
+logging.getLogger("robosuite_logs").addFilter(
+    lambda r: not any(k in r.getMessage() for k in ("macro file", "setup_macros.py")))
 
 _BODY_TAG = re.compile(r'<body name="([^"]+)"([^>]*?)(/?)>')
 _POS_QUAT = re.compile(r'\s(?:pos|quat)="[^"]*"')
@@ -103,7 +111,8 @@ class LiberoTask:
 def _suite(suite: str):
     benchmark_id(suite)  # validates the name
     from libero.libero import benchmark
-    return benchmark.get_benchmark_dict()[suite]()
+    with contextlib.redirect_stdout(io.StringIO()):  # LIBERO prints "[info] Applying task order ..." per call
+        return benchmark.get_benchmark_dict()[suite]()
 
 
 def libero_task(suite: str, index: int) -> LiberoTask:
