@@ -33,7 +33,8 @@ import numpy as np  # noqa: E402
 
 from replay.export import export_clip  # noqa: E402
 from replay.highlight import Violation  # noqa: E402
-from replay.render import Replayer  # noqa: E402
+from replay.render import Replayer, load_model  # noqa: E402
+from replay.scene_assets import portable_scene  # noqa: E402
 from scoring.io import load_record, save_record  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
 
@@ -68,7 +69,7 @@ def build_episode(cache: Path) -> Path:
             qpos.append(d.qpos.copy())
             qvel.append(d.qvel.copy())
         cache.mkdir(parents=True, exist_ok=True)
-        (cache / "libero_sweep.xml").write_text(env.sim.model.get_xml())
+        (cache / "libero_sweep.xml").write_text(portable_scene(env.sim.model.get_xml()))
     finally:
         env.close()
     rec = EpisodeRecord.build(
@@ -82,7 +83,7 @@ def build_episode(cache: Path) -> Path:
 
 def bare_renderer(rp: Replayer, *, model_quality: bool):
     """A plain mujoco.Renderer on a copy of the replayer's model and camera (optionally the model's own quality)."""
-    m = mujoco.MjModel.from_xml_path(str(Path(rp.record.source).parent / rp.record.replay.mjcf))
+    m = load_model(rp.record)  # the portable scene, resolved on this machine
     m.vis.global_.offwidth, m.vis.global_.offheight = max(m.vis.global_.offwidth, WIDTH), \
         max(m.vis.global_.offheight, HEIGHT)
     if not model_quality:

@@ -145,7 +145,7 @@ def test_one_real_episode_agrees_with_the_simulator(spatial0):
     np.testing.assert_allclose(moved[-1], seen_moved[-1], atol=1e-6)  # at rest in the hand
     # LIBERO samples its observation two 2 ms physics substeps before the control step
     # ends (measured: the gap is the bowl's speed times 4.0 ms); at rest they agree
-    model = mujoco.MjModel.from_xml_string(rec.replay.mjcf)
+    model = mujoco.MjModel.from_xml_string(resolve_scene(rec.replay.mjcf, base=Path.cwd(), origin="test"))
     dof = model.jnt_dofadr[model.body("akita_black_bowl_1_main").jntadr[0]]
     speed = np.linalg.norm(rec.replay.qvel[:, dof:dof + 3].astype(np.float64), axis=1)
     lag = np.linalg.norm(moved - seen_moved, axis=1)
