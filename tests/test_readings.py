@@ -103,3 +103,16 @@ def test_a_bad_preset_file_names_file_and_field(tmp_path):
     path.write_text("presets:\n  x:\n    label: x\n    deactivate: {libero-goal: [bystander]}\n")
     with pytest.raises(RecordError, match=r"p\.yaml.*presets\.x\.deactivate\.libero-goal.*non_target_max_disp"):
         load_presets(path)
+
+
+def test_the_effects_script_measures_every_reading():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "scripts" / "ambiguity_effects.py")],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "LIBERO" in line]
+    assert len(rows) == 3 * 3  # 3 readings x the demo's 3 suites
+    assert all(line.rstrip(" |").endswith("| 0 | 0") for line in rows[:3])  # the default changes nothing
+    goal = next(line for line in rows if "paper-tables" in line and "LIBERO-Goal" in line)
+    assert int(goal.split("|")[7]) > 0  # some Goal verdict flips
+    assert "Joint 5 carries" in out
