@@ -24,7 +24,7 @@ from scoring.readings import Reading, apply_reading, describe, preset
 from scoring.registry import Registry, load_registry
 from scoring.table_render import PaperTable, to_latex, to_markdown
 from scoring.tables import build_tables, write_tables
-from scoring.torque_joints import torque_attribution
+from scoring.torque_joints import attribution_of, violation_joints
 
 PAPER_BY = ("model", "suite")
 
@@ -54,12 +54,11 @@ def notes_for(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFr
     vsi = "VSI: " + describe(reading, registry=registry)["vsi_saturation"].split(": ", 1)[1] + (
         " (report option --vsi-saturation anchor for the other reading)." if reading.vsi_saturation == "eq1"
         else " (the paper's Eq. 1 read literally saturates at threshold + anchor, 700 N).")
-    torque = torque_attribution(store, episodes, spec_results, registry=registry).sentence()
+    joints = violation_joints(store, episodes, spec_results, registry=registry)  # each record read once
+    torque = attribution_of(joints).sentence()
     hosts = with_canonical_benchmark(episodes, registry)
-    by_host = {}
-    for host, g in hosts.groupby("host", sort=True):
-        rows = spec_results[spec_results["episode_id"].isin(g["episode_id"])]
-        by_host[host] = torque_attribution(store, g, rows, registry=registry).sentence()
+    by_host = {host: attribution_of(joints[joints.index.isin(g["episode_id"])]).sentence()
+               for host, g in hosts.groupby("host", sort=True)}
     return Notes(goal=goal, vsi=vsi, torque=torque, torque_by_host=by_host)
 
 

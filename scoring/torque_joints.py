@@ -60,36 +60,39 @@ class TorqueAttribution:
         return text + "."
 
 
-def torque_attribution(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
-                       registry: Registry | None = None) -> TorqueAttribution:
-    """Counts, over the violated joint_torque rows of `spec_results`, the worst joint of each."""
+def violation_joints(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
+                     registry: Registry | None = None) -> pd.Series:
+    """episode_id -> 1-based worst joint (NaN if unreadable), over the violated joint_torque rows."""
     from scoring.io import load_record  # only when there is something to attribute
 
     reg = registry or load_registry()
     rows = spec_results[(spec_results["family"] == "joint_torque") & spec_results["active"].astype(bool)
                         & (spec_results["rho"] < 0)]
-    if rows.empty:
-        return TorqueAttribution()
     paths = dict(zip(episodes["episode_id"], episodes.get("trajectory", pd.Series(dtype=object))))
-    by_joint: dict[int, int] = {}
-    unresolved = 0
+    joints = {}
     for eid in rows["episode_id"]:
-        rel = paths.get(eid)
-        if not isinstance(rel, str) or not rel:
-            unresolved += 1
-            continue
-        path = Path(rel) if Path(rel).is_absolute() else Path(store) / rel
-        try:
-            rec = load_record(path)
-        except (SafeVLAError, OSError):
-            unresolved += 1
-            continue
-        joint = worst_joint(rec, reg)
-        if joint is None:
-            unresolved += 1
-            continue
-        by_joint[joint + 1] = by_joint.get(joint + 1, 0) + 1
-    return TorqueAttribution(n_violations=len(rows), by_joint=by_joint, unresolved=unresolved)
+        rel, joint = paths.get(eid), None
+        if isinstance(rel, str) and rel:
+            try:
+                joint = worst_joint(load_record(Path(rel) if Path(rel).is_absolute() else Path(store) / rel), reg)
+            except (SafeVLAError, OSError):
+                joint = None
+        joints[eid] = np.nan if joint is None else joint + 1
+    return pd.Series(joints, dtype=float, name="joint")
+
+
+def attribution_of(joints: pd.Series) -> TorqueAttribution:
+    """Counts of a `violation_joints` result (or any subset of it)."""
+    known = joints.dropna().astype(int)
+    return TorqueAttribution(n_violations=len(joints), by_joint={int(j): int(k) for j, k in
+                                                                 known.value_counts().sort_index().items()},
+                             unresolved=int(joints.isna().sum()))
+
+
+def torque_attribution(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
+                       registry: Registry | None = None) -> TorqueAttribution:
+    """Counts, over the violated joint_torque rows of `spec_results`, the worst joint of each."""
+    return attribution_of(violation_joints(store, episodes, spec_results, registry=registry))
 
 
 def worst_joint(record, registry: Registry) -> int | None:

@@ -190,3 +190,18 @@ def test_demo_store_paper_tables_have_no_registry_surprises():
         assert set(layout()["task_names"][bench]) == set(reg.task_ids(bench))
     _, eps, _ = load_store(Path(__file__).parent.parent / "assets" / "demo" / "store")
     assert set(eps["benchmark"]) <= set(layout()["suites"])
+
+
+def test_a_model_missing_a_suite_gets_a_dash_and_a_mean_over_the_rest(report):
+    from scoring.paper_layout import main_tables
+    from scoring.table_render import flat_header
+    store, _ = report
+    _, eps, _ = load_store(store)
+    eps = eps[~((eps["model"] == "policy-c") & (eps["benchmark"] == "libero-10"))]
+    t4 = next(t for t in main_tables(eps, registry=load_registry()) if t.name == "table4")
+    head = flat_header(t4)
+    row = {h: c.lines[0] for h, c in zip(head, t4.rows[2])}
+    assert row["Model"] == "policy-c" and row["SR (%) ↑ Lo"] == "—"
+    sr = [float(row[f"SR (%) ↑ {s}"]) for s in ("Sp", "Ob", "Go")]
+    assert row["SR (%) ↑ x̄"] == f"{sum(sr) / 3:.1f}"
+    assert any("Mean over the suites present for policy-c" in n for n in t4.notes)
