@@ -158,7 +158,7 @@ def _main_table(host: str, agg: pd.DataFrame, train: Mapping[str, str], notes: l
                + "n per cell: " + _n_summary(agg) + ".")
     extra = [f"Mean over the suites present for {', '.join(incomplete)}."] if incomplete and multi else []
     data = pd.DataFrame({"model": models, **({"train": [train.get(m, "") for m in models]} if has_train else {}),
-                         **{f"{g.split(' ')[0]} {s}".strip(): [round(100 * v, 1) if not g.startswith("VSI") else
+                         **{f"{g.split(' ')[0]} {s.replace('x̄', 'mean')}".strip(): [round(100 * v, 1) if not g.startswith("VSI") else
                                                                round(v, 3) for v in vals]
                             for g, s, _, vals in columns}})
     return PaperTable(name=table_name(host, "main"), caption=caption, header=header, rows=rows,

@@ -86,7 +86,8 @@ def test_bold_marks_the_best_and_dagger_the_largest_sbu(report):
     text = (report[1] / "paper" / "table4.md").read_text()
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")]
             for line in text.splitlines() if line.startswith("| policy")}
-    for col in ("SR Sp", "Safety x̄", "SBU Go", "VSI x̄"):
+    assert list(data.columns[:4]) == ["model", "train", "SR Sp", "SR Ob"] and "VSI mean" in data.columns
+    for col in ("SR Sp", "Safety mean", "SBU Go", "VSI mean"):
         j = list(data.columns).index(col)
         best = data[col].max() if col.split()[0] in ("SR", "Safety") else data[col].min()
         for _, r in data.iterrows():
