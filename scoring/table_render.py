@@ -144,7 +144,7 @@ def to_latex(table: PaperTable) -> str:
         out.append(" & ".join(_tex_cell(c, a) for c, a in zip(row, table.align)) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}"]
     if table.notes:
-        out.append(r"\par\smallskip\footnotesize")
+        out.append(r"\par\smallskip\footnotesize\raggedright")
         out += [latex_escape(n) + r"\par" for n in table.notes]
     out.append(r"\end{table}")
     return "\n".join(out) + "\n"
