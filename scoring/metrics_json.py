@@ -41,8 +41,13 @@ def metrics_output(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, manife
                    by: Sequence[str] = ("model", "suite"), seed: int = 0) -> dict:
     """The metrics-output document as plain Python (see the module docstring)."""
     scored = spec_results[~spec_results["report_only"].to_numpy(bool) & spec_results["active"].to_numpy(bool)]
-    per_episode = {eid: (list(g["spec_id"]), {s: _num(r) for s, r in zip(g["spec_id"], g["rho"])})
-                   for eid, g in scored.groupby("episode_id", sort=False)}
+    per_episode: dict[str, tuple[list, dict]] = {}
+    # one pass over the columns: a pandas groupby costs ~0.6 ms per episode here
+    for eid, sid, rho in zip(scored["episode_id"].to_numpy(), scored["spec_id"].to_numpy(),
+                             scored["rho"].to_numpy(float)):
+        active, robustness = per_episode.setdefault(eid, ([], {}))
+        active.append(sid)
+        robustness[sid] = _num(rho)
     rows = []
     for r in episodes.itertuples(index=False):
         active, rho = per_episode.get(r.episode_id, ([], {}))
