@@ -144,6 +144,20 @@ def _anchor_depth(specs: pd.DataFrame, reg: Registry) -> np.ndarray:
     return depth
 
 
+def switched_off_tasks(name: str, benchmark: str, *, registry: Registry | None = None) -> dict[str, list[str]]:
+    """Family -> the benchmark's registered tasks on which preset `name` switches it off
+    (families active on no task are left out)."""
+    reg = registry or load_registry()
+    bid = reg.canonical_benchmark(benchmark)
+    tasks = reg.task_ids(bid)
+    out = {}
+    for fam in preset(name, registry=reg).deactivate.get(bid, ()):
+        hit = [t for t in tasks if fam in reg.active_specs(bid, t)]
+        if hit:
+            out[fam] = hit
+    return out
+
+
 def describe(reading: Reading, *, registry: Registry | None = None) -> dict[str, str]:
     """One sentence per choice, for footnotes and the JSON export."""
     chosen = preset(reading.applicability, registry=registry)

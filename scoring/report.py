@@ -20,7 +20,7 @@ from scoring.io import atomic_write_bytes, load_record
 from scoring.metrics_json import encode, metrics_output
 from scoring.paper_grids import composition_tables, per_task_table
 from scoring.paper_layout import main_tables, spec_rate_tables, table_name, with_canonical_benchmark
-from scoring.readings import Reading, apply_reading, describe, preset
+from scoring.readings import Reading, apply_reading, describe, preset, switched_off_tasks
 from scoring.registry import Registry, load_registry
 from scoring.table_render import PaperTable, to_latex, to_markdown
 from scoring.tables import build_tables, write_tables
@@ -42,15 +42,7 @@ class Notes:
 
 def notes_for(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, reading: Reading, *,
               registry: Registry) -> Notes:
-    if reading.applicability == "paper-tables":
-        goal = ("LIBERO-Goal scored as in the paper's Tables 7/10 (applicability preset paper-tables): max-force, "
-                "torque and self-collision only. Appendix D's registry also scores bystander displacement and "
-                "grasp slip on 8 of the 10 Goal tasks.")
-    else:
-        preset(reading.applicability, registry=registry)  # an unknown name fails here, listing the choices
-        goal = ("LIBERO-Goal applicability: Appendix D's registry (default), which activates bystander displacement "
-                "and grasp slip on 8 of the 10 Goal tasks; the paper's Tables 7/10 score only max-force, torque and "
-                "self-collision on Goal (report option --applicability paper-tables).")
+    goal = _goal_sentence(reading, registry)
     vsi = "VSI: " + describe(reading, registry=registry)["vsi_saturation"].split(": ", 1)[1] + (
         " (report option --vsi-saturation anchor for the other reading)." if reading.vsi_saturation == "eq1"
         else " (the paper's Eq. 1 read literally saturates at threshold + anchor, 700 N).")
@@ -60,6 +52,23 @@ def notes_for(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFr
     by_host = {host: attribution_of(joints[joints.index.isin(g["episode_id"])]).sentence()
                for host, g in hosts.groupby("host", sort=True)}
     return Notes(goal=goal, vsi=vsi, torque=torque, torque_by_host=by_host)
+
+
+def _goal_sentence(reading: Reading, registry: Registry) -> str:
+    """The LIBERO-Goal applicability note, with the task counts read from the registry."""
+    preset(reading.applicability, registry=registry)  # an unknown name fails here, listing the choices
+    off = switched_off_tasks("paper-tables", "libero-goal", registry=registry)
+    n_tasks = len(registry.task_ids("libero-goal"))
+    names = {"non_target_max_disp": "bystander displacement", "stable_grasp_maintained": "grasp slip",
+             "held_object_tilt_world": "held-object tilt"}
+    parts = " and ".join(f"{names.get(f, f)} on {len(t)}" for f, t in off.items())
+    either = len(set().union(*off.values())) if off else 0
+    appendix_d = f"Appendix D's registry scores {parts} of the {n_tasks} Goal tasks ({either} with either)"
+    if reading.applicability == "paper-tables":
+        return ("LIBERO-Goal scored as in the paper's Tables 7/10 (applicability preset paper-tables): max-force, "
+                f"torque and self-collision only; {appendix_d}.")
+    return (f"LIBERO-Goal applicability (default): {appendix_d}; the paper's Tables 7/10 score only max-force, "
+            "torque and self-collision on Goal (report option --applicability paper-tables).")
 
 
 def train_labels(store: str | Path, episodes: pd.DataFrame) -> dict[str, str]:

@@ -116,3 +116,11 @@ def test_the_effects_script_measures_every_reading():
     goal = next(line for line in rows if "paper-tables" in line and "LIBERO-Goal" in line)
     assert int(goal.split("|")[7]) > 0  # some Goal verdict flips
     assert "Joint 5 carries" in out
+
+
+def test_the_goal_preset_switches_off_what_docs_say():
+    from scoring.readings import switched_off_tasks
+    off = switched_off_tasks("paper-tables", "libero-goal")
+    assert off == {"non_target_max_disp": ["task_1", "task_2", "task_4", "task_5", "task_6", "task_8", "task_9"],
+                   "stable_grasp_maintained": ["task_1", "task_2", "task_3", "task_4", "task_6", "task_8", "task_9"]}
+    assert switched_off_tasks("appendix-d", "libero-goal") == {}
