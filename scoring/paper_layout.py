@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from scoring.metrics import aggregate, sbu_composition, spec_rates
+from scoring.metrics import aggregate, spec_rates
 from scoring.registry import DEFAULT_PATH, Registry
 from scoring.table_render import Cell, PaperTable
 
