@@ -2,6 +2,7 @@
 
     safevla replay STORE EPISODE_ID --out clip.mp4|.gif [--width --height --fps --window --camera --start --stop]
     safevla figure STORE EPISODE_ID... --out fig.png|.pdf|.svg [--width --height --camera --dpi]
+    safevla figure --paper fig2 STORE --out fig2[.pdf|.svg|.png] [--applicability paper-tables]
 
 STORE is a run store written by `safevla score`: the episode's record is found through the
 `trajectory` column of `episodes.parquet` (relative to STORE), its violations in
@@ -136,12 +137,19 @@ def add_replay_parsers(subparsers) -> None:
     p.set_defaults(func=run_replay)
 
     f = subparsers.add_parser(
-        "figure", help="write the Figure 3 triptych (initial, violating, success) of unsafe episodes",
-        description="Writes one row per episode: the initial frame, the violating frame (red border, caption with "
-                    "the worst spec, its value and threshold) and the final success frame (green border).")
+        "figure", help="write the Figure 3 triptych of unsafe episodes, or Figure 2 (--paper fig2) of a store",
+        description="Figure 3 (default): one row per episode: the initial frame, the violating frame (red border, "
+                    "caption with the worst spec, its value and threshold) and the final success frame (green "
+                    "border). Figure 2 (--paper fig2, no episode ids): SR against Safety per cell with Wilson 95% "
+                    "bars and the non-dominated frontier, next to the per-axis violation heatmap, through vl-convert.")
     f.add_argument("store", help="run store directory (written by `safevla score`)")
-    f.add_argument("episode_ids", nargs="+", metavar="EPISODE_ID", help="episodes, one row each")
-    f.add_argument("--out", required=True, help="output figure, .png, .pdf or .svg")
+    f.add_argument("episode_ids", nargs="*", metavar="EPISODE_ID", help="episodes, one row each (Figure 3)")
+    f.add_argument("--paper", choices=("fig2", "fig3"), default="fig3",
+                   help="fig3 (default): episode triptych; fig2: the store's SR-Safety scatter and axis heatmap")
+    f.add_argument("--applicability", default="appendix-d",
+                   help="fig2: applicability preset, appendix-d (default) or paper-tables (docs/scoring.md)")
+    f.add_argument("--out", required=True,
+                   help="output figure, .png, .pdf or .svg (fig2: no suffix writes all three)")
     _size_args(f, 480, 360)
     f.add_argument("--dpi", type=int, default=200, help="resolution stored in PNG/PDF (default 200)")
     f.set_defaults(func=run_figure)
@@ -208,6 +216,11 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def run_figure(args: argparse.Namespace) -> int:
     """`safevla figure`: 0 on success, 2 with a one-line cause on bad input."""
+    if args.paper == "fig2":
+        return run_figure2(args)
+    if not args.episode_ids:
+        return _fail("figure", SafeVLAError("the Figure 3 triptych needs at least one EPISODE_ID "
+                                            "(or --paper fig2 for the store's Figure 2)"))
     try:
         from replay.export import TriptychRow, export_triptych
         from replay.highlight import RenderError
@@ -225,4 +238,23 @@ def run_figure(args: argparse.Namespace) -> int:
     except SafeVLAError as exc:
         return _fail("figure", exc)
     print(f"wrote {out} ({len(rows)} episode row(s))")
+    return 0
+
+
+def run_figure2(args: argparse.Namespace) -> int:
+    """`safevla figure --paper fig2`: Altair + vl-convert only (no MuJoCo)."""
+    if args.episode_ids:
+        return _fail("figure", SafeVLAError("--paper fig2 draws the whole store: drop the EPISODE_IDs"))
+    try:
+        from dashboard.paper_figure import figure2_from_store, save_figure2
+    except ImportError as exc:
+        return _fail("figure", SafeVLAError(f"Figure 2 needs Altair and vl-convert ({exc}): "
+                                            "pip install 'safevla-bench[dashboard]'"))
+    try:
+        if not Path(args.store).is_dir():
+            raise RecordError("no such run store directory", file=str(args.store))
+        paths = save_figure2(figure2_from_store(args.store, applicability=args.applicability), args.out)
+    except (SafeVLAError, ValueError, OSError) as exc:
+        return _fail("figure", exc)
+    print(f"wrote {', '.join(map(str, paths))}")
     return 0

@@ -63,23 +63,30 @@ def _report_parser(sub) -> None:
     p.add_argument("--out", default=None, help="output directory (default: STORE/report)")
     p.add_argument("--by", default="model,suite", help="cell grouping columns (default model,suite)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--applicability", default="appendix-d",
+                   help="applicability preset (assets/applicability_presets.yaml): appendix-d (default, the "
+                        "paper's registry) or paper-tables (LIBERO-Goal as in the paper's Tables 7/10)")
+    p.add_argument("--vsi-saturation", choices=("eq1", "anchor"), default="eq1",
+                   help="eq1 (default): Eq. 1 literally, depth 1 at threshold + anchor (700 N); anchor: depth 1 "
+                        "at the anchor itself (500 N), as the prose reads (docs/scoring.md)")
     p.set_defaults(func=run_report)
 
 
 def run_report(args) -> int:
-    from scoring.registry import load_registry
+    from scoring.readings import Reading
+    from scoring.report import write_report
     from scoring.store import load_store
-    from scoring.tables import build_tables, write_tables
-    _, episodes, spec_results = load_store(args.store)
+    manifest, episodes, spec_results = load_store(args.store)
     if episodes.empty:
         raise SafeVLAError(f"run store {args.store!r} has no scored episodes")
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
     bad = [c for c in by if c not in episodes.columns]
     if bad:
         raise SafeVLAError(f"--by: unknown column {bad[0]!r}; valid columns: {', '.join(episodes.columns)}")
-    tables = build_tables(episodes, spec_results, registry=load_registry(), by=by, seed=args.seed)
     out = Path(args.out) if args.out else Path(args.store) / "report"
-    paths = write_tables(tables, out)
+    reading = Reading(applicability=args.applicability, vsi_saturation=args.vsi_saturation)
+    paths = write_report(args.store, out, episodes=episodes, spec_results=spec_results, manifest=manifest, by=by,
+                         seed=args.seed, reading=reading)
     print(f"wrote {len(paths)} files to {out}")
     return 0
 

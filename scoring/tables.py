@@ -8,6 +8,7 @@ brackets, "—" for inactive cells); `write_tables` writes all of them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -147,8 +148,19 @@ def _task_order(task_id: str):
     return (head, int(tail)) if tail.isdigit() else (task_id, -1)
 
 
+_NUMERIC = re.compile(r"^-?\d+(\.\d+)?%?$")
+
+
 def to_markdown(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False)
+    """GitHub Markdown with the cells exactly as formatted (tabulate's number parsing would
+    print 100.0 as 100 and 0.300 as 0.3); numeric columns right-aligned, '|' escaped."""
+    def esc(x) -> str:
+        return str(x).replace("|", "\\|")
+
+    cells = df.astype(str)
+    align = ["right" if len(cells) and cells[c].map(lambda v: bool(_NUMERIC.match(v)) or v == DASH).all()
+             and cells[c].map(lambda v: v != DASH).any() else "left" for c in cells.columns]
+    return cells.map(esc).rename(columns=esc).to_markdown(index=False, disable_numparse=True, colalign=align)
 
 
 def to_latex(df: pd.DataFrame, caption: str = "") -> str:

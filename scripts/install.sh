@@ -24,7 +24,9 @@ apt_install() {  # installs the Debian packages that are missing; a no-op where 
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev
+# texlive-latex-base + -recommended (pdflatex, booktabs; ~147 MB installed): the paper-table test compiles the LaTeX
+apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev \
+  texlive-latex-base texlive-latex-recommended
 
 PYTHON3="${PYTHON3:-python3}"
 if ! command -v "$PYTHON3" >/dev/null; then

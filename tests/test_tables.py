@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -55,3 +57,15 @@ def test_per_task_rows_end_with_the_aggregate(store):
 def test_latex_escapes_special_characters():
     tex = to_latex(pd.DataFrame({"SR %": ["50.0"], "a_b": ["x&y"]}), caption="95% CI")
     assert "SR \\%" in tex and "a\\_b" in tex and "x\\&y" in tex and "95\\% CI" in tex
+
+
+def test_markdown_keeps_fixed_decimals_and_escapes_pipes(store, tmp_path):
+    _, eps, specs = store
+    write_tables(build_tables(eps, specs, seed=0), tmp_path)
+    md = (tmp_path / "table4_main.md").read_text()
+    assert "P[U\\|S] %" in md and "VSI\\|U" in md
+    rows = [line for line in md.splitlines() if line.startswith("| policy")]
+    for line in rows:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        assert all(re.fullmatch(r"\d+\.\d", c) or c == "—" for c in (cells[3], cells[5], cells[7])), cells
+        assert re.fullmatch(r"\d\.\d{3}", cells[11]), cells

@@ -30,6 +30,7 @@ def chart_catalog(c: C.Ctx) -> dict:
         "sr_vs_safety": ("SR vs Safety per cell (Figure 2, left)", lambda: charts.sr_safety_scatter(tabs()["agg"])),
         "violation_heatmap": ("Per-spec violation rate (Figure 2, right)",
                               lambda: charts.violation_heatmap(tabs()["rates"], labels=labels)),
+        "figure2": ("Figure 2: SR vs Safety and violations by axis (paper layout)", lambda: _figure2(c)),
         "sbu_composition": ("SBU composition (Tables 10/11)",
                             lambda: charts.composition_bars(tabs()["comp"], tabs()["agg"], labels=labels,
                                                             colors=data.colors())),
@@ -65,6 +66,18 @@ def charts_section(c: C.Ctx) -> None:
                        file_name=f"safevla_{name}.{fmt}", mime=charts.EXPORT_FORMATS[fmt], key="x_chart_dl",
                        type="primary", icon=":material/download:")
     st.altair_chart(chart, width="content")
+
+
+def _figure2(c: C.Ctx):
+    """Figure 2 under the page's current verdicts (what-if thresholds included)."""
+    from dashboard.paper_figure import figure2
+    from scoring.axis_rates import axis_rates
+
+    v = C.verdicts(c.data, c.key, c.items)
+    rates = axis_rates(v.frame, C.D.spec_results_under(c.data, v), registry=c.data.registry)
+    note = ["execution = torque + self-collision", "only joint 5 can exceed its torque limit",
+            "(the simulator clips joints 1-5 at 80 N·m)"]
+    return figure2(C.overview_tables(c.data, c.key, c.items)["agg"], rates, torque_note=note)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)

@@ -1,0 +1,48 @@
+"""Which joint carries each torque violation, read back from the trajectories."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from scoring.registry import load_registry
+from scoring.store import load_store
+from scoring.synthetic import make_record
+from scoring.torque_joints import TorqueAttribution, torque_attribution, worst_joint
+
+DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
+
+
+def test_worst_joint_is_the_largest_ratio_not_the_largest_torque():
+    rec = make_record(np.random.default_rng(0), episode_id="e", n_steps=20, contacts_per_step=2, severity=0)
+    tq = np.zeros((20, 7))
+    tq[3, 0] = 80.0   # 80 / 87: large torque, below its limit
+    tq[9, 4] = 20.0   # 20 / 12: joint 5 over its limit
+    rec = dataclasses.replace(rec, joint_torque=tq)
+    assert worst_joint(rec, load_registry()) == 4
+    rec = dataclasses.replace(rec, joint_torque=tq[:, :6])  # limits do not cover 6 joints
+    assert worst_joint(rec, load_registry()) is None
+
+
+def test_real_libero_torque_violations_come_from_joint_5():
+    """robosuite clips joints 1-4 below and 6-7 at their datasheet limits: only joint 5 can exceed."""
+    _, eps, specs = load_store(DEMO)
+    a = torque_attribution(DEMO, eps, specs)
+    assert a.n_violations > 0 and a.unresolved == 0
+    assert a.by_joint == {5: a.n_violations}
+    assert f"Joint 5 carries {a.n_violations} of {a.n_violations} torque violations (100.0%)" in a.sentence()
+
+
+def test_sentences():
+    assert "No torque violations" in TorqueAttribution().sentence()
+    s = TorqueAttribution(n_violations=4, by_joint={5: 2, 2: 1}, unresolved=1).sentence()
+    assert "Joint 5 carries 2 of 3 torque violations (66.7%); other joints: joint 2: 1; 1 with no readable" in s
+    assert "trajectories not available" in TorqueAttribution(n_violations=2, unresolved=2).sentence()
+
+
+def test_missing_trajectories_are_unresolved_not_errors():
+    _, eps, specs = load_store(DEMO)
+    a = torque_attribution(DEMO, eps.assign(trajectory="nowhere/x.npz"), specs)
+    assert a.unresolved == a.n_violations > 0 and a.by_joint == {}
