@@ -43,3 +43,12 @@ def test_score_reports_corrupt_episodes_but_exits_zero(tmp_path, appendix_b):
               "--no-progress")
     assert out.returncode == 0
     assert "scored 1" in out.stdout and "bad.json" in out.stderr and "not valid JSON" in out.stderr
+
+
+def test_score_force_sampling_option(tmp_path, capsys):
+    make_archive(tmp_path / "arch", 2, seed=0, n_steps=20, contacts_per_step=2)
+    argv = ["score", str(tmp_path / "arch"), "--out", str(tmp_path / "store"), "--no-progress"]
+    assert main(argv + ["--force-sampling", "control"]) == 0
+    assert json.loads((tmp_path / "store" / "manifest.json").read_text())["force_sampling"] == "control"
+    out = run(*argv, "--force-sampling", "max")
+    assert out.returncode == 2 and "invalid choice: 'max'" in out.stderr

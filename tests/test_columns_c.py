@@ -160,6 +160,8 @@ DECLINED = {
     "contacts as an object": [{"a": "table"}],
     "contacts as null": [None],
     "a contact as a list": [[["table", "table", 1.0]]],
+    # substep peaks: the struct path reads them (tests/test_json_fast.py)
+    "a substep peak": [[{**ONE, "force_peak_n": 2.0}]],
 }
 
 
