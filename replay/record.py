@@ -33,7 +33,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from replay.contact_forces import SubstepLog, pair_sums, world_forces
+from replay.contact_forces import SubstepLog, pair_forces, world_forces
 from scoring.schema import ROLES, EpisodeRecord
 
 # float32 keeps 7 significant digits: 0.1 µm at a 1 m scale and 1e-5 N at 100 N, far
@@ -182,17 +182,10 @@ class Recorder:
                 sub = self._substeps.torque_peak()
                 peak = torque if sub is None else np.where(np.abs(sub) > np.abs(torque), sub, torque)
                 st["torque_peak"].append(peak.astype(SIGNAL_DTYPE))
-        geom, force = world_forces(model, s)
-        n_bodies = len(self._bodies)
-        _, a, b, sample = pair_sums(self._geom_rec[geom[:, 0]], self._geom_rec[geom[:, 1]], force,
-                                    np.zeros(len(geom), dtype=np.int64), n_bodies)
-        grip = (self._is_gripper[a] & self._is_target[b]) | (self._is_target[a] & self._is_gripper[b])
+        a, b, sample, peak, at_sample = self._pair_forces(model, s)
+        grip = at_sample & ((self._is_gripper[a] & self._is_target[b]) | (self._is_target[a] & self._is_gripper[b]))
         st["grip"].append(bool(grip.any()))
-        if self._substeps is None:
-            self._contacts.append((a, b, sample, sample))
-        else:
-            self._contacts.append(self._with_substep_peaks(a, b, sample, n_bodies))
-            self._substeps.clear()
+        self._contacts.append((a, b, sample, peak))
         if self._replay:
             st["qpos"].append(s.qpos.astype(self._qpos_dtype))
             st["qvel"].append(s.qvel.astype(SIGNAL_DTYPE))
@@ -201,18 +194,24 @@ class Recorder:
                 st["mocap_pos"].append(s.mocap_pos.copy())
                 st["mocap_quat"].append(s.mocap_quat.copy())
 
-    def _with_substep_peaks(self, a, b, sample, n_bodies: int):
-        """The step's pairs (sampled or touching in any substep): sample (0 if apart then) and peak."""
-        group, geom, force = self._substeps.contact_forces()
-        _, sa, sb, mag = pair_sums(self._geom_rec[geom[:, 0]], self._geom_rec[geom[:, 1]], force, group, n_bodies)
-        keys = np.concatenate([a * n_bodies + b, sa * n_bodies + sb]).astype(np.int64)
-        values = np.concatenate([sample, mag])
-        pairs, inverse = np.unique(keys, return_inverse=True)
-        peak = np.zeros(len(pairs))
-        np.maximum.at(peak, inverse, values)
-        at_sample = np.zeros(len(pairs))
-        at_sample[inverse[:len(sample)]] = sample
-        return pairs // n_bodies, pairs % n_bodies, at_sample, peak
+    def _pair_forces(self, model: mujoco.MjModel, s: mujoco.MjData):
+        """(a, b, force at the sample, peak, touching at the sample) per body pair of this step.
+
+        The pairs are those touching at the sample (`s`, after `mj_forward`) or in any
+        logged substep; the peak is over the substeps and the sample.
+        """
+        geom, force = world_forces(model, s)
+        group = np.zeros(len(geom), dtype=np.int64)
+        n_groups = 1
+        if self._substeps is not None:
+            sub_group, sub_geom, sub_force = self._substeps.contact_forces()
+            n_groups = self._substeps.count + 1  # the sample is the last group
+            group = np.concatenate([sub_group, np.full(len(geom), n_groups - 1)])
+            geom, force = np.concatenate([sub_geom, geom]), np.concatenate([sub_force, force])
+            self._substeps.clear()
+        side = self._geom_rec[geom]
+        a, b, magnitude, touching = pair_forces(side[:, 0], side[:, 1], force, group, n_groups, len(self._bodies))
+        return a, b, magnitude[-1], magnitude.max(axis=0), touching[-1]
 
     # ------------------------------------------------------------------ output
 
