@@ -118,7 +118,7 @@ def test_synthetic_records_take_the_fast_path(with_replay):
 
 @pytest.mark.parametrize("with_replay", [False, True])
 def test_records_with_substep_peaks_take_the_fast_path(with_replay):
-    """The C module declines contacts with force_peak_n (not its common layout); the struct path reads them."""
+    """Contacts with force_peak_n, and joint_torque_peak_nm: both paths read them."""
     rec = synthetic(with_replay=with_replay, substep_peaks=True)
     assert "force_peak_n" in rec["steps"][0]["contacts"][0] and "joint_torque_peak_nm" in rec["steps"][0]
     kind, got = assert_agree(dumps(rec), fast=True)
