@@ -95,8 +95,8 @@ def pair_forces(a: np.ndarray, b: np.ndarray, force: np.ndarray, group: np.ndarr
 class SubstepLog:
     """Raw contact and torque arrays copied after each physics substep of one control step.
 
-    `record(data)` runs inside the host's physics loop and only copies; `peaks(...)`
-    turns a control step's copies into per-pair force peaks and per-joint torque peaks.
+    `record(data)` runs inside the host's physics loop and only copies; `contact_forces()`
+    and `torque_peak()` turn a control step's copies into world forces and torque peaks.
     """
 
     def __init__(self, model: mujoco.MjModel, torque_dofs: np.ndarray | None):
@@ -120,8 +120,8 @@ class SubstepLog:
         if not n:
             return
         self._geom.append(np.array(con.geom))
-        self._frame.append(np.array(con.frame))
         if self._elliptic:
+            self._frame.append(np.array(con.frame))
             self._address.append(np.array(con.efc_address))
             self._dim.append(np.array(con.dim))
             self._efc.append(np.array(data.efc_force))
