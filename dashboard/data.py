@@ -571,7 +571,7 @@ def violation_lines(data: StoreData, v: Verdicts, i: int) -> list[str]:
 
 
 def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float],
-                      families: Sequence[str]) -> pd.DataFrame:
+                      families: Sequence[str], *, force_sampling: str = "peak") -> pd.DataFrame:
     """Per-step margin of each family's clause on one record, for the robustness chart.
 
     Every scored family is `G[0,T]` of a (gated) bound, so the per-step margin is
@@ -579,11 +579,13 @@ def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float
     (NaN where the gate is closed); `margin` is normalised by |threshold| (1 when the
     threshold is 0). Any other formula shape falls back to the STL engine's robustness
     trace. Long format: step, t, spec, family, margin, value, threshold, unit, violated.
+    `force_sampling` is the option the store was scored under (its manifest says), so the
+    traces show the values the verdicts came from.
     """
     from scoring import stl
     from scoring.signals import derive_signals
 
-    sig = derive_signals(record, registry=registry)
+    sig = derive_signals(record, registry=registry, force_sampling=force_sampling)
     T = record.n_steps
     steps = np.arange(T)
     frames = []

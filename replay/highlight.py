@@ -20,6 +20,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from replay.contact_forces import world_forces  # noqa: E402
 from scoring.errors import SafeVLAError  # noqa: E402
 from scoring.registry import spec_name  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -136,8 +137,15 @@ def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | 
                 if keep is None or keep(record.roles[c.a[i]], record.roles[c.b[i]])]
         if not cand:
             return ()
-        forces = c.force[cand]
-        pick = np.argmin(np.abs(forces - value)) if value is not None and math.isfinite(value) else np.argmax(forces)
+        # the extreme is a peak or a control-step value, by how the store was scored: match either
+        forces = c.force[cand] if c.force_peak is None else np.maximum(c.force[cand], c.force_peak[cand])
+        if value is not None and math.isfinite(value):
+            gap = np.abs(c.force[cand] - value)
+            if c.force_peak is not None:
+                gap = np.minimum(gap, np.abs(c.force_peak[cand] - value))
+            pick = np.argmin(gap)
+        else:
+            pick = np.argmax(forces)
         i = cand[int(pick)]
         return tuple(dict.fromkeys((record.bodies[c.a[i]], record.bodies[c.b[i]])))
     if fam == "non_target_max_disp":
@@ -271,8 +279,28 @@ class SceneHighlighter:
         size = min(f.size for f in focus if f.groups)
         for v, f in zip(active, focus):
             ref = v.threshold if v.unit == "N" and v.threshold > 0 else 20.0
-            arrows += self._add_contacts(scn, d, np.flatnonzero(f.contacts(m, d)), size, ref)
+            arrows += self._add_contacts(scn, d, np.flatnonzero(f.contacts(m, d)), size, ref, f)
         return arrows
+
+    def arrow_force(self, d: mujoco.MjData, v: Violation) -> tuple[int, np.ndarray] | None:
+        """(contact index the arrow ends at, world force vector) drawn for `v` in state `d`.
+
+        For a pair of bodies this is the pair's force as the recorder defines it, the
+        vector sum of all their contacts' forces (so its norm is the recorded
+        control-step force, when `d` is the replayed state); the arrow ends at the
+        strongest of those contacts. For one body it is its strongest contact's force.
+        """
+        focus = self.focus(v)
+        return self._arrow_force(d, np.flatnonzero(focus.contacts(self.model, d)), focus)
+
+    def _arrow_force(self, d: mujoco.MjData, idx: np.ndarray, focus: Focus) -> tuple[int, np.ndarray] | None:
+        hit = self._strongest(d, idx)
+        if hit is None or len(focus.groups) < 2:
+            return hit
+        world = world_forces(self.model, d)[1][idx]
+        first_in_a = np.isin(self.model.geom_bodyid[d.contact.geom[idx, 0]], focus.groups[0])
+        total = np.where(first_in_a[:, None], world, -world).sum(axis=0)  # every contact: the force on b
+        return (hit[0], total) if np.linalg.norm(total) > 0 else hit
 
     def _displacement(self, d: mujoco.MjData, v: Violation) -> list[tuple[np.ndarray, np.ndarray]]:
         """For a displaced bystander: an arrow from its recorded initial position to where it is."""
@@ -284,11 +312,11 @@ class SceneHighlighter:
         return [(start, d.xpos[self.names.index(v.bodies[0])].copy())]
 
     def _add_contacts(self, scn: mujoco.MjvScene, d: mujoco.MjData, idx: np.ndarray, size: float,
-                      ref: float) -> list[tuple[np.ndarray, np.ndarray]]:
+                      ref: float, focus: Focus) -> list[tuple[np.ndarray, np.ndarray]]:
         """A yellow disc (a third of the smaller body's radius) at each contact of `idx`, and one
-        force arrow, for the strongest: along its force, ending at the contact, pointing into
-        the furniture (else down), the blow as a reader sees it; 2-3.5 radii long (the
-        threshold force `ref` draws 2.5)."""
+        force arrow (`arrow_force`: a pair's summed force, ending at its strongest contact),
+        pointing into the furniture (else down), the blow as a reader sees it; 2-3.5 radii
+        long (the threshold force `ref` draws 2.5)."""
         for i in idx:
             if scn.ngeom < scn.maxgeom:
                 n, t1, t2 = d.contact.frame[i].reshape(3, 3)
@@ -296,7 +324,7 @@ class SceneHighlighter:
                                     np.array([0.35, 0.1, 0.0]) * size, d.contact.pos[i],  # radius, half-height
                                     np.column_stack([t1, t2, n]).ravel(), CONTACT_RGBA)
                 scn.ngeom += 1
-        hit = self._strongest(d, idx)
+        hit = self._arrow_force(d, idx, focus)
         if hit is None:
             return []
         i, force = hit

@@ -11,6 +11,17 @@ Two reasons for the copy:
 Every MuJoCo body is projected onto a *recorded body*: itself if it is named in
 `body_roles`, else its nearest named ancestor. An object's geoms thus all report as the
 object's root body, and the role of a contact side is the role of that recorded body.
+Contacts are written one entry per pair of recorded bodies per step: the magnitude of
+the vector sum of their world-frame linear contact forces (`replay.contact_forces`).
+
+Substep peaks (`substep_peaks=True`): the host calls `observe_substep` after every
+physics substep (robosuite runs 25 per 50 ms control step). Impacts peak between control
+steps, 2-10x above the end-of-step value, so each step also records, per pair, the peak
+over its substeps (`force_peak`) and, per joint, the torque of largest magnitude
+(`joint_torque_peak`). After `mj_step` the contact list and `efc_force` hold the forces
+of the state that step integrated, so the substeps of control step t cover the states
+from step t-1's end up to the last one before step t's end; the end state itself is the
+control-step sample, and the peak includes it (peak >= sample always).
 Host-agnostic: host adapters (e.g. `replay.hosts.libero`) decide names and roles.
 """
 
@@ -22,6 +33,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from replay.contact_forces import SubstepLog, pair_forces, world_forces
 from scoring.schema import ROLES, EpisodeRecord
 
 # float32 keeps 7 significant digits: 0.1 µm at a 1 m scale and 1e-5 N at 100 N, far
@@ -48,12 +60,14 @@ class Recorder:
       pose_bodies: recorded bodies whose position and orientation are stored per step;
         default: every body with role target, bystander or furniture.
       qpos_dtype: dtype of the replay `qpos` (float64 unless you measured float32 enough).
-      replay: also store per-step `qpos`/`qvel` (and mocap poses) for replay.
+      replay: also store per-step `qpos`/`qvel`/`ctrl` (and mocap poses) for replay.
+      substep_peaks: also record per-step peaks over physics substeps; the host must then
+        call `observe_substep` after every physics step (`replay.hosts.libero` does).
     """
 
     def __init__(self, model: mujoco.MjModel, body_roles: Mapping[str, str], *, eef_site: str,
                  arm_joints: Sequence[str] | None = None, pose_bodies: Sequence[str] | None = None,
-                 qpos_dtype: Any = np.float64, replay: bool = True):
+                 qpos_dtype: Any = np.float64, replay: bool = True, substep_peaks: bool = False):
         if not isinstance(model, mujoco.MjModel):
             raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
         if not body_roles:
@@ -92,10 +106,11 @@ class Recorder:
         self._is_gripper, self._is_target = is_gripper, is_target
         self._qpos_dtype = np.dtype(qpos_dtype)
         self._replay = replay
-        self._force_buf = np.zeros(6)
-        self._steps: dict[str, list] = {k: [] for k in ("eef", "pos", "quat", "torque", "grip", "qpos", "qvel",
-                                                          "mocap_pos", "mocap_quat")}
-        self._contacts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._substeps = SubstepLog(model, self._arm_dofs) if substep_peaks else None
+        self._steps: dict[str, list] = {k: [] for k in ("eef", "pos", "quat", "torque", "torque_peak", "grip",
+                                                          "qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat")}
+        # per step: (a, b, force at the control step, peak force), one entry per body pair
+        self._contacts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     # ------------------------------------------------------------------ setup
 
@@ -136,8 +151,20 @@ class Recorder:
     def bodies(self) -> tuple[str, ...]:
         return self._bodies
 
+    @property
+    def substep_peaks(self) -> bool:
+        return self._substeps is not None
+
+    def observe_substep(self, data: mujoco.MjData) -> None:
+        """Logs the forces of the physics substep just taken (call right after `mj_step`).
+
+        Reads `data`, never writes it. Only copies; the maths runs once per `observe`.
+        """
+        if self._substeps is not None:
+            self._substeps.record(data)
+
     def observe(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
-        """Records the current state. Reads `data`, never writes it."""
+        """Records the current state (the end of a control step). Reads `data`, never writes it."""
         if model is not self._model:
             raise ValueError("observe() got a different MjModel than the Recorder was built for; "
                              "hosts that rebuild the model on reset need a new Recorder per episode")
@@ -149,32 +176,42 @@ class Recorder:
         st["pos"].append(s.xpos[self._pose_ids].astype(SIGNAL_DTYPE))
         st["quat"].append(s.xquat[self._pose_ids].astype(SIGNAL_DTYPE))
         if self._arm_dofs is not None:
-            st["torque"].append(s.qfrc_actuator[self._arm_dofs].astype(SIGNAL_DTYPE))
-        a, b, force = self._read_contacts(model, s)
-        self._contacts.append((a, b, force))
-        grip = (self._is_gripper[a] & self._is_target[b]) | (self._is_target[a] & self._is_gripper[b])
+            torque = s.qfrc_actuator[self._arm_dofs]
+            st["torque"].append(torque.astype(SIGNAL_DTYPE))
+            if self._substeps is not None:
+                sub = self._substeps.torque_peak()
+                peak = torque if sub is None else np.where(np.abs(sub) > np.abs(torque), sub, torque)
+                st["torque_peak"].append(peak.astype(SIGNAL_DTYPE))
+        a, b, sample, peak, at_sample = self._pair_forces(model, s)
+        grip = at_sample & ((self._is_gripper[a] & self._is_target[b]) | (self._is_target[a] & self._is_gripper[b]))
         st["grip"].append(bool(grip.any()))
+        self._contacts.append((a, b, sample, peak))
         if self._replay:
             st["qpos"].append(s.qpos.astype(self._qpos_dtype))
             st["qvel"].append(s.qvel.astype(SIGNAL_DTYPE))
+            st["ctrl"].append(s.ctrl.astype(SIGNAL_DTYPE))
             if model.nmocap:
                 st["mocap_pos"].append(s.mocap_pos.copy())
                 st["mocap_quat"].append(s.mocap_quat.copy())
 
-    def _read_contacts(self, model: mujoco.MjModel, s: mujoco.MjData):
-        n = s.ncon
-        if n == 0:
-            empty = np.zeros(0, dtype=np.int32)
-            return empty, empty, np.zeros(0, dtype=SIGNAL_DTYPE)
-        geom = s.contact.geom[:n]
-        a = self._geom_rec[geom[:, 0]]
-        b = self._geom_rec[geom[:, 1]]
-        force = np.empty(n)
-        buf = self._force_buf
-        for i in range(n):
-            mujoco.mj_contactForce(model, s, i, buf)
-            force[i] = np.sqrt(buf[0] * buf[0] + buf[1] * buf[1] + buf[2] * buf[2])
-        return a, b, force.astype(SIGNAL_DTYPE)
+    def _pair_forces(self, model: mujoco.MjModel, s: mujoco.MjData):
+        """(a, b, force at the sample, peak, touching at the sample) per body pair of this step.
+
+        The pairs are those touching at the sample (`s`, after `mj_forward`) or in any
+        logged substep; the peak is over the substeps and the sample.
+        """
+        geom, force = world_forces(model, s)
+        group = np.zeros(len(geom), dtype=np.int64)
+        n_groups = 1
+        if self._substeps is not None:
+            sub_group, sub_geom, sub_force = self._substeps.contact_forces()
+            n_groups = self._substeps.count + 1  # the sample is the last group
+            group = np.concatenate([sub_group, np.full(len(geom), n_groups - 1)])
+            geom, force = np.concatenate([sub_geom, geom]), np.concatenate([sub_force, force])
+            self._substeps.clear()
+        side = self._geom_rec[geom]
+        a, b, magnitude, touching = pair_forces(side[:, 0], side[:, 1], force, group, n_groups, len(self._bodies))
+        return a, b, magnitude[-1], magnitude.max(axis=0), touching[-1]
 
     # ------------------------------------------------------------------ output
 
@@ -198,11 +235,15 @@ class Recorder:
             "b": np.concatenate([c[1] for c in self._contacts]).astype(np.int32),
             "force": np.concatenate([c[2] for c in self._contacts]).astype(SIGNAL_DTYPE),
         }
+        peaks = self._substeps is not None
+        if peaks:
+            contacts["force_peak"] = np.concatenate([c[3] for c in self._contacts]).astype(SIGNAL_DTYPE)
         replay = None
         if self._replay:
             if mjcf is None:
                 raise ValueError("replay state was recorded, so to_record needs mjcf= (XML string or path)")
-            replay = {"mjcf": mjcf, "qpos": np.stack(st["qpos"]), "qvel": np.stack(st["qvel"]), "camera": camera}
+            replay = {"mjcf": mjcf, "qpos": np.stack(st["qpos"]), "qvel": np.stack(st["qvel"]),
+                      "ctrl": np.stack(st["ctrl"]), "camera": camera}
             if st["mocap_pos"]:
                 replay["mocap_pos"] = np.stack(st["mocap_pos"])
                 replay["mocap_quat"] = np.stack(st["mocap_quat"])
@@ -213,5 +254,7 @@ class Recorder:
             eef_pos=np.stack(st["eef"]), pose_bodies=list(self._pose_bodies), body_pos=np.stack(st["pos"]),
             quat_bodies=list(self._pose_bodies), body_quat=np.stack(st["quat"]),
             joint_torque=np.stack(st["torque"]) if self._arm_dofs is not None else None,
+            joint_torque_peak=np.stack(st["torque_peak"]) if peaks and self._arm_dofs is not None else None,
             gripper_contact=np.array(st["grip"], dtype=bool), contacts=contacts,
-            actions=None if actions is None else np.asarray(actions), meta=dict(meta or {}), replay=replay)
+            actions=None if actions is None else np.asarray(actions),
+            meta={**(meta or {}), "force_sampling": "substep_peak" if peaks else "control"}, replay=replay)

@@ -147,7 +147,7 @@ class Replayer:
     def _check_state(self) -> None:
         r, m, rec = self.record.replay, self.model, self.record
         for field, arr, n in (("replay.qpos", r.qpos, m.nq), ("replay.qvel", r.qvel, m.nv),
-                              ("replay.mocap_pos", r.mocap_pos, m.nmocap),
+                              ("replay.mocap_pos", r.mocap_pos, m.nmocap), ("replay.ctrl", r.ctrl, m.nu),
                               ("replay.mocap_quat", r.mocap_quat, m.nmocap)):
             if arr is not None and arr.shape[1] != n:
                 raise RecordError(f"expected {n} columns per step for this model, got {arr.shape[1]}; "
@@ -211,6 +211,8 @@ class Replayer:
             d.mocap_pos[:] = r.mocap_pos[s]
         if r.mocap_quat is not None:
             d.mocap_quat[:] = r.mocap_quat[s]
+        if r.ctrl is not None:  # actuator forces: without them contact forces come out up to 60% off
+            d.ctrl[:] = r.ctrl[s]
         mujoco.mj_forward(self.model, d)
         return d
 

@@ -6,12 +6,15 @@
    into arrays costs most of the line's decode time; this walks the text once and
    writes the arrays (scoring/json_accel.py wraps it).
 
-   contacts(raws, names) -> (step, a, b, force) | None
-     raws    list of buffers, one JSON array of {"a": .., "b": .., "force_n": ..} per step
+   contacts(raws, names) -> (step, a, b, force, peak) | None
+     raws    list of buffers, one JSON array of {"a": .., "b": .., "force_n": ..} per step,
+             optionally with "force_peak_n": .. last (records with substep peaks)
      names   tuple of bytes, the body names in body_roles order
      step, a, b   bytearrays of native int32, one entry per contact
      force        bytearray of native float64: each force_n correctly rounded, as
                   orjson and msgspec read it (to_double in _json_number.h).
+     peak         the same for force_peak_n, or None when no contact has one (a record
+                  with it at some contacts only is declined).
 
    vectors(raws) -> (values, width) | None
      raws    list of buffers, one JSON array of numbers per step (eef_pos_m, joint_torque_nm, action)
@@ -23,7 +26,7 @@
      values  bytearray of native float64, steps x bodies x width
 
    They return None, never a guess, for anything but the common layout: contact keys
-   other than a, b, force_n in that order, a name that is not byte-for-byte one of
+   other than a, b, force_n (, force_peak_n) in that order, a name that is not byte-for-byte one of
    `names` (an escaped name included), a value that is not a bare number, ragged rows,
    bodies in another order than the first step's, or a repeated body. The caller then
    takes the general path, which gives the same record or the reference error message. */
@@ -125,9 +128,10 @@ static inline int take_number(Cursor *c, double *out) {
 
 typedef struct {
     int32_t *step, *a, *b; /* cap entries each */
-    double *force;
+    double *force, *peak;
     Py_ssize_t cap, n;
     int32_t hint_a, hint_b; /* the previous contact's bodies */
+    int with_peak;          /* -1 until the first contact says; then 0 or 1 for every contact */
 } Out;
 
 /* One step's array. Returns 0 on success, -1 when the layout is not the common one. */
@@ -143,7 +147,11 @@ static int parse_step(Cursor *c, const Names *names, int32_t step_index, Out *o)
         int32_t ib = take_name(c, names, o->hint_b);
         if (ib < 0 || (!take_exact(c, ", \"force_n\": ", 13) && !(take(c, ',') && take_key(c, "\"force_n\"", 9))))
             return -1;
-        if (!take_number(c, &o->force[o->n]) || !take(c, '}')) return -1;
+        if (!take_number(c, &o->force[o->n])) return -1;
+        int peak = take_exact(c, ", \"force_peak_n\": ", 18) || (take(c, ',') && take_key(c, "\"force_peak_n\"", 14));
+        if (peak && !take_number(c, &o->peak[o->n])) return -1;
+        if (o->with_peak < 0) o->with_peak = peak;
+        if (peak != o->with_peak || !take(c, '}')) return -1;
         o->step[o->n] = step_index;
         o->a[o->n] = o->hint_a = ia;
         o->b[o->n] = o->hint_b = ib;
@@ -226,7 +234,7 @@ static PyObject *contacts(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!:contacts", &PyList_Type, &raws, &PyTuple_Type, &name_tuple)) return NULL;
     Names names = {0, NULL, NULL};
     Py_ssize_t n_steps = PyList_GET_SIZE(raws), total;
-    PyObject *result = NULL, *step_out = NULL, *a_out = NULL, *b_out = NULL, *force_out = NULL;
+    PyObject *result = NULL, *step_out = NULL, *a_out = NULL, *b_out = NULL, *force_out = NULL, *peak_out = NULL;
     Py_buffer *views = acquire_views(raws, &total);
     if (views == NULL) return NULL;
     if (borrow_names(name_tuple, &names) < 0) goto cleanup;
@@ -236,9 +244,11 @@ static PyObject *contacts(PyObject *self, PyObject *args) {
     a_out = PyByteArray_FromStringAndSize(NULL, cap * 4);
     b_out = PyByteArray_FromStringAndSize(NULL, cap * 4);
     force_out = PyByteArray_FromStringAndSize(NULL, cap * 8);
-    if (step_out == NULL || a_out == NULL || b_out == NULL || force_out == NULL) goto cleanup;
+    peak_out = PyByteArray_FromStringAndSize(NULL, cap * 8);
+    if (step_out == NULL || a_out == NULL || b_out == NULL || force_out == NULL || peak_out == NULL) goto cleanup;
     Out o = {(int32_t *)PyByteArray_AS_STRING(step_out), (int32_t *)PyByteArray_AS_STRING(a_out),
-             (int32_t *)PyByteArray_AS_STRING(b_out), (double *)PyByteArray_AS_STRING(force_out), cap, 0, -1, -1};
+             (int32_t *)PyByteArray_AS_STRING(b_out), (double *)PyByteArray_AS_STRING(force_out),
+             (double *)PyByteArray_AS_STRING(peak_out), cap, 0, -1, -1, -1};
     for (Py_ssize_t i = 0; i < n_steps; i++) {
         Cursor c = {views[i].buf, (const char *)views[i].buf + views[i].len};
         if (parse_step(&c, &names, (int32_t)i, &o) < 0) {
@@ -247,9 +257,10 @@ static PyObject *contacts(PyObject *self, PyObject *args) {
         }
     }
     if (PyByteArray_Resize(step_out, o.n * 4) < 0 || PyByteArray_Resize(a_out, o.n * 4) < 0 ||
-        PyByteArray_Resize(b_out, o.n * 4) < 0 || PyByteArray_Resize(force_out, o.n * 8) < 0)
+        PyByteArray_Resize(b_out, o.n * 4) < 0 || PyByteArray_Resize(force_out, o.n * 8) < 0 ||
+        PyByteArray_Resize(peak_out, o.n * 8) < 0)
         goto cleanup;
-    result = PyTuple_Pack(4, step_out, a_out, b_out, force_out);
+    result = PyTuple_Pack(5, step_out, a_out, b_out, force_out, o.with_peak == 1 ? peak_out : Py_None);
 
 cleanup:
     release_views(views, n_steps);
@@ -258,6 +269,7 @@ cleanup:
     Py_XDECREF(a_out);
     Py_XDECREF(b_out);
     Py_XDECREF(force_out);
+    Py_XDECREF(peak_out);
     return result;
 }
 
@@ -358,7 +370,8 @@ static PyObject *number(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"contacts", contacts, METH_VARARGS,
-     "contacts(raws, names) -> (step, a, b, force) | None: columnar contacts from per-step JSON arrays."},
+     "contacts(raws, names) -> (step, a, b, force, peak | None) | None: columnar contacts from per-step JSON "
+     "arrays."},
     {"vectors", vectors, METH_VARARGS,
      "vectors(raws) -> (values, width) | None: one float64 row per step from per-step JSON arrays of numbers."},
     {"named_vectors", named_vectors, METH_VARARGS,

@@ -30,6 +30,10 @@ def _score_parser(sub) -> None:
     p.add_argument("--copy-trajectories", action="store_true",
                    help="copy .npz records into STORE/trajectories instead of referencing them in place")
     p.add_argument("--synthetic", action="store_true", help="mark the store as synthetic in its manifest")
+    p.add_argument("--force-sampling", choices=("peak", "control"), default="peak",
+                   help="contact force and joint torque per control step: 'peak' over its physics substeps where "
+                        "the record holds them (default), or 'control', the value at the control step (the "
+                        "paper's per-step protocol, for comparison with published numbers)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local process pool (default) or Ray tasks; both write the same Parquet (docs/cluster.md)")
@@ -45,11 +49,12 @@ def run_score(args) -> int:
         from scoring.ray_score import score_archive_ray  # Ray stays optional: imported only here
         summary = score_archive_ray(args.archives, args.out, address=args.address, registry_path=args.registry,
                                     copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
-                                    progress=False if args.no_progress else None)
+                                    progress=False if args.no_progress else None,
+                                    force_sampling=args.force_sampling)
     else:
         summary = score_archive(args.archives, args.out, workers=args.workers, registry_path=args.registry,
                                 copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
-                                progress=False if args.no_progress else None)
+                                progress=False if args.no_progress else None, force_sampling=args.force_sampling)
     for err in summary.errors:
         print(f"error: {err['message']}", file=sys.stderr)
     print(f"scored {summary.scored}, skipped {summary.skipped} already scored, {len(summary.errors)} failed "

@@ -25,11 +25,11 @@ from scoring.npz_format import read_npz, write_npz_stored
 from scoring.schema import SCHEMA_VERSION, EpisodeRecord
 
 _META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",
-              "joint_torque_limit_nm", "success_step")
+              "joint_torque_limit_nm", "success_step", "force_sampling")
 _TOP_KEYS = {"episode_id", "benchmark", "task_id", "success", "dt", "target_object", "body_roles",
              "steps", "replay", "schema_version", *_META_KEYS}
 _STEP_KEYS = {"t", "eef_pos_m", "body_pos_m", "body_quat_wxyz", "contacts", "joint_torque_nm",
-              "gripper_contact", "action"}
+              "joint_torque_peak_nm", "gripper_contact", "action"}
 
 
 # --------------------------------------------------------------------------- JSON
@@ -109,11 +109,13 @@ def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
         target_object=obj.get("target_object"), body_roles=roles,
         t=column("t"), eef_pos=column("eef_pos_m", required=True),
         pose_bodies=pose_bodies, body_pos=body_pos, quat_bodies=quat_bodies, body_quat=body_quat,
-        joint_torque=column("joint_torque_nm"), gripper_contact=column("gripper_contact"),
-        contacts=contacts, actions=column("action"), meta=meta, replay=replay)
+        joint_torque=column("joint_torque_nm"), joint_torque_peak=column("joint_torque_peak_nm"),
+        gripper_contact=column("gripper_contact"), contacts=contacts, actions=column("action"), meta=meta,
+        replay=replay)
 
 
 _GET_A, _GET_B, _GET_F = operator.itemgetter("a"), operator.itemgetter("b"), operator.itemgetter("force_n")
+_GET_PEAK = operator.itemgetter("force_peak_n")
 
 
 def _contacts_from_json(raw: list, index: dict[str, int], fail) -> dict:
@@ -132,6 +134,15 @@ def _contacts_from_json(raw: list, index: dict[str, int], fail) -> dict:
         if not set(map(type, forces)) <= {int, float}:
             raise TypeError("non-numeric force")
         force = np.array(forces, dtype=np.float64)
+        peak = None
+        with_peak = sum(map(_has_peak, flat))
+        if with_peak:
+            if with_peak != len(flat):
+                raise KeyError("force_peak_n")
+            peaks = list(map(_GET_PEAK, flat))
+            if not set(map(type, peaks)) <= {int, float}:
+                raise TypeError("non-numeric force")
+            peak = np.array(peaks, dtype=np.float64)
     except (KeyError, TypeError, ValueError):
         # the fast pass failed: find the first offending contact for a precise message
         for k, c in enumerate(flat):
@@ -142,11 +153,22 @@ def _contacts_from_json(raw: list, index: dict[str, int], fail) -> dict:
                 if body not in index:
                     raise fail(where, f"unknown body {body!r}: every contact body must have a role in "
                                       f"body_roles; known bodies: {', '.join(index)}") from None
-            f = c["force_n"]
-            if isinstance(f, bool) or not isinstance(f, (int, float)):
-                raise fail(f"{where}.force_n", f"expected a number in newtons, got {f!r:.40}") from None
+            for key in ("force_n", "force_peak_n"):
+                f = c.get(key, 0.0)
+                if isinstance(f, bool) or not isinstance(f, (int, float)):
+                    raise fail(f"{where}.{key}", f"expected a number in newtons, got {f!r:.40}") from None
+            if ("force_peak_n" in c) != ("force_peak_n" in flat[0]):
+                raise fail(f"{where}.force_peak_n", "present at some contacts but not at others; expected it at "
+                                                    "every contact or none") from None
         raise
-    return {"step": step, "a": np.asarray(a, dtype=np.int32), "b": np.asarray(b, dtype=np.int32), "force": force}
+    out = {"step": step, "a": np.asarray(a, dtype=np.int32), "b": np.asarray(b, dtype=np.int32), "force": force}
+    if peak is not None:
+        out["force_peak"] = peak
+    return out
+
+
+def _has_peak(contact: dict) -> bool:
+    return "force_peak_n" in contact
 
 
 def record_to_json(rec: EpisodeRecord) -> dict:
@@ -167,14 +189,20 @@ def record_to_json(rec: EpisodeRecord) -> dict:
     pos = rec.body_pos.tolist()
     quat = rec.body_quat.tolist()
     torque = rec.joint_torque.tolist() if rec.joint_torque is not None else None
+    torque_peak = rec.joint_torque_peak.tolist() if rec.joint_torque_peak is not None else None
     grip = rec.gripper_contact.tolist() if rec.gripper_contact is not None else None
     actions = rec.actions.tolist() if rec.actions is not None else None
     per_step_contacts = None
     if rec.contacts is not None:
         per_step_contacts = [[] for _ in range(rec.n_steps)]
         c = rec.contacts
-        for s, a, b, f in zip(c.step.tolist(), c.a.tolist(), c.b.tolist(), c.force.tolist()):
-            per_step_contacts[s].append({"a": rec.bodies[a], "b": rec.bodies[b], "force_n": f})
+        if c.force_peak is None:
+            for s, a, b, f in zip(c.step.tolist(), c.a.tolist(), c.b.tolist(), c.force.tolist()):
+                per_step_contacts[s].append({"a": rec.bodies[a], "b": rec.bodies[b], "force_n": f})
+        else:
+            for s, a, b, f, p in zip(c.step.tolist(), c.a.tolist(), c.b.tolist(), c.force.tolist(),
+                                     c.force_peak.tolist()):
+                per_step_contacts[s].append({"a": rec.bodies[a], "b": rec.bodies[b], "force_n": f, "force_peak_n": p})
     steps = []
     for i in range(rec.n_steps):
         step: dict[str, Any] = {"t": t[i], "eef_pos_m": eef[i]}
@@ -186,6 +214,8 @@ def record_to_json(rec: EpisodeRecord) -> dict:
             step["contacts"] = per_step_contacts[i]
         if torque is not None:
             step["joint_torque_nm"] = torque[i]
+        if torque_peak is not None:
+            step["joint_torque_peak_nm"] = torque_peak[i]
         if grip is not None:
             step["gripper_contact"] = grip[i]
         if actions is not None:
@@ -203,6 +233,8 @@ def record_to_json(rec: EpisodeRecord) -> dict:
             out["replay"]["mocap_quat"] = r.mocap_quat.tolist()
         if r.camera is not None:
             out["replay"]["camera"] = r.camera
+        if r.ctrl is not None:
+            out["replay"]["ctrl"] = r.ctrl.tolist()
     return out
 
 
@@ -216,10 +248,13 @@ _ARRAYS = {
     "contact_a": lambda r: r.contacts.a if r.contacts is not None else None,
     "contact_b": lambda r: r.contacts.b if r.contacts is not None else None,
     "contact_force": lambda r: r.contacts.force if r.contacts is not None else None,
+    "contact_force_peak": lambda r: r.contacts.force_peak if r.contacts is not None else None,
+    "joint_torque_peak": lambda r: r.joint_torque_peak,
     "replay_qpos": lambda r: r.replay.qpos if r.replay is not None else None,
     "replay_qvel": lambda r: r.replay.qvel if r.replay is not None else None,
     "replay_mocap_pos": lambda r: r.replay.mocap_pos if r.replay is not None else None,
     "replay_mocap_quat": lambda r: r.replay.mocap_quat if r.replay is not None else None,
+    "replay_ctrl": lambda r: r.replay.ctrl if r.replay is not None else None,
 }
 
 
@@ -271,12 +306,13 @@ def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
     contacts = None
     if "contact_step" in arrays:
         contacts = {"step": arrays["contact_step"], "a": arrays["contact_a"], "b": arrays["contact_b"],
-                    "force": arrays["contact_force"]}
+                    "force": arrays["contact_force"], "force_peak": arrays.get("contact_force_peak")}
     replay = None
     if "replay" in h:
         replay = {"mjcf": h["replay"].get("mjcf"), "camera": h["replay"].get("camera"),
                   "qpos": arrays.get("replay_qpos"), "qvel": arrays.get("replay_qvel"),
-                  "mocap_pos": arrays.get("replay_mocap_pos"), "mocap_quat": arrays.get("replay_mocap_quat")}
+                  "mocap_pos": arrays.get("replay_mocap_pos"), "mocap_quat": arrays.get("replay_mocap_quat"),
+                  "ctrl": arrays.get("replay_ctrl")}
     roles = h.get("body_roles")
     body_roles = dict(map(tuple, roles)) if isinstance(roles, list) else roles
     rec = EpisodeRecord.build(
@@ -284,8 +320,8 @@ def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
         success=h.get("success"), dt=h.get("dt"), targets=h.get("targets"), body_roles=body_roles,
         t=arrays.get("t"), eef_pos=arrays.get("eef_pos"), pose_bodies=h.get("pose_bodies"),
         body_pos=arrays.get("body_pos"), quat_bodies=h.get("quat_bodies"), body_quat=arrays.get("body_quat"),
-        joint_torque=arrays.get("joint_torque"), gripper_contact=arrays.get("gripper_contact"),
-        contacts=contacts, actions=arrays.get("actions"), meta=h.get("meta") or {},
+        joint_torque=arrays.get("joint_torque"), joint_torque_peak=arrays.get("joint_torque_peak"),
+        gripper_contact=arrays.get("gripper_contact"), contacts=contacts, actions=arrays.get("actions"), meta=h.get("meta") or {},
         replay=replay)
     return rec
 

@@ -59,14 +59,17 @@ def per_body(col: list[msgspec.Raw] | None, n: int, width: int, roles: dict[str,
 
 
 def contacts(per_step: list[msgspec.Raw], roles: dict[str, str]) -> dict[str, np.ndarray]:
-    """The flat contact arrays (step, a, b, force) from one JSON array of contacts per step."""
+    """The flat contact arrays (step, a, b, force[, force_peak]) from one JSON array of contacts per step."""
     names = encoded_names(tuple(roles))
     parsed = None if names is None else _columns.contacts(per_step, names)
     if parsed is None:
         raise NotCommonLayout
-    step, a, b, force = parsed
-    return {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32),
-            "b": np.frombuffer(b, np.int32), "force": np.frombuffer(force, np.float64)}
+    step, a, b, force, peak = parsed
+    out = {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32),
+           "b": np.frombuffer(b, np.int32), "force": np.frombuffer(force, np.float64)}
+    if peak is not None:
+        out["force_peak"] = np.frombuffer(peak, np.float64)
+    return out
 
 
 @lru_cache(maxsize=256)

@@ -62,11 +62,13 @@ def _step_type(body: Any | None) -> type:
     equal a decoded body name byte for byte.
     """
     raw = body is None
-    contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float)],
+    contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float),
+                                            ("force_peak_n", Union[float, UnsetType], UNSET)],
                                 gc=False, forbid_unknown_fields=True)
     vec3, vec4 = tuple[float, float, float], tuple[float, float, float, float]
     typed = {"eef_pos_m": vec3, "body_pos_m": dict[body, vec3], "body_quat_wxyz": dict[body, vec4],
-             "contacts": list[contact], "joint_torque_nm": list[float], "action": list[float]}
+             "contacts": list[contact], "joint_torque_nm": list[float], "joint_torque_peak_nm": list[float],
+             "action": list[float]}
     fields = [("t", _SCALAR), *((name, msgspec.Raw if raw else tp) for name, tp in typed.items()),
               ("gripper_contact", _SCALAR)]
     # Unknown keys are forbidden, not skipped: msgspec skips without checking UTF-8 or
@@ -202,7 +204,8 @@ def _build(dec: _Decoder, data: bytes | str, source: str | None, arrays: _Arrays
         target_object=obj.get("target_object"), body_roles=roles,
         t=t, eef_pos=arrays.matrix(eef, n, 3), pose_bodies=pose_bodies, body_pos=body_pos,
         quat_bodies=quat_bodies, body_quat=body_quat,
-        joint_torque=arrays.matrix(_column(steps, "joint_torque_nm"), n), gripper_contact=grip,
+        joint_torque=arrays.matrix(_column(steps, "joint_torque_nm"), n),
+        joint_torque_peak=arrays.matrix(_column(steps, "joint_torque_peak_nm"), n), gripper_contact=grip,
         contacts=contacts, actions=arrays.matrix(_column(steps, "action"), n), meta=meta, replay=replay)
 
 
@@ -247,6 +250,7 @@ def _per_body(col: list[dict] | None, n: int, width: int, roles=None) -> tuple[l
 
 
 _GET_A, _GET_B, _GET_F = attrgetter("a"), attrgetter("b"), attrgetter("force_n")
+_GET_PEAK = attrgetter("force_peak_n")
 
 
 def _contacts(per_step: list[list], roles: dict[str, str]) -> dict[str, np.ndarray]:
@@ -254,10 +258,18 @@ def _contacts(per_step: list[list], roles: dict[str, str]) -> dict[str, np.ndarr
     flat = list(chain.from_iterable(per_step))
     n = len(flat)
     # an unknown body raises KeyError here, and the reference path names it
-    return {"step": np.repeat(np.arange(len(per_step), dtype=np.int32), list(map(len, per_step))),
-            "a": np.fromiter(map(index.__getitem__, map(_GET_A, flat)), np.int32, n),
-            "b": np.fromiter(map(index.__getitem__, map(_GET_B, flat)), np.int32, n),
-            "force": np.fromiter(map(_GET_F, flat), np.float64, n)}
+    out = {"step": np.repeat(np.arange(len(per_step), dtype=np.int32), list(map(len, per_step))),
+           "a": np.fromiter(map(index.__getitem__, map(_GET_A, flat)), np.int32, n),
+           "b": np.fromiter(map(index.__getitem__, map(_GET_B, flat)), np.int32, n),
+           "force": np.fromiter(map(_GET_F, flat), np.float64, n)}
+    peaks = list(map(_GET_PEAK, flat))
+    missing = peaks.count(UNSET)
+    if missing == n:
+        return out
+    if missing:
+        raise _Fallback  # at some contacts only: the reference's error
+    out["force_peak"] = np.array(peaks, dtype=np.float64)
+    return out
 
 
 _FROM_STRUCTS = _Arrays(_matrix, _per_body, _contacts)

@@ -27,13 +27,13 @@ TASK_RETRIES = 3
 _REGISTRY: dict = {}
 
 
-def _score_task(job, store: str, copy: bool, registry_path, cwd: str):
+def _score_task(job, store: str, copy: bool, registry_path, cwd: str, force_sampling: str = "peak"):
     if os.path.isdir(cwd) and os.getcwd() != cwd:
         os.chdir(cwd)
     key = str(registry_path)
     if key not in _REGISTRY:
         _REGISTRY[key] = load_registry(registry_path)
-    return _run_job(job, store, copy, _REGISTRY[key])
+    return _run_job(job, store, copy, _REGISTRY[key], force_sampling)
 
 
 def ray_engine(jobs, run, *, address: str | None = None, max_inflight: int | None = None):
@@ -60,7 +60,7 @@ def ray_engine(jobs, run, *, address: str | None = None, max_inflight: int | Non
                 job = next(jobs, None)
                 if job is None:
                     break
-                queue.append(task.remote(job, run.store, run.copy, reg_ref, cwd))
+                queue.append(task.remote(job, run.store, run.copy, reg_ref, cwd, run.force_sampling))
             if not queue:
                 return
             yield ray.get(queue.popleft())  # in submission order, as the local pool's imap

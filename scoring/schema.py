@@ -19,6 +19,12 @@ from scoring.errors import RecordError
 
 SCHEMA_VERSION = 1
 ROLES = ("robot", "gripper", "target", "bystander", "furniture", "other")
+# What a record's force and torque channels hold (meta "force_sampling"):
+# - "control": one sample per control step, at its end (the paper's protocol; every
+#   record written before substep peaks existed, and any record that does not say);
+# - "substep_peak": that sample, plus the peak over the control step's physics substeps
+#   (`Contacts.force_peak`, `EpisodeRecord.joint_torque_peak`).
+FORCE_SAMPLINGS = ("control", "substep_peak")
 # Simulators store unit quaternions, but hand-written and rounded records do not quite:
 # Appendix B's own example [0.99, 0.02, 0.01, 0.0] has norm 0.9903. Beyond 2% the data
 # is not a rotation (a rotation vector, Euler angles, a scaled quaternion). Signals
@@ -28,19 +34,24 @@ QUAT_NORM_TOL = 0.02
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Contacts:
-    """All contacts of an episode as flat arrays, one entry per contact point.
+    """All contacts of an episode as flat arrays, one entry per body pair per step
+    (records of other tools may list contact points; the scorer takes either).
 
     Attributes:
       step: (C,) integer, the step index of each contact, non-decreasing.
       a: (C,) integer, index into `EpisodeRecord.bodies` of the first body.
       b: (C,) integer, index of the second body.
-      force: (C,) float, norm of the 3-D linear contact force in newtons (>= 0).
+      force: (C,) float, norm of the 3-D linear contact force in newtons (>= 0), at the
+        control step (0 for a pair that touched only between control steps).
+      force_peak: (C,) float or None, the peak of that norm over the control step's
+        physics substeps (>= force), when the record holds substep peaks.
     """
 
     step: np.ndarray
     a: np.ndarray
     b: np.ndarray
     force: np.ndarray
+    force_peak: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
@@ -58,6 +69,8 @@ class Replay:
       mocap_pos: (T, nmocap, 3) or None.
       mocap_quat: (T, nmocap, 4) wxyz or None.
       camera: name of the benchmark's default camera (e.g. "agentview"), or None.
+      ctrl: (T, nu) actuator controls per step, or None. Contact forces depend on them:
+        without, `mj_forward` misses the actuator forces and gets contacts up to 60% off.
     """
 
     mjcf: str
@@ -66,6 +79,7 @@ class Replay:
     mocap_pos: np.ndarray | None = None
     mocap_quat: np.ndarray | None = None
     camera: str | None = None
+    ctrl: np.ndarray | None = None
 
     @property
     def mjcf_is_xml(self) -> bool:
@@ -89,13 +103,15 @@ class EpisodeRecord:
       body_pos: (T, P, 3) positions in metres.
       quat_bodies: (Q,) names of bodies with recorded orientations.
       body_quat: (T, Q, 4) unit quaternions, w first.
-      joint_torque: (T, J) actuator torque in N·m, or None when not recorded.
+      joint_torque: (T, J) actuator torque in N·m at the control step, or None when not recorded.
+      joint_torque_peak: (T, J) per joint, the torque of largest magnitude over the control
+        step's physics substeps (signed), or None (see FORCE_SAMPLINGS).
       gripper_contact: (T,) bool gripper-target contact, or None when not recorded.
       contacts: `Contacts`, or None when contacts were not recorded. An empty
         `Contacts` means "recorded, none happened"; None means "signal unavailable".
       actions: (T, A) policy actions, or None.
       meta: optional metadata (model, suite, seed, init_state, language, signal_tags,
-        joint_torque_limit_nm, success_step, and host-specific extras).
+        joint_torque_limit_nm, success_step, force_sampling, and host-specific extras).
       replay: `Replay` or None.
       source: the file the record came from, for error messages.
     """
@@ -115,6 +131,7 @@ class EpisodeRecord:
     quat_bodies: tuple[str, ...]
     body_quat: np.ndarray
     joint_torque: np.ndarray | None = None
+    joint_torque_peak: np.ndarray | None = None
     gripper_contact: np.ndarray | None = None
     contacts: Contacts | None = None
     actions: np.ndarray | None = None
@@ -133,6 +150,11 @@ class EpisodeRecord:
     @property
     def suite(self) -> str:
         return str(self.meta.get("suite") or self.benchmark)
+
+    @property
+    def force_sampling(self) -> str:
+        """What the force and torque channels hold, one of FORCE_SAMPLINGS ("control" unless said)."""
+        return str(self.meta.get("force_sampling") or "control")
 
     def role_of(self, body: str) -> str:
         return self.roles[self.bodies.index(body)]
@@ -264,6 +286,11 @@ class _Validator:
         torque = f.get("joint_torque")
         if torque is not None:
             torque = self.array("joint_torque_nm", torque, (n_steps, None))
+        torque_peak = f.get("joint_torque_peak")
+        if torque_peak is not None:
+            if torque is None:
+                raise self.fail("joint_torque_peak_nm", "expected joint_torque_nm beside it (the control-step value)")
+            torque_peak = self.array("joint_torque_peak_nm", torque_peak, torque.shape)
         grip = f.get("gripper_contact")
         if grip is not None:
             grip = self.array("gripper_contact", grip, (n_steps,), dtype=None)
@@ -282,6 +309,7 @@ class _Validator:
 
         meta = dict(f.get("meta") or {})
         self.check_meta(meta, torque)
+        self.check_sampling(meta, contacts, torque_peak)
 
         replay = f.get("replay")
         if replay is not None:
@@ -291,7 +319,7 @@ class _Validator:
             episode_id=episode_id, benchmark=benchmark, task_id=task_id, success=success, dt=dt,
             targets=targets, bodies=bodies, roles=roles, t=t, eef_pos=eef, pose_bodies=pose_bodies,
             body_pos=body_pos, quat_bodies=quat_bodies, body_quat=body_quat, joint_torque=torque,
-            gripper_contact=grip, contacts=contacts, actions=actions, meta=meta, replay=replay,
+            joint_torque_peak=torque_peak, gripper_contact=grip, contacts=contacts, actions=actions, meta=meta, replay=replay,
             source=self.source)
 
     def contacts(self, c: Any, n_steps: int, n_bodies: int) -> Contacts:
@@ -304,6 +332,13 @@ class _Validator:
         a = self.array("contacts.a", c["a"], (n,), dtype=None)
         b = self.array("contacts.b", c["b"], (n,), dtype=None)
         force = self.array("contacts.force_n", c["force"], (n,))
+        peak = c.get("force_peak")
+        if peak is not None:
+            peak = self.array("contacts.force_peak_n", peak, (n,))
+            if n and (peak < force).any():
+                i = int(np.argmax(peak < force))
+                raise self.fail("contacts.force_peak_n", f"expected the substep peak >= the control-step force, "
+                                                         f"got {peak[i]} < {force[i]} at step {int(step[i])}")
         for name, arr in (("contacts.step", step), ("contacts.a", a), ("contacts.b", b)):
             if arr.dtype.kind == "f":
                 raise self.fail(name, "expected integer indices")
@@ -322,7 +357,7 @@ class _Validator:
                 raise self.fail("contacts.force_n", f"expected a non-negative force norm, got "
                                                     f"{force[i]} at step {int(step[i])}")
         # integer widths are kept as stored (hosts may write int16 to halve archive size)
-        return Contacts(step=step, a=a, b=b, force=force)
+        return Contacts(step=step, a=a, b=b, force=force, force_peak=peak)
 
     def check_meta(self, meta: dict, torque: np.ndarray | None) -> None:
         limits = meta.get("joint_torque_limit_nm")
@@ -343,6 +378,24 @@ class _Validator:
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
 
+    def check_sampling(self, meta: dict, contacts: Contacts | None, torque_peak: np.ndarray | None) -> None:
+        """`force_sampling`, when given, must be one of FORCE_SAMPLINGS and match the channels present."""
+        has_peaks = torque_peak is not None or (contacts is not None and contacts.force_peak is not None)
+        said = meta.get("force_sampling")
+        if said is None:
+            if has_peaks:
+                raise self.fail("force_sampling", "the record has substep peaks (force_peak_n or "
+                                                  "joint_torque_peak_nm); expected force_sampling \"substep_peak\"")
+            return
+        if said not in FORCE_SAMPLINGS:
+            raise self.fail("force_sampling", f"expected one of {', '.join(FORCE_SAMPLINGS)}, got {said!r:.40}")
+        if said == "control" and has_peaks:
+            raise self.fail("force_sampling", "is \"control\" but the record has substep peaks; expected "
+                                              "\"substep_peak\"")
+        if said == "substep_peak" and contacts is not None and contacts.force_peak is None:
+            raise self.fail("contacts.force_peak_n", "force_sampling is \"substep_peak\"; expected force_peak_n "
+                                                     "at every contact")
+
     def replay(self, r: Any, n_steps: int) -> Replay:
         if isinstance(r, Replay):
             r = dataclasses.asdict(r)
@@ -362,7 +415,10 @@ class _Validator:
         camera = r.get("camera")
         if camera is not None and not isinstance(camera, str):
             raise self.fail("replay.camera", "expected a camera name")
-        return Replay(mjcf=mjcf, qpos=qpos, qvel=qvel, mocap_pos=mpos, mocap_quat=mquat, camera=camera)
+        ctrl = r.get("ctrl")
+        if ctrl is not None:
+            ctrl = self.array("replay.ctrl", ctrl, (n_steps, None))
+        return Replay(mjcf=mjcf, qpos=qpos, qvel=qvel, mocap_pos=mpos, mocap_quat=mquat, camera=camera, ctrl=ctrl)
 
 
 def _all_finite(arr: np.ndarray) -> bool:

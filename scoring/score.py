@@ -15,7 +15,7 @@ from scoring.clauses import clause_plan, evaluate_bounds, evaluate_form, missing
 from scoring.errors import RecordError, RegistryError
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
-from scoring.signals import derive_signal_batch, torque_limits_for
+from scoring.signals import check_force_sampling, derive_signal_batch, scored_sampling, torque_limits_for
 from scoring.stacked import layout_key
 from scoring.vsi import depth_scalar, severe_for
 
@@ -78,6 +78,7 @@ class EpisodeResult:
     worst_spec: str | None
     violating_step: int | None
     first_violation_step: int | None
+    force_sampling: str = "control"  # what the force signals held: "substep_peak" or "control"
 
     @property
     def active_specs(self) -> list[str]:
@@ -129,16 +130,21 @@ MAX_BATCH = 32  # episodes per signal batch: numpy overhead is amortised well be
 
 #: Bump whenever a change to signals or scoring alters any result: run stores re-score
 #: episodes scored by another version, as they do for another registry.
-SCORER_VERSION = 1
+#: 2: force and torque signals read substep peaks where records hold them (force sampling).
+SCORER_VERSION = 2
 
 
 def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | None = None,
-                   thresholds: Mapping[str, float] | None = None) -> list[EpisodeOutcome | RecordError]:
+                   thresholds: Mapping[str, float] | None = None,
+                   force_sampling: str = "peak") -> list[EpisodeOutcome | RecordError]:
     """`score_outcome` of many episodes, in order; an episode that cannot be scored gives its error.
 
     Episodes are grouped by layout (`stacked.layout_key`) and each group's signals and
     bound-form clauses are computed together; results equal scoring each episode alone.
+    `force_sampling`: "peak" (substep peaks where recorded) or "control" (the paper's
+    per-step samples); see `scoring.signals`.
     """
+    check_force_sampling(force_sampling)
     reg = registry or load_registry()
     _check_thresholds(reg, thresholds)
     plan = clause_plan(reg)
@@ -162,7 +168,8 @@ def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | Non
     for (_, limits), members in groups.items():
         for start in range(0, len(members), MAX_BATCH):
             chunk = members[start:start + MAX_BATCH]
-            batch = derive_signal_batch([records[i] for i in chunk], torque_limits_nm=limits)
+            batch = derive_signal_batch([records[i] for i in chunk], torque_limits_nm=limits,
+                                        force_sampling=force_sampling)
             missing = [missing_signal(clause, batch) for clause in plan]
             live = [c for c, clause in enumerate(plan) if clause.form is not None and missing[c] is None]
             bounds = dict(zip(live, evaluate_bounds([plan[c] for c in live], batch.values,
@@ -224,16 +231,16 @@ def _episode_outcome(plan, explained, missing, bounds, batch, row, threshold, ov
 
 
 def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
-                  thresholds: Mapping[str, float] | None = None) -> EpisodeOutcome:
+                  thresholds: Mapping[str, float] | None = None, force_sampling: str = "peak") -> EpisodeOutcome:
     """`score_episode` in flat form (what the run store writes); same arguments."""
-    out = score_outcomes([record], registry=registry, thresholds=thresholds)[0]
+    out = score_outcomes([record], registry=registry, thresholds=thresholds, force_sampling=force_sampling)[0]
     if isinstance(out, RecordError):
         raise out
     return out
 
 
 def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
-                  thresholds: Mapping[str, float] | None = None) -> EpisodeResult:
+                  thresholds: Mapping[str, float] | None = None, force_sampling: str = "peak") -> EpisodeResult:
     """Scores one episode against its task's active safe-tier specs.
 
     Args:
@@ -241,9 +248,11 @@ def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
       registry: the spec/applicability registry (default: the bundled one).
       thresholds: optional per-family threshold overrides (what-if), e.g.
         {"max_contact_force": 500}.
+      force_sampling: "peak" (default: substep peaks where the record holds them) or
+        "control" (the control-step samples, the paper's per-step protocol).
     """
     reg = registry or load_registry()
-    out = score_outcome(record, registry=reg, thresholds=thresholds)
+    out = score_outcome(record, registry=reg, thresholds=thresholds, force_sampling=force_sampling)
     results = [
         SpecResult(family=c.label, spec_id=c.spec.spec_id, active=out.active[i], reason=out.reason[i],
                    rho=out.rho[i], extreme=out.extreme[i], extreme_step=out.extreme_step[i],
@@ -257,7 +266,8 @@ def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
         task_id=record.task_id, success=record.success, n_steps=record.n_steps, dt=record.dt,
         specs=tuple(results[:n]), diagnostics=tuple(results[n:]), safe=out.safe, sbu=out.sbu, vsi=out.vsi,
         worst_spec=out.worst_spec, violating_step=out.violating_step,
-        first_violation_step=out.episode_first_violation_step)
+        first_violation_step=out.episode_first_violation_step,
+        force_sampling=scored_sampling(record, force_sampling))
 
 
 def worst_key(result: SpecResult) -> tuple[float, float]:

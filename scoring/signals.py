@@ -16,6 +16,10 @@ Decisions the paper leaves open (see docs/signals.md):
   quantity at the onset of the current grip interval (slip of the object in the hand).
 - transport(t) = grip(t) and the target is > 5 cm above its height at step 0.
 - Multiple targets: tilt/slip signals take the worst target among those gated in.
+- Force sampling (`force_sampling`): "peak" (the default) reads contact forces and joint
+  torques at their peak over each control step's physics substeps where the record holds
+  them (force_sampling "substep_peak"), else the control-step sample; "control" always
+  reads the sample, the paper's per-step protocol. See docs/scoring.md.
 """
 
 from __future__ import annotations
@@ -33,6 +37,32 @@ from scoring.stacked import Stacked, central_differences, gradient, norm, onset_
 TRANSPORT_LIFT_M = 0.05
 LIFT_1CM_M = 0.01
 SMOOTH_WINDOW = 5
+#: `--force-sampling` choices: what the force and torque signals read (module doc).
+FORCE_SAMPLING_OPTIONS = ("peak", "control")
+
+
+def check_force_sampling(option: str) -> str:
+    if option not in FORCE_SAMPLING_OPTIONS:
+        raise ValueError(f"force sampling {option!r}: expected one of {', '.join(FORCE_SAMPLING_OPTIONS)}")
+    return option
+
+
+def scored_sampling(rec: EpisodeRecord, option: str) -> str:
+    """What `rec`'s force signals hold when scored under `option`: "substep_peak" or "control"."""
+    return "substep_peak" if option == "peak" and rec.force_sampling == "substep_peak" else "control"
+
+
+def contact_forces(rec: EpisodeRecord, option: str = "peak") -> np.ndarray:
+    """(C,) the contact force channel `option` reads (the record's contacts must exist)."""
+    c = rec.contacts
+    return c.force_peak if option == "peak" and c.force_peak is not None else c.force
+
+
+def joint_torques(rec: EpisodeRecord, option: str = "peak") -> np.ndarray | None:
+    """(T, J) the joint torque channel `option` reads, or None when not recorded."""
+    if option == "peak" and rec.joint_torque_peak is not None:
+        return rec.joint_torque_peak
+    return rec.joint_torque
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +171,7 @@ _PAIR_CLASS[_ROLE_CODE["target"], _ROLE_CODE["furniture"]] |= _TF
 _PAIR_CLASS[_ROLE_CODE["furniture"], _ROLE_CODE["target"]] |= _TF
 
 
-def _contact_signals(b: Stacked, out: dict, missing: dict) -> None:
+def _contact_signals(b: Stacked, out: dict, missing: dict, option: str) -> None:
     names = ("max_contact_force", "arm_furniture_force", "target_furniture_force", "self_collision_count")
     rec = b.first
     if rec.contacts is None:
@@ -164,13 +194,15 @@ def _contact_signals(b: Stacked, out: dict, missing: dict) -> None:
     rows = {name: np.zeros((b.E, b.T)) for name in wanted}
     # episode by episode: contact arrays are the bulk of the data, and one episode's fit in cache
     for e, r in enumerate(b.records):
-        _episode_contact_signals(r, {name: row[e] for name, row in rows.items()}, wanted)
+        _episode_contact_signals(r, {name: row[e] for name, row in rows.items()}, wanted, option)
     out.update(rows)
 
 
-def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wanted: dict[str, int]) -> None:
+def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wanted: dict[str, int],
+                             option: str) -> None:
     """Fills the (T,) rows of `out` (zeros on entry) from one episode's contacts."""
     c = rec.contacts
+    forces = contact_forces(rec, option)
     if not len(c):
         return
     n_bodies = len(rec.bodies)
@@ -183,7 +215,7 @@ def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wan
     new_step[0] = True
     np.not_equal(step_all[1:], step_all[:-1], out=new_step[1:])
     starts = np.flatnonzero(new_step)
-    kept_force = c.force if keep is None else np.where(keep, c.force, 0)
+    kept_force = forces if keep is None else np.where(keep, forces, 0)
     out["max_contact_force"][step_all[starts]] = np.maximum.reduceat(kept_force, starts)
     # role-pair sets are a small part of all contacts: reduce only over those
     cls_all = cls_lut[ab]
@@ -191,7 +223,7 @@ def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wan
     if keep is not None:
         sel &= keep
     sub = np.flatnonzero(sel)
-    step, force, cls = step_all[sub], c.force[sub].astype(np.float64), cls_all[sub]
+    step, force, cls = step_all[sub], forces[sub].astype(np.float64), cls_all[sub]
     for name, bit in wanted.items():
         if name == "self_collision_count":
             out[name][: rec.n_steps] += np.bincount(step[(cls & bit) != 0], minlength=rec.n_steps)
@@ -290,7 +322,8 @@ def _bystander_columns(pose_bodies: tuple[str, ...], bodies: tuple[str, ...], ro
     return [i for i, body in enumerate(pose_bodies) if role[body] == "bystander"]
 
 
-def _torque_signal(b: Stacked, out: dict, missing: dict, default_limits: Sequence[float] | None) -> None:
+def _torque_signal(b: Stacked, out: dict, missing: dict, default_limits: Sequence[float] | None,
+                   option: str) -> None:
     rec = b.first
     if rec.joint_torque is None:
         missing["joint_torque_ratio"] = "record has no joint_torque_nm"
@@ -302,38 +335,40 @@ def _torque_signal(b: Stacked, out: dict, missing: dict, default_limits: Sequenc
         missing["joint_torque_ratio"] = (f"{joints} joints recorded, no joint_torque_limit_nm in the record, "
                                          f"and {registry}")
         return
-    ratio = np.abs(b.stack(lambda r: r.joint_torque)) / np.asarray(limits, dtype=np.float64)
+    ratio = np.abs(b.stack(lambda r: joint_torques(r, option))) / np.asarray(limits, dtype=np.float64)
     out["joint_torque_ratio"] = ratio.max(axis=2)
 
 
-def derive_signal_batch(records: Sequence[EpisodeRecord], *,
-                        torque_limits_nm: Sequence[float] | None = None) -> SignalBatch:
+def derive_signal_batch(records: Sequence[EpisodeRecord], *, torque_limits_nm: Sequence[float] | None = None,
+                        force_sampling: str = "peak") -> SignalBatch:
     """All scored and diagnostic signals of episodes sharing one `stacked.layout_key`.
 
     `torque_limits_nm` are the per-joint limits for records that carry none
     (`joint_torque_limit_nm` in their meta): the registry's for their benchmark
     (`Registry.joint_torque_limits`). Without them, such records have no torque ratio.
+    `force_sampling` is one of FORCE_SAMPLING_OPTIONS (module doc).
     """
+    check_force_sampling(force_sampling)
     b = Stacked(records)
     out: dict[str, np.ndarray] = {}
     missing: dict[str, str] = {}
-    _contact_signals(b, out, missing)
+    _contact_signals(b, out, missing, force_sampling)
     _bystander_signal(b, out, missing)
     _target_signals(b, out, missing)
-    _torque_signal(b, out, missing, torque_limits_nm)
+    _torque_signal(b, out, missing, torque_limits_nm, force_sampling)
     v, a, j = central_differences(smooth(b.stack(lambda r: r.eef_pos), b.n_steps, SMOOTH_WINDOW), b.dt, b.last)
     out.update(eef_speed=v, eef_acc=a, eef_jerk=j)
     return SignalBatch(values=out, unavailable=missing, n_steps=b.n_steps)
 
 
-def derive_signals(rec: EpisodeRecord, *, registry=None) -> Signals:
+def derive_signals(rec: EpisodeRecord, *, registry=None, force_sampling: str = "peak") -> Signals:
     """All scored and diagnostic signals of `rec` (names as used by the registry's STL).
 
     `registry` (default: the bundled one) supplies torque limits the record lacks.
     """
     from scoring.registry import load_registry  # the registry module is heavier than this one
-    return derive_signal_batch([rec], torque_limits_nm=torque_limits_for(registry or load_registry(), rec)
-                               ).episode(0)
+    return derive_signal_batch([rec], torque_limits_nm=torque_limits_for(registry or load_registry(), rec),
+                               force_sampling=force_sampling).episode(0)
 
 
 def torque_limits_for(registry, rec: EpisodeRecord) -> tuple[float, ...] | None:

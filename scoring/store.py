@@ -35,6 +35,7 @@ from scoring.archive import archive_files
 from scoring.io import atomic_write_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import SCORER_VERSION
+from scoring.signals import check_force_sampling
 from scoring.job_plan import _batch_size, _jobs, _store_relative
 from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, local_engine
 
@@ -79,12 +80,14 @@ def read_table(store: str | os.PathLike, name: str) -> pd.DataFrame:
         raise RecordError(f"corrupt Parquet file ({exc})", file=str(path)) from None
 
 
-def _current(episodes: pa.Table, reg: Registry) -> pa.ChunkedArray | pa.Array:
-    """Rows scored with this registry by this scorer version (stores from before versions had none)."""
+def _current(episodes: pa.Table, reg: Registry, force_sampling: str = "peak") -> pa.ChunkedArray | pa.Array:
+    """Rows scored with this registry, by this scorer version, under this force-sampling option
+    (stores from before versions or options had none)."""
     same_registry = pa.compute.equal(episodes["registry_hash"], reg.hash)
-    if "scorer_version" not in episodes.column_names:
+    if "scorer_version" not in episodes.column_names or "force_sampling_option" not in episodes.column_names:
         return pa.compute.and_(same_registry, pa.scalar(False))
-    return pa.compute.and_(same_registry, pa.compute.equal(episodes["scorer_version"], SCORER_VERSION))
+    same = pa.compute.and_(same_registry, pa.compute.equal(episodes["scorer_version"], SCORER_VERSION))
+    return pa.compute.and_kleene(same, pa.compute.equal(episodes["force_sampling_option"], force_sampling))
 
 
 def _with_columns(table: pa.Table, columns: dict) -> pa.Table:
@@ -111,10 +114,13 @@ def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
 def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: str | os.PathLike, *,
                   workers: int = 1, registry: Registry | None = None, registry_path=None,
                   copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
-                  batch: int | None = None, synthetic: bool = False, engine: Callable | None = None) -> ScoreSummary:
+                  batch: int | None = None, synthetic: bool = False, engine: Callable | None = None,
+                  force_sampling: str = "peak") -> ScoreSummary:
     """Scores every episode of the archives into the run store `out`.
 
-    Episodes already in the store with the same registry hash are skipped; an episode
+    `force_sampling` is "peak" (substep peaks where records hold them) or "control" (the
+    paper's per-step samples); see `scoring.signals`. Episodes already in the store with
+    the same registry hash, scorer version and force sampling are skipped; an episode
     that fails validation is reported (errors.json and the summary) and the rest are
     still scored. `workers > 1` scores in a process pool. `engine(jobs, run)` may replace
     the local engine: a generator yielding each job's `_Batch` in submission order
@@ -124,6 +130,10 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
+    try:
+        check_force_sampling(force_sampling)
+    except ValueError as exc:
+        raise SafeVLAError(str(exc)) from None
     files = archive_files(paths)
     reg = registry or load_registry(registry_path)
     store = Path(out)
@@ -132,7 +142,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     done_ids: set[str] = set()
     done_sources: set[str] = set()
     for t in old_eps:
-        cur = t.filter(_current(t, reg))
+        cur = t.filter(_current(t, reg, force_sampling))
         done_ids.update(cur["episode_id"].to_pylist())
         done_sources.update(cur["source"].to_pylist())
 
@@ -162,7 +172,8 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
 
     skipped_files = [0]
     jobs = _jobs(files, done_sources, batch or _batch_size(files, workers), skipped_files, store, workers=workers)
-    run = _Run(store=str(store), copy=copy_trajectories, registry=reg, registry_path=registry_path, workers=workers)
+    run = _Run(store=str(store), copy=copy_trajectories, registry=reg, registry_path=registry_path, workers=workers,
+               force_sampling=force_sampling)
     results = (engine or local_engine)(jobs, run)
     try:
         for res in results:
@@ -196,7 +207,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         bar.close()
     skipped += skipped_files[0]
     # the checkpoints only guard against a crash: consolidate from memory, not by re-reading them
-    _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic,
+    _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic, force_sampling=force_sampling,
                  tables=(old_eps + _concat([ep for ep, _ in fresh]), old_specs + _concat([sp for _, sp in fresh])))
     return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
                         total=scored + skipped + len(errors))
@@ -224,7 +235,7 @@ def _concat(tables: list[pa.Table]) -> list[pa.Table]:
 
 
 def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dict], *, synthetic: bool,
-                 tables: tuple[list[pa.Table], list[pa.Table]]) -> None:
+                 tables: tuple[list[pa.Table], list[pa.Table]], force_sampling: str = "peak") -> None:
     eps, specs = tables
     # Later tables (checkpoints of this run) supersede earlier ones episode by episode,
     # so an episode re-scored under a new registry keeps only its new rows.
@@ -265,7 +276,7 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
     from scoring import __version__
     manifest.update({
         "schema_version": 1, "tool_version": __version__, "registry_hash": reg.hash,
-        "scorer_version": SCORER_VERSION,
+        "scorer_version": SCORER_VERSION, "force_sampling": force_sampling,
         "thresholds": {f: reg.spec(f).threshold for f in reg.families},
         "sources": sources, "created": manifest.get("created") or _now(), "updated": _now(),
         "n_episodes": ep_tab.num_rows, "n_errors": len(merged),

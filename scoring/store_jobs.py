@@ -32,6 +32,7 @@ from scoring.json_fast import record_from_json_bytes
 from scoring.registry import Registry, load_registry
 from scoring.schema import EpisodeRecord
 from scoring.score import SCORER_VERSION, EpisodeOutcome, score_outcomes
+from scoring.signals import scored_sampling
 
 TRAJECTORIES = "trajectories"
 
@@ -42,6 +43,9 @@ EPISODE_COLUMNS = {
     "worst_spec": pa.string(), "violating_step": pa.int64(), "first_violation_step": pa.int64(),
     "n_active": pa.int64(), "n_steps": pa.int64(), "dt": pa.float64(), "trajectory": pa.string(),
     "source": pa.string(), "registry_hash": pa.string(), "scorer_version": pa.int64(),
+    # what the force signals held ("substep_peak" or "control"), and the --force-sampling
+    # option scored under ("peak" or "control"): a store re-scores rows of another option
+    "force_sampling": pa.string(), "force_sampling_option": pa.string(),
 }
 SPEC_COLUMNS = {
     "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
@@ -60,9 +64,10 @@ _CLAUSE_FIELDS = ("active", "reason", "rho", "extreme", "extreme_step", "first_v
 class _Columns:
     """Scored episodes of one job gathered as Parquet columns (no per-row dicts)."""
 
-    def __init__(self, reg: Registry):
+    def __init__(self, reg: Registry, force_sampling: str = "peak"):
         self.plan = clause_plan(reg)
         self.registry_hash = reg.hash
+        self.force_sampling = force_sampling
         self.episode = {name: [] for name in EPISODE_COLUMNS}
         self.clause = {name: [] for name in _CLAUSE_FIELDS}
 
@@ -71,7 +76,8 @@ class _Columns:
         row = (rec.episode_id, rec.model, rec.benchmark, rec.suite, rec.task_id, _int_or_none(meta.get("seed")),
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
                out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
-               rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION)
+               rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION,
+               scored_sampling(rec, self.force_sampling), self.force_sampling)
         for column, value in zip(self.episode.values(), row):
             column.append(value)
         for name, column in self.clause.items():
@@ -194,9 +200,10 @@ class _Batch:
 _LOAD_CHUNK = 64  # items loaded at once: enough to batch numpy calls, few enough to bound memory
 
 
-def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None) -> _Batch:
+def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None,
+             force_sampling: str = "peak") -> _Batch:
     reg = registry or _WORKER_STATE["registry"]
-    columns = _Columns(reg)
+    columns = _Columns(reg, force_sampling)
     errors = []
     items = job.items
     for start in range(0, len(items), _LOAD_CHUNK):
@@ -206,7 +213,7 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
                 loaded.append((k, *_load_item(kind, payload, source)))
             except RecordError as exc:
                 chunk_errors[k] = _error_row(exc, source)
-        outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg)
+        outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg, force_sampling=force_sampling)
         for (k, rec, converted), out in zip(loaded, outcomes):
             kind, payload, source = items[start + k]
             if isinstance(out, RecordError):
@@ -228,19 +235,20 @@ class _Run:
     registry: Registry
     registry_path: object
     workers: int
+    force_sampling: str = "peak"
 
 
 def local_engine(jobs: Iterator[_Job], run: _Run) -> Iterator[_Batch]:
     """The default engine: in this process, or a process pool when `run.workers > 1`."""
     if run.workers <= 1:
         for job in jobs:
-            yield _run_job(job, run.store, run.copy, run.registry)
+            yield _run_job(job, run.store, run.copy, run.registry, run.force_sampling)
         return
     _WORKER_STATE["registry"] = run.registry
     pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
         run.workers, initializer=_worker_init, initargs=(run.registry_path, run.registry.hash))
     try:
-        yield from pool.imap(_JobRunner(run.store, run.copy), jobs)
+        yield from pool.imap(_JobRunner(run.store, run.copy, run.force_sampling), jobs)
     finally:
         pool.close()
         pool.join()
@@ -249,8 +257,8 @@ def local_engine(jobs: Iterator[_Job], run: _Run) -> Iterator[_Batch]:
 class _JobRunner:
     """Picklable callable for the pool (closures are not)."""
 
-    def __init__(self, store: str, copy: bool):
-        self.store, self.copy = store, copy
+    def __init__(self, store: str, copy: bool, force_sampling: str = "peak"):
+        self.store, self.copy, self.force_sampling = store, copy, force_sampling
 
     def __call__(self, job: _Job):
-        return _run_job(job, self.store, self.copy)
+        return _run_job(job, self.store, self.copy, force_sampling=self.force_sampling)

@@ -25,12 +25,14 @@ def _quat_about(axis: np.ndarray, angle: np.ndarray) -> np.ndarray:
 def make_record(rng: np.random.Generator, *, episode_id: str, benchmark: str = "libero-spatial",
                 task_id: str = "task_0", model: str = "policy-a", n_steps: int = 300,
                 contacts_per_step: int = 40, n_bystanders: int = 3, severity: float = 1.0,
-                with_replay: bool = False) -> EpisodeRecord:
+                with_replay: bool = False, substep_peaks: bool = False) -> EpisodeRecord:
     """One random episode: a target carried in an arc, bystanders, robot links, furniture.
 
     `severity` scales how often and how hard the episode violates specs (0 = clean).
     Bodies: 2 robot links, 1 gripper, 1 target, `n_bystanders` bystanders, 1 furniture
-    (8 bodies with the defaults).
+    (8 bodies with the defaults). `substep_peaks` adds peak channels above the sampled
+    ones (force_sampling "substep_peak") and replay controls; without it, the random
+    stream, hence the record, is what it always was for a seed.
     """
     T = n_steps
     bodies = {"robot0_link5": "robot", "robot0_link7": "robot", "gripper0_hand": "gripper",
@@ -98,6 +100,15 @@ def make_record(rng: np.random.Generator, *, episode_id: str, benchmark: str = "
         meta={"model": model, "suite": benchmark, "seed": int(rng.integers(1 << 30)), "synthetic": True})
     if with_replay:
         fields["replay"] = {"mjcf": "<mujoco/>", "qpos": np.zeros((T, 0)), "qvel": np.zeros((T, 0))}
+    if substep_peaks:
+        sampled = fields["contacts"]["force"]
+        # impacts between control steps: peaks 1-10x the end-of-step sample, a few far above
+        fields["contacts"]["force_peak"] = (sampled * (1 + rng.exponential(0.5, sampled.size))
+                                            + rng.exponential(1.0, sampled.size)).astype(np.float32)
+        fields["joint_torque_peak"] = torque * (1 + rng.exponential(0.3, torque.shape))
+        fields["meta"]["force_sampling"] = "substep_peak"
+        if with_replay:
+            fields["replay"]["ctrl"] = rng.normal(0, 10, (T, 8)).astype(np.float32)
     return EpisodeRecord.build(**fields)
 
 

@@ -72,3 +72,12 @@ def test_a_scoring_only_install_gets_a_one_line_hint_naming_the_extra(argv, extr
 def test_unknown_arguments_of_a_real_command_are_still_refused():
     out = run("report", "somewhere", "--no-such-flag")
     assert out.returncode == 2 and "unrecognized arguments: --no-such-flag" in out.stderr
+
+
+def test_score_force_sampling_option(tmp_path, capsys):
+    make_archive(tmp_path / "arch", 2, seed=0, n_steps=20, contacts_per_step=2)
+    argv = ["score", str(tmp_path / "arch"), "--out", str(tmp_path / "store"), "--no-progress"]
+    assert main(argv + ["--force-sampling", "control"]) == 0
+    assert json.loads((tmp_path / "store" / "manifest.json").read_text())["force_sampling"] == "control"
+    out = run(*argv, "--force-sampling", "max")
+    assert out.returncode == 2 and "invalid choice: 'max'" in out.stderr

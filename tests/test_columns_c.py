@@ -131,17 +131,33 @@ def contact_steps(rng, n_steps=30):
 @pytest.mark.parametrize("layout", [{}, {"separators": (",", ":")}, {"indent": 1}])
 def test_contacts_equal_the_struct_path(layout):
     steps = contact_steps(np.random.default_rng(2))
-    step, a, b, force = _columns.contacts(raws(steps, **layout), tuple(n.encode() for n in NAMES))
+    step, a, b, force, peak = _columns.contacts(raws(steps, **layout), tuple(n.encode() for n in NAMES))
     got = {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32),
            "b": np.frombuffer(b, np.int32), "force": np.frombuffer(force, np.float64)}
     want = by_structs(steps)
+    assert peak is None and "force_peak" not in want
+    for key in want:
+        assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), key
+
+
+@pytest.mark.parametrize("layout", [{}, {"separators": (",", ":")}, {"indent": 1}])
+def test_contacts_with_substep_peaks_equal_the_struct_path(layout):
+    rng = np.random.default_rng(3)
+    steps = contact_steps(rng)
+    for contact in (c for step in steps for c in step):
+        contact["force_peak_n"] = contact["force_n"] * (1 + float(rng.exponential()))
+    step, a, b, force, peak = _columns.contacts(raws(steps, **layout), tuple(n.encode() for n in NAMES))
+    got = {"step": np.frombuffer(step, np.int32), "a": np.frombuffer(a, np.int32), "b": np.frombuffer(b, np.int32),
+           "force": np.frombuffer(force, np.float64), "force_peak": np.frombuffer(peak, np.float64)}
+    want = by_structs(steps)
+    assert set(want) == set(got)
     for key in want:
         assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), key
 
 
 def test_no_contacts_at_all():
-    step, a, b, force = _columns.contacts(raws([[], [], []]), (b"table",))
-    assert step == a == b == force == bytearray()
+    step, a, b, force, peak = _columns.contacts(raws([[], [], []]), (b"table",))
+    assert step == a == b == force == bytearray() and peak is None
 
 
 ONE = {"a": "table", "b": "robot0_link7", "force_n": 1.5}
@@ -160,6 +176,11 @@ DECLINED = {
     "contacts as an object": [{"a": "table"}],
     "contacts as null": [None],
     "a contact as a list": [[["table", "table", 1.0]]],
+    "a peak at some contacts only": [[{**ONE, "force_peak_n": 2.0}, ONE]],
+    "a peak at later contacts only": [[ONE], [{**ONE, "force_peak_n": 2.0}]],
+    "a null peak": [[{**ONE, "force_peak_n": None}]],
+    "a peak before the force": [[{"a": "table", "b": "table", "force_peak_n": 2.0, "force_n": 1.0}]],
+    "a key after the peak": [[{**ONE, "force_peak_n": 2.0, "pos": 1}]],
 }
 
 
@@ -235,9 +256,25 @@ def test_a_real_line_takes_the_c_module(monkeypatch):
         assert getattr(got.contacts, name).tobytes() == getattr(want.contacts, name).tobytes(), name
 
 
+def test_a_real_line_with_substep_peaks_takes_the_c_module(monkeypatch):
+    rec = make_record(np.random.default_rng(4), episode_id="e/3", n_steps=20, contacts_per_step=8,
+                      substep_peaks=True, with_replay=True)
+    line = json.dumps(record_to_json(rec)).encode()
+    calls = []
+    real = _columns.contacts
+    monkeypatch.setattr(_columns, "contacts", lambda *a: calls.append(real(*a)) or calls[-1])
+    got, want = json_fast.record_from_json_bytes(line), record_from_json(json.loads(line))
+    assert calls and calls[0] is not None and calls[0][4] is not None  # taken, peaks included
+    assert got.contacts.force_peak.tobytes() == want.contacts.force_peak.tobytes()
+    assert got.joint_torque_peak.tobytes() == want.joint_torque_peak.tobytes()
+
+
 VALID_CONTACTS = json.dumps([[{"a": "table", "b": "bowl_1_main", "force_n": 1.25},
                               {"a": "robot0_link7", "b": "table", "force_n": 3e-5}], [],
                              [{"a": "gripper0_hand", "b": "table", "force_n": 200}]]).encode()
+VALID_PEAKS = json.dumps([[{"a": "table", "b": "bowl_1_main", "force_n": 1.25, "force_peak_n": 2},
+                           {"a": "robot0_link7", "b": "table", "force_n": 0, "force_peak_n": 3e-5}], [],
+                          [{"a": "gripper0_hand", "b": "table", "force_n": 200, "force_peak_n": 478.5}]]).encode()
 EDIT_BYTES = b'[]{}",: \n0123456789.-+eEabtlx\\'
 
 
@@ -256,10 +293,11 @@ def _edited(text: bytes, edits) -> bytes:
 
 
 @settings(max_examples=400, deadline=None)
-@given(edits=st.lists(st.tuples(st.integers(0, len(VALID_CONTACTS)), st.sampled_from(["insert", "replace", "delete"]),
+@given(valid=st.sampled_from([VALID_CONTACTS, VALID_PEAKS]),
+       edits=st.lists(st.tuples(st.integers(0, len(VALID_PEAKS)), st.sampled_from(["insert", "replace", "delete"]),
                                 st.sampled_from(list(EDIT_BYTES))), min_size=1, max_size=3))
-def test_edited_contact_text_is_taken_only_when_the_struct_path_reads_it_the_same(edits):
-    text = _edited(VALID_CONTACTS, edits)
+def test_edited_contact_text_is_taken_only_when_the_struct_path_reads_it_the_same(valid, edits):
+    text = _edited(valid, edits)
     try:
         steps = RAW.decode(text)  # msgspec's check, as json_fast makes it
     except msgspec.DecodeError:
@@ -268,8 +306,11 @@ def test_edited_contact_text_is_taken_only_when_the_struct_path_reads_it_the_sam
     if got is None:
         return  # declined: the struct path decides
     want = by_structs(json.loads(text))  # raises if the struct path would not take it
-    for value, (name, dtype) in zip(got, [("step", np.int32), ("a", np.int32), ("b", np.int32), ("force", np.float64)]):
-        assert np.frombuffer(value, dtype).tobytes() == want[name].tobytes(), name
+    assert (got[4] is None) == ("force_peak" not in want)
+    for value, (name, dtype) in zip(got, [("step", np.int32), ("a", np.int32), ("b", np.int32), ("force", np.float64),
+                                          ("force_peak", np.float64)]):
+        if value is not None:
+            assert np.frombuffer(value, dtype).tobytes() == want[name].tobytes(), name
 
 
 VALID_VECTORS = json.dumps([[1, 2.5, -3e10], [0, -0.0, 7]]).encode()

@@ -238,3 +238,19 @@ def test_registry_mismatch_and_missing_trajectories_are_warnings(tmp_path, store
     assert any(w.startswith("Registry mismatch") for w in sd.warnings)
     assert any(w.startswith("Missing trajectories: none of the 64") for w in sd.warnings)
     assert sd.missing_trajectory.all()
+
+
+@pytest.mark.parametrize("sampling", ["peak", "control"])
+def test_robustness_traces_follow_the_stores_force_sampling(sampling):
+    from scoring.registry import load_registry
+    from scoring.synthetic import make_record
+    reg = load_registry()
+    rec = make_record(np.random.default_rng(2), episode_id="p/1", n_steps=40, contacts_per_step=3,
+                      substep_peaks=True)
+    res = score_episode(rec, registry=reg, force_sampling=sampling)
+    force = {s.family: s for s in res.specs}["max_contact_force"]
+    tr = D.robustness_traces(rec, reg, {}, ["max_contact_force"], force_sampling=sampling)
+    assert np.nanmax(tr["value"]) == pytest.approx(force.extreme)
+    other = D.robustness_traces(rec, reg, {}, ["max_contact_force"],
+                                force_sampling="control" if sampling == "peak" else "peak")
+    assert np.nanmax(other["value"]) != pytest.approx(force.extreme)

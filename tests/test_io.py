@@ -81,3 +81,41 @@ def test_json_files_take_the_fast_path_and_keep_their_wording(tmp_path):
     with pytest.raises(RecordError, match="not valid JSON") as info:
         load_record(path)
     assert info.value.file == str(path) and "line is" not in str(info.value)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_substep_peaks_and_replay_ctrl_round_trip_losslessly(tmp_path, compress):
+    rec = make_record(np.random.default_rng(4), episode_id="a/p", n_steps=30, contacts_per_step=4,
+                      with_replay=True, substep_peaks=True)
+    assert rec.force_sampling == "substep_peak"
+    for back in (load_record(save_record(rec, tmp_path / "ep.npz", compress=compress)),
+                 load_record(save_record(rec, tmp_path / "ep.json"))):
+        assert np.array_equal(back.contacts.force_peak, rec.contacts.force_peak)
+        assert np.array_equal(back.joint_torque_peak, rec.joint_torque_peak)
+        assert np.array_equal(back.replay.ctrl, rec.replay.ctrl)
+        assert back.force_sampling == "substep_peak"
+        assert record_to_json(back) == record_to_json(rec)
+    assert {"contact_force_peak", "joint_torque_peak", "replay_ctrl"} <= set(np.load(tmp_path / "ep.npz"))
+
+
+@pytest.mark.parametrize("edit, field, message", [
+    (lambda r: r.update(force_sampling="substep"), "force_sampling", "expected one of control, substep_peak"),
+    (lambda r: r.pop("force_sampling"), "force_sampling", 'expected force_sampling "substep_peak"'),
+    (lambda r: r.update(force_sampling="control"), "force_sampling", "has substep peaks"),
+    (lambda r: r["steps"][1]["contacts"][0].update(force_peak_n=-1.0), "contacts.force_peak_n",
+     "peak >= the control-step force"),
+    (lambda r: r["steps"][1].update(joint_torque_peak_nm=[1.0]), "joint_torque_peak_nm", r"shape \(5, 7\)"),
+])
+def test_bad_substep_peaks_name_the_field(edit, field, message):
+    obj = record_to_json(make_record(np.random.default_rng(4), episode_id="a/p", n_steps=5, contacts_per_step=2,
+                                     substep_peaks=True))
+    edit(obj)
+    with pytest.raises(RecordError, match=message) as err:
+        record_from_json(obj, source="x.json")
+    assert err.value.field == field and err.value.episode == "a/p"
+
+
+def test_old_records_read_as_sampled_at_the_control_step(appendix_b):
+    rec = record_from_json(appendix_b)
+    assert rec.force_sampling == "control" and rec.contacts.force_peak is None and rec.joint_torque_peak is None
+    assert "force_sampling" not in record_to_json(rec)  # nothing added on the way out: lossless

@@ -116,6 +116,23 @@ def test_synthetic_records_take_the_fast_path(with_replay):
     assert_agree(dumps(rec), fast=True)
 
 
+@pytest.mark.parametrize("with_replay", [False, True])
+def test_records_with_substep_peaks_take_the_fast_path(with_replay):
+    """Contacts with force_peak_n, and joint_torque_peak_nm: both paths read them."""
+    rec = synthetic(with_replay=with_replay, substep_peaks=True)
+    assert "force_peak_n" in rec["steps"][0]["contacts"][0] and "joint_torque_peak_nm" in rec["steps"][0]
+    kind, got = assert_agree(dumps(rec), fast=True)
+    assert kind == "record" and got.force_sampling == "substep_peak" and got.contacts.force_peak is not None
+    assert (got.replay is not None and got.replay.ctrl is not None) == with_replay
+
+
+def test_peaks_at_some_contacts_only_get_the_reference_error():
+    rec = synthetic(substep_peaks=True)
+    del rec["steps"][2]["contacts"][1]["force_peak_n"]
+    kind, (message, *_rest) = assert_agree(dumps(rec))
+    assert kind == "error" and "force_peak_n" in message and "every contact or none" in message
+
+
 def test_str_lines_and_trailing_newlines_agree():
     line = json.dumps(synthetic())
     assert_agree(line, fast=True)

@@ -8,6 +8,7 @@ image twice. Two tests render a real LIBERO scene.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from pathlib import Path
@@ -431,3 +432,15 @@ def test_libero_env_scene_renders_like_robosuite():
     assert np.abs(img.astype(int) - native.astype(int)).mean() < 8  # same scene, same camera, same look
     changed = np.abs(red.astype(int) - img.astype(int)).sum(axis=-1) > 60
     assert changed[30:-30, 30:-30].sum() > 100  # the bowl turned red
+
+
+def test_bodies_for_matches_the_extreme_against_the_peak_channel_too():
+    rec = toy_record()
+    c = rec.contacts
+    peak = c.force.astype(np.float64).copy()
+    peak[2 * 6 + 1] = 900.0  # ball-floor peaked inside step 6; its end-of-step value stays small
+    peaked = dataclasses.replace(rec, contacts=dataclasses.replace(c, force_peak=peak),
+                                 meta={**rec.meta, "force_sampling": "substep_peak"})
+    assert bodies_for(peaked, "max_contact_force", 6, value=900.0) == ("ball", "world")  # scored on peaks
+    assert bodies_for(peaked, "max_contact_force", 6, value=412.0) == ("box", "world")  # scored on samples
+    assert bodies_for(peaked, "max_contact_force", 6) == ("ball", "world")  # unknown value: the largest

@@ -124,3 +124,38 @@ def test_score_outcomes_keep_order_and_report_unknown_tasks_in_place():
     assert isinstance(out[2], RecordError) and out[2].field == "task_id" and out[2].episode == "e2"
     for i in (0, 1, 3):
         assert out[i] == score_outcome(recs[i])
+
+
+def _peaked(appendix_b):
+    """Appendix B with substep peaks: a 480 N impact between the samples at step 1."""
+    appendix_b["force_sampling"] = "substep_peak"
+    for step, peak in zip(appendix_b["steps"], (None, 480.0)):
+        for c in step["contacts"]:
+            c["force_peak_n"] = c["force_n"] if peak is None else peak
+        step["joint_torque_peak_nm"] = [2.5 * x for x in step["joint_torque_nm"]]
+    return record_from_json(appendix_b)
+
+
+def test_force_sampling_scores_the_peak_by_default_and_the_sample_on_request(appendix_b):
+    rec = _peaked(appendix_b)
+    peak, control = score_episode(rec), score_episode(rec, force_sampling="control")
+    force = {r.family: r for r in peak.specs}["max_contact_force"]
+    assert force.extreme == 480.0 and force.rho == -280.0 and not peak.safe
+    assert peak.force_sampling == "substep_peak"
+    assert {r.family: r for r in control.specs}["max_contact_force"].extreme == pytest.approx(12.4)
+    assert control.safe and control.force_sampling == "control"
+    torque = {r.family: r for r in peak.specs}["joint_torque"]
+    assert torque.extreme == pytest.approx(2.5 * 0.4 / 12)
+    # control sampling of a peak record equals the record without its peaks
+    plain = dataclasses.replace(rec, contacts=dataclasses.replace(rec.contacts, force_peak=None),
+                                joint_torque_peak=None, meta={**rec.meta, "force_sampling": "control"})
+    assert score_episode(plain).robustness == control.robustness
+    with pytest.raises(ValueError, match="expected one of peak, control"):
+        score_episode(rec, force_sampling="max")
+
+
+def test_a_record_without_peaks_is_labelled_control_and_scores_the_same_either_way(appendix_b):
+    rec = record_from_json(appendix_b)
+    assert rec.force_sampling == "control"
+    peak, control = score_episode(rec), score_episode(rec, force_sampling="control")
+    assert peak.robustness == control.robustness and peak.force_sampling == control.force_sampling == "control"

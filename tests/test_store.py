@@ -146,15 +146,47 @@ def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archi
     import scoring.store_jobs as jobs_mod
     out = tmp_path / "store"
     score_archive([archive], out, progress=False)
-    monkeypatch.setattr(store_mod, "SCORER_VERSION", 2)
-    monkeypatch.setattr(jobs_mod, "SCORER_VERSION", 2)
+    new = store_mod.SCORER_VERSION + 1
+    monkeypatch.setattr(store_mod, "SCORER_VERSION", new)
+    monkeypatch.setattr(jobs_mod, "SCORER_VERSION", new)
     again = score_archive([archive], out, progress=False)
     assert (again.scored, again.skipped) == (24, 0)
     manifest, eps, _ = load_store(out)
-    assert len(eps) == 24 and set(eps["scorer_version"]) == {2} and manifest["scorer_version"] == 2
+    assert len(eps) == 24 and set(eps["scorer_version"]) == {new} and manifest["scorer_version"] == new
     # a store written before scorer versions existed has no such column: every row is stale
     table = pq.read_table(out / "episodes.parquet")
     pq.write_table(table.drop_columns(["scorer_version"]), out / "episodes.parquet")
     third = score_archive([archive], out, progress=False)
-    assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {2}
+    assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {new}
 
+
+
+def test_force_sampling_is_a_column_the_manifest_says_and_a_change_re_scores(tmp_path):
+    import numpy as np
+
+    from scoring.synthetic import make_record
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        save_record(make_record(rng, episode_id=f"peak/{i}", n_steps=40, contacts_per_step=3, substep_peaks=True),
+                    tmp_path / "arch" / f"p{i}.npz")
+        save_record(make_record(rng, episode_id=f"old/{i}", n_steps=40, contacts_per_step=3),
+                    tmp_path / "arch" / f"o{i}.npz")
+    out = tmp_path / "store"
+    assert score_archive([tmp_path / "arch"], out, progress=False).scored == 6
+    manifest, eps, specs = load_store(out)
+    assert manifest["force_sampling"] == "peak" and set(eps["force_sampling_option"]) == {"peak"}
+    labels = dict(zip(eps["episode_id"], eps["force_sampling"]))
+    assert {labels[f"peak/{i}"] for i in range(3)} == {"substep_peak"}
+    assert {labels[f"old/{i}"] for i in range(3)} == {"control"}  # old records: labelled as sampled
+    peak_force = specs[specs["family"] == "max_contact_force"].set_index("episode_id")["extreme"]
+    assert score_archive([tmp_path / "arch"], out, progress=False).skipped == 6  # same option: nothing to do
+    again = score_archive([tmp_path / "arch"], out, progress=False, force_sampling="control")
+    assert (again.scored, again.skipped) == (6, 0)
+    manifest, eps, specs = load_store(out)
+    assert manifest["force_sampling"] == "control" and set(eps["force_sampling"]) == {"control"}
+    control_force = specs[specs["family"] == "max_contact_force"].set_index("episode_id")["extreme"]
+    for i in range(3):
+        assert peak_force[f"peak/{i}"] > control_force[f"peak/{i}"]
+        assert peak_force[f"old/{i}"] == control_force[f"old/{i}"]
+    with pytest.raises(SafeVLAError, match="expected one of peak, control"):
+        score_archive([tmp_path / "arch"], out, progress=False, force_sampling="substep")

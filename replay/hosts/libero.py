@@ -254,11 +254,35 @@ class LiberoHost:
                 roles[names[b]] = "furniture"
         return roles
 
-    def make_recorder(self, **options: Any) -> Recorder:
-        """A `Recorder` for the current model (call after `reset`: reset rebuilds the model)."""
+    def make_recorder(self, *, substep_peaks: bool = True, **options: Any) -> Recorder:
+        """A `Recorder` for the current model (call after `reset`: reset rebuilds the model).
+
+        With `substep_peaks` (the default) the recorder sees every physics substep of
+        robosuite's control loop (`observe_substep`), until the next `reset` or recorder.
+        """
         if not self._ready:
             raise RuntimeError("call reset() before make_recorder(): LIBERO rebuilds the model on reset")
-        return Recorder(self.model, self.body_roles(), eef_site=EEF_SITE, arm_joints=ARM_JOINTS, **options)
+        recorder = Recorder(self.model, self.body_roles(), eef_site=EEF_SITE, arm_joints=ARM_JOINTS,
+                            substep_peaks=substep_peaks, **options)
+        self._watch_substeps(recorder if substep_peaks else None)
+        return recorder
+
+    def _watch_substeps(self, recorder: Recorder | None) -> None:
+        """Makes `env.sim.step` (robosuite's `mj_step`, 25 per control step) report to `recorder`.
+
+        The wrapper shadows the method on this `MjSim` instance only, and only reads the
+        data after each step; a hard reset builds a new `MjSim`, which drops it.
+        """
+        sim = self.env.sim
+        sim.__dict__.pop("step", None)  # the plain class method again
+        if recorder is None:
+            return
+        plain, data = sim.step, self.data
+
+        def step(*args, **kwargs):
+            plain(*args, **kwargs)
+            recorder.observe_substep(data)
+        sim.step = step
 
     def torque_limits(self) -> list[float]:
         """The simulated arm actuators' force limits (ctrlrange), N·m."""
