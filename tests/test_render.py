@@ -365,6 +365,128 @@ def test_closing_another_replayer_leaves_this_one_intact(rp):
     assert np.array_equal(before, rp.frame(4, violation=VIOL))
 
 
+# ---------------------------------------------- GL context life cycle (issue 16, section 1)
+#
+# MuJoCo's own invariant: a frame equals a fresh render of the same state. llvmpipe
+# rasterises the same GL commands on the same frame size to the same bytes whatever
+# context runs them (the "fast" quality has no multisampling), so frames must be *equal*,
+# not close: the broken life cycle gave noise, black or another scene, never a near miss.
+
+def toy_scene(i: int) -> str:
+    """Toy scene variant `i`: its own checker texture size and colours, a mesh, a box colour,
+    so every scene uploads different textures, meshes and display lists to its context."""
+    n = 32 * (i + 1)
+    assets = (f'<asset><texture name="grid" type="2d" builtin="checker" rgb1="{i % 3 / 2} .2 .3" '
+              f'rgb2=".9 .9 {i % 2}" width="{n}" height="{n}"/>'
+              f'<material name="grid" texture="grid" texrepeat="{i + 2} {i + 2}"/>'
+              f'<mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1" scale="{.1 + .05 * i} .2 .3"/></asset>')
+    return (TOY_XML.replace("<worldbody>", assets + "<worldbody>")
+            .replace('rgba=".75 .75 .75 1"', 'material="grid"')
+            .replace('rgba="0 0 1 1"', f'rgba="{i % 2} {i % 3 / 2} 1 1"')
+            .replace("</worldbody>", f'<geom type="mesh" mesh="tet" pos="-.5 .3 0" rgba="1 .5 {i / 5} 1"/></worldbody>'))
+
+
+def fresh_frames(records: dict, steps, *, size=(W, H), **kw) -> dict:
+    """Each record's frames from its own replayer in a brand-new GL context, nothing else open."""
+    from replay.offscreen import pool_for_this_thread
+
+    out = {}
+    for key, rec in records.items():
+        pool_for_this_thread().close()  # no idle context to reuse: a fresh one
+        with Replayer(rec, width=size[0], height=size[1], **kw) as r:
+            for s in steps:
+                out[key, s] = r.frame(s, violation=VIOL if s == VIOL.step else None)
+    pool_for_this_thread().close()
+    return out
+
+
+def churn(records: dict, order, steps, *, max_open: int = 3, size=(W, H)) -> dict:
+    """Opens replayers in `order` as the render service does: at most `max_open` open, the
+    least recently used closed when another opens; renders `steps` at every visit (and again
+    for every still-open replayer after each close). Returns every frame rendered, per visit."""
+    opened: dict = {}
+    got = []
+    for key in order:
+        if key not in opened:
+            opened[key] = Replayer(records[key], width=size[0], height=size[1])
+            while len(opened) > max_open:
+                opened.pop(next(iter(opened))).close()
+                for k, r in opened.items():  # everyone still open, right after the close
+                    got += [((k, s), r.frame(s, violation=VIOL if s == VIOL.step else None)) for s in steps]
+        opened[key] = opened.pop(key)  # most recently used last
+        got += [((key, s), opened[key].frame(s, violation=VIOL if s == VIOL.step else None)) for s in steps]
+    for r in opened.values():
+        r.close()
+    return got
+
+
+def assert_all_equal(got, ref) -> None:
+    bad = [(k, int(np.abs(img.astype(int) - ref[k]).max())) for k, img in got if not np.array_equal(img, ref[k])]
+    assert not bad, f"{len(bad)} of {len(got)} frames differ from a fresh render (key, max |diff|): {bad[:6]}"
+
+
+def test_the_issue_sequence_three_open_close_one_open_a_fourth():
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(4)}
+    ref = fresh_frames(recs, [0, 6])
+    rps = [Replayer(recs[i], width=W, height=H) for i in range(3)]
+    for r in rps:
+        r.frame(0)
+    rps[0].close()
+    with Replayer(recs[3], width=W, height=H) as fourth:
+        assert np.array_equal(fourth.frame(0), ref[3, 0])
+        for i in (1, 2):
+            assert np.array_equal(rps[i].frame(0), ref[i, 0]), f"replayer {i} after another closed"
+            assert np.array_equal(rps[i].frame(6, violation=VIOL), ref[i, 6])
+    for r in rps[1:]:
+        r.close()
+
+
+def test_more_replayers_than_the_cache_holds_render_like_fresh_ones():
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(5)}
+    recs["0b"] = toy_record(mjcf=toy_scene(0))  # a second episode of scene 0: shares its context
+    steps = [0, 6, T - 1]
+    ref = fresh_frames(recs, steps)
+    ref.update({("0b", s): ref[0, s] for s in steps})
+    got = churn(recs, [0, 1, 2, 3, 0, "0b", 4, 1, 2, 3, "0b", 4, 0, 1], steps)
+    assert len(got) > 100
+    assert_all_equal(got, ref)
+    assert len({ref[i, 0].tobytes() for i in range(5)}) == 5  # the scenes really differ
+
+
+def test_a_foreign_renderer_closing_leaves_replayers_intact():
+    """A plain mujoco.Renderer frees its GL objects in whatever context is current: with our
+    contexts released after every frame, that is none of ours."""
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(2)}
+    ref = fresh_frames(recs, [0])
+    with Replayer(recs[0], width=W, height=H) as a, Replayer(recs[1], width=W, height=H) as b:
+        a.frame(0)
+        foreign = mujoco.Renderer(a.model, H, W)
+        foreign.update_scene(a.data)
+        foreign.render()
+        b.frame(0)  # b's context was current last
+        foreign.close()
+        assert np.array_equal(a.frame(0), ref[0, 0]) and np.array_equal(b.frame(0), ref[1, 0])
+
+
+def test_replayers_of_one_scene_share_a_context_and_it_is_kept_for_reuse():
+    from replay.offscreen import IDLE_CONTEXTS, pool_for_this_thread
+
+    pool = pool_for_this_thread()
+    pool.close()
+    rec = toy_record(mjcf=toy_scene(1))
+    with Replayer(rec, width=W, height=H) as a, Replayer(rec, width=W, height=H) as b:
+        assert a._ctx is b._ctx and pool.n_open == 1
+        with Replayer(rec, width=W // 2, height=H // 2) as small:
+            assert small._ctx is not a._ctx and pool.n_open == 2  # one context per frame size
+    kept = a._ctx_key
+    assert pool.n_open == 2  # unused now, kept for a re-opened scene
+    with Replayer(rec, width=W, height=H):
+        assert pool.n_open == 2
+    for i in range(2, 3 + IDLE_CONTEXTS):
+        Replayer(toy_record(mjcf=toy_scene(i)), width=W, height=H).close()
+    assert pool.n_open == IDLE_CONTEXTS and kept not in [k[0] for k in pool._idle]
+
+
 def test_close_frees_the_context():
     r = Replayer(toy_record(), width=W, height=H)
     with r:
@@ -395,6 +517,36 @@ def test_libero_demo_episode_renders():
         assert r.camera_name == "agentview"
         img = r.frame(rec.n_steps // 2)
     assert img.std() > 20 and len(np.unique(img.reshape(-1, 3), axis=0)) > 500
+
+
+def demo_records_of_distinct_scenes(n: int) -> list:
+    """The first `n` demo episodes with replay state, each of another LIBERO scene."""
+    from scoring.io import load_record
+
+    out, scenes = [], set()
+    for f in sorted(DEMO_ARCHIVE.rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []:
+        rec = load_record(f)
+        if rec.replay is not None and rec.replay.mjcf not in scenes:
+            scenes.add(rec.replay.mjcf)
+            out.append(rec)
+            if len(out) == n:
+                break
+    if len(out) < n:
+        pytest.skip(f"fewer than {n} demo scenes with replay state under {DEMO_ARCHIVE}")
+    return out
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_demo_scenes_and_toys_through_more_replayers_than_the_cache_holds():
+    """Three LIBERO scenes (textured, meshed: the objects a wrong free deletes) and two toys,
+    opened, closed and re-opened with at most three open; every frame equals a fresh render."""
+    recs = dict(zip("abc", demo_records_of_distinct_scenes(3))) | {i: toy_record(mjcf=toy_scene(i)) for i in (0, 1)}
+    steps = [0, 5]
+    ref = fresh_frames(recs, steps)
+    got = churn(recs, ["a", "b", 0, "c", "a", 1, "b", "c", 0], steps)
+    assert_all_equal(got, ref)
+    assert all(ref[k, 5].std() > 20 for k in "abc")  # real scenes, not blank frames
 
 
 @pytest.mark.libero
