@@ -29,6 +29,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
+MAX_OPEN = 3  # replayers kept open (each holds its episode's model copy; scenes share GL contexts)
 
 
 def available() -> tuple[bool, str]:
@@ -79,7 +80,7 @@ class RenderService:
     renderer) that run only when no page is waiting, one small job at a time.
     """
 
-    def __init__(self, max_open: int = 3):
+    def __init__(self, max_open: int = MAX_OPEN):
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
