@@ -55,6 +55,26 @@ def _release_current() -> None:
                                egl.EGL.EGL_NO_CONTEXT)
 
 
+_VIS_LOCK = threading.Lock()
+
+
+def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisample: bool) -> mujoco.MjrContext:
+    """`MjrContext` of a shared model: its offscreen buffer size and samples are read from
+    `model.vis` at creation only, so they are set for the call and put back."""
+    g, q = model.vis.global_, model.vis.quality
+    with _VIS_LOCK:
+        saved = g.offwidth, g.offheight, q.offsamples
+        g.offwidth, g.offheight = max(g.offwidth, width), max(g.offheight, height)
+        if not multisample:
+            q.offsamples = 0
+        try:
+            con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
+        finally:
+            g.offwidth, g.offheight, q.offsamples = saved
+    mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, con)
+    return con
+
+
 class OffscreenContext:
     """One GL context and the `MjrContext` of one compiled scene, at one frame size.
 
@@ -62,15 +82,14 @@ class OffscreenContext:
     any thread may use it, one at a time (`ContextPool` gives each thread its own).
     """
 
-    def __init__(self, model: mujoco.MjModel, *, width: int, height: int):
+    def __init__(self, model: mujoco.MjModel, *, width: int, height: int, multisample: bool = False):
         self.width, self.height = int(width), int(height)
         self._gl = _backend()(self.width, self.height)
         _close_pools_before_egl_terminates()
         self._con = None
         try:
             self._gl.make_current()
-            self._con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
-            mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, self._con)
+            self._con = _make_mjr_context(model, self.width, self.height, multisample)
         except BaseException:
             self.close()
             raise
@@ -120,15 +139,16 @@ class ContextPool:
         self._idle: OrderedDict[Hashable, OffscreenContext] = OrderedDict()
         self._returned: deque = deque()  # keys released from other threads, handled here later
 
-    def acquire(self, key: Hashable, model: mujoco.MjModel, *, width: int, height: int) -> OffscreenContext:
-        """The context for `key` (scene, size, quality): shared, reused or made from `model`."""
+    def acquire(self, key: Hashable, model: mujoco.MjModel, *, width: int, height: int,
+                multisample: bool = False) -> OffscreenContext:
+        """The context for `key` (scene and quality) at this size: shared, reused or made from `model`."""
         self._drain()
         k = (key, int(width), int(height))
         if k in self._used:
             ctx, n = self._used[k]
             self._used[k] = (ctx, n + 1)
             return ctx
-        ctx = self._idle.pop(k, None) or OffscreenContext(model, width=width, height=height)
+        ctx = self._idle.pop(k, None) or OffscreenContext(model, width=width, height=height, multisample=multisample)
         self._used[k] = (ctx, 1)
         return ctx
 
