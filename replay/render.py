@@ -24,6 +24,7 @@ from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHigh
                               Violation, draw_arrow, draw_border, draw_captions)
 from replay.offscreen import ContextPool, OffscreenContext, pool_for_this_thread  # noqa: E402
 from replay.scene_assets import SceneAssetError, resolve_scene  # noqa: E402
+from replay.scene_cache import compile_cached  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import load_record, resolve_mjcf  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -72,21 +73,27 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
         text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
         origin = str(path) if path else "embedded MJCF"
         try:
-            spec = mujoco.MjSpec.from_string(resolve_scene(text, base=base, origin=origin))
+            resolved = resolve_scene(text, base=base, origin=origin)
         except SceneAssetError as exc:
             raise RenderError(str(exc)) from None
-        except (ValueError, mujoco.FatalError) as exc:
-            raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
-        spec.modelfiledir = str(base) + os.sep
-        try:
-            model = spec.compile()
-        except (ValueError, mujoco.FatalError) as exc:
-            raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
+        model = compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
         _MODEL_CACHE[key] = model
         while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
             _MODEL_CACHE.popitem(last=False)
     _MODEL_CACHE.move_to_end(key)
     return model
+
+
+def _compile(resolved: str, base: Path, origin: str) -> mujoco.MjModel:
+    try:
+        spec = mujoco.MjSpec.from_string(resolved)
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
+    spec.modelfiledir = str(base) + os.sep
+    try:
+        return spec.compile()
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
 
 
 def _ensure_offscreen_gl() -> None:

@@ -1,9 +1,18 @@
 import copy
 import gc
 import json
+import os
+import shutil
 import sys
+import tempfile
 
 import pytest
+
+# Compiled scenes go to a cache of this test session, not the user's (~200 MB per LIBERO scene);
+# servers the tests start inherit it.
+_SCENE_CACHE = None if "SAFEVLA_SCENE_CACHE" in os.environ else tempfile.mkdtemp(prefix="safevla-scene-cache-")
+if _SCENE_CACHE:
+    os.environ["SAFEVLA_SCENE_CACHE"] = _SCENE_CACHE
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -14,6 +23,8 @@ def pytest_sessionfinish(session, exitstatus):
     failure, but it buries the test summary in CI logs. Render services go first: their
     renderers belong to their own thread.
     """
+    if _SCENE_CACHE:
+        shutil.rmtree(_SCENE_CACHE, ignore_errors=True)
     mujoco = sys.modules.get("mujoco")
     if mujoco is None:
         return
