@@ -87,6 +87,9 @@ class RenderService:
         self._max_open = max_open
         self._closing = False
         self._open_registered = False
+        if available()[0]:  # compiled scenes go to the disk cache when no page waits for a frame
+            from replay.scene_cache import defer_saves
+            defer_saves()
         self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
         self._thread.start()
         # EGL work still running while the interpreter finalises crashes the process: at exit,
@@ -111,6 +114,17 @@ class RenderService:
                 fut.set_result(fn(*args, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting page
                 fut.set_exception(exc)
+            if self._q.empty():
+                self._save_scenes()
+
+    @staticmethod
+    def _save_scenes() -> None:
+        """Writes newly compiled scenes to the disk cache once no job waits (1-2 s per LIBERO scene)."""
+        import sys
+
+        cache = sys.modules.get("replay.scene_cache")
+        if cache is not None:
+            cache.save_pending()
 
     # -- runs on the render thread ------------------------------------------------
     def _replayer(self, key: str, record, size: tuple[int, int]):

@@ -55,14 +55,14 @@ def _release_current() -> None:
                                egl.EGL.EGL_NO_CONTEXT)
 
 
-_VIS_LOCK = threading.Lock()
+MODEL_VIS_LOCK = threading.Lock()  # held while a shared model's vis settings are changed for a moment
 
 
 def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisample: bool) -> mujoco.MjrContext:
     """`MjrContext` of a shared model: its offscreen buffer size and samples are read from
     `model.vis` at creation only, so they are set for the call and put back."""
     g, q = model.vis.global_, model.vis.quality
-    with _VIS_LOCK:
+    with MODEL_VIS_LOCK:
         saved = g.offwidth, g.offheight, q.offsamples
         g.offwidth, g.offheight = max(g.offwidth, width), max(g.offheight, height)
         if not multisample:

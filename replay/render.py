@@ -49,6 +49,7 @@ def scene_key(record: EpisodeRecord) -> tuple:
     if not path.is_file():
         raise RecordError(f"MJCF file not found: {path}", file=record.source, episode=record.episode_id,
                           field="replay.mjcf")
+    path = path.resolve()  # episodes in sibling folders name one scene file as ../x and ../../x
     return ("path", str(path), path.stat().st_mtime_ns)
 
 

@@ -10,6 +10,10 @@ The key is a SHA-256 of the resolved XML (every asset an absolute path, see
 file's path, size and mtime: another MuJoCo, an edited scene or a replaced texture compiles
 anew. An unreadable cache file is removed and the scene compiled again.
 
+Writing a LIBERO scene's MJB takes 1-2 s. A process that renders for a user (the
+dashboard's render service) calls `defer_saves()`, and then `save_pending()` when no
+frame is waiting, so the first frame of a new scene does not wait for the write.
+
 Where: $SAFEVLA_SCENE_CACHE (a folder; "off" disables the cache), else
 $XDG_CACHE_HOME/safevla/scenes, else ~/.cache/safevla/scenes. Size: at most
 $SAFEVLA_SCENE_CACHE_MB megabytes (default 4096; a LIBERO scene is about 200 MB), the least
@@ -21,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +78,32 @@ def scene_digest(resolved_xml: str, modelfiledir: str) -> str:
     return h.hexdigest()
 
 
+_PENDING: list[tuple[mujoco.MjModel, Path]] = []
+_PENDING_LOCK = threading.Lock()
+_DEFER = [False]
+
+
+def defer_saves(on: bool = True) -> None:
+    """From now on, newly compiled scenes are written by `save_pending()`, not at once."""
+    _DEFER[0] = bool(on)
+
+
+def save_pending() -> int:
+    """Writes the compiled scenes waiting for the cache; returns how many. The models may be
+    shared by then, so the write holds the lock under which their vis settings change."""
+    from replay.offscreen import MODEL_VIS_LOCK
+
+    n = 0
+    while True:
+        with _PENDING_LOCK:
+            if not _PENDING:
+                return n
+            model, path = _PENDING.pop(0)
+        with MODEL_VIS_LOCK:
+            _store(model, path)
+        n += 1
+
+
 def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[], mujoco.MjModel]) -> mujoco.MjModel:
     """The scene's model from the disk cache, else `compile_fn()` (then stored for next time).
 
@@ -90,7 +121,11 @@ def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[]
         except (ValueError, OSError, mujoco.FatalError):
             path.unlink(missing_ok=True)  # truncated or from an incompatible build: compile anew
     model = compile_fn()
-    _store(model, path)
+    if _DEFER[0]:
+        with _PENDING_LOCK:
+            _PENDING.append((model, path))
+    else:
+        _store(model, path)
     return model
 
 

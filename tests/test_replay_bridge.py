@@ -55,3 +55,23 @@ def test_service_on_demo_scenes_past_its_cache():
     ref = fresh_frames(recs, steps, size=(W, H))
     got = through_service(recs, ["a", "b", "c", "d", "c", "b", "a"], steps)
     assert_all_equal(got, ref)
+
+
+def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_path, monkeypatch):
+    import time
+
+    import replay.scene_cache as scene_cache
+
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
+    rec = toy_record(mjcf=toy_scene(7))  # a scene no other test compiles
+    svc = RenderService()
+    try:
+        assert scene_cache._DEFER[0]
+        assert svc.frame("new", rec, 0, size=(W, H)).std() > 10
+        deadline = time.monotonic() + 30
+        while not any(tmp_path.glob("*" + scene_cache.SUFFIX)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 1
+    finally:
+        svc.close()
+        monkeypatch.setattr(scene_cache, "_DEFER", [False])

@@ -14,6 +14,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 
 import replay.render as render  # noqa: E402
+import replay.scene_cache as scene_cache  # noqa: E402
 from render_helpers import H, W, toy_record, toy_scene  # noqa: E402
 from replay.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
 from test_render import MESH_XML, write_stl  # noqa: E402
@@ -26,6 +27,7 @@ def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(folder))
     monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())  # nothing compiled in memory
+    monkeypatch.setattr(scene_cache, "_DEFER", [False])  # a render service in this process defers writes
     return folder
 
 
@@ -88,6 +90,15 @@ def test_the_cache_stays_under_its_limit_dropping_the_least_recently_used(cache,
     assert len(left) == 2 and sum(p.stat().st_size for p in left) <= 2.5 * max(sizes)
     assert scene_digest(toy_scene(4), "/") + SUFFIX in {p.name for p in left}
     assert scene_digest(toy_scene(3), "/") + SUFFIX in {p.name for p in left}  # the most recent of the old
+
+
+def test_deferred_writes_wait_for_save_pending(cache, monkeypatch):
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])
+    xml = toy_scene(3)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    assert not any(cache.glob("*" + SUFFIX))
+    assert scene_cache.save_pending() == 1 and len(list(cache.glob("*" + SUFFIX))) == 1
+    assert scene_cache.save_pending() == 0
 
 
 def test_off_writes_nothing(tmp_path, monkeypatch):
