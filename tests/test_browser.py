@@ -339,20 +339,21 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
     from scoring.io import load_record
 
     eps = pd.read_parquet(store / "episodes.parquet")
-    chosen, tasks = [], set()
-    for pass_ in range(2):  # one episode per task (each its own scene) first, then any episode
-        for _, e in eps.iterrows():
+    chosen, scenes = [], set()
+    for pass_ in range(2):  # one episode per scene file (each its own GL context) first, then any episode
+        for _, e in eps.sample(frac=1.0, random_state=0).iterrows():  # the suites mixed
             path = store / e["trajectory"] if isinstance(e["trajectory"], str) else None
-            task = (e["suite"], e["task_id"])
-            if path is None or not path.is_file() or e["episode_id"] in [c[0] for c in chosen] \
-                    or (pass_ == 0 and task in tasks):
+            if path is None or not path.is_file() or e["episode_id"] in [c[0] for c in chosen]:
                 continue
             rec = load_record(path)
             if rec.replay is None:
                 continue
+            scene = rec.replay.mjcf if rec.replay.mjcf_is_xml else str((path.parent / rec.replay.mjcf).resolve())
+            if pass_ == 0 and scene in scenes:
+                continue
             steps = _quiet_steps(store, e["episode_id"], rec.n_steps, 3)
             if steps:
-                tasks.add(task)
+                scenes.add(scene)
                 chosen.append((e["episode_id"], path, steps))
             if len(chosen) == 5:
                 break
