@@ -128,6 +128,15 @@ class OffscreenContext:
             gl.free()  # ours is current, so it is released before eglDestroyContext
             _release_current()
 
+    def __del__(self):
+        # Unreferenced, so nobody renders with it: freeing here, on whatever thread collects
+        # it, is safe. Left to the MjrContext's own destructor, mjr_freeContext would run in
+        # whichever context that thread has current.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - EGL already terminated at exit: nothing left to free
+            pass
+
 
 class ContextPool:
     """The offscreen contexts of one thread: shared by key while used, the last few kept when not."""

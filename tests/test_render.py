@@ -475,3 +475,11 @@ def test_libero_env_scene_renders_like_robosuite():
     assert np.abs(img.astype(int) - native.astype(int)).mean() < 8  # same scene, same camera, same look
     changed = np.abs(red.astype(int) - img.astype(int)).sum(axis=-1) > 60
     assert changed[30:-30, 30:-30].sum() > 100  # the bowl turned red
+
+
+def test_a_frame_does_not_depend_on_the_step_shown_before(rp):
+    """A frame is a function of its step: contact forces, and so the drawn arrows, carry nothing over."""
+    first = rp.frame(VIOL.step, violation=VIOL)
+    for s in (T - 1, 0, VIOL.step + 1, 2):
+        rp.frame(s, violation=VIOL)
+    assert np.array_equal(rp.frame(VIOL.step, violation=VIOL), first)

@@ -67,7 +67,8 @@ def test_a_changed_asset_or_folder_compiles_anew(cache, tmp_path):
     assert scene_digest(xml, str(tmp_path / "other") + os.sep) != scene_digest(xml, str(tmp_path) + os.sep)
 
 
-def test_a_damaged_cache_file_is_replaced(cache):
+def test_a_damaged_cache_file_is_replaced(cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo logs the truncated file to MUJOCO_LOG.TXT in the working folder
     xml = toy_scene(1)
     model = compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
     (path,) = cache.glob("*" + SUFFIX)
