@@ -29,7 +29,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
-MAX_OPEN = 3  # replayers kept open (each holds its episode's model copy; scenes share GL contexts)
+MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/offscreen.py)
 
 
 def available() -> tuple[bool, str]:
@@ -153,8 +153,8 @@ class RenderService:
 
     @staticmethod
     def _compile(record) -> None:
-        from replay.render import load_model
-        load_model(record)  # replay caches compiled scenes by MJCF
+        from replay.render import scene_model
+        scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
 
     def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int) -> None:
         """Queues, in the background, a renderer for the first `n_renderers` (key, record path)

@@ -214,14 +214,19 @@ def pool_for_this_thread() -> ContextPool:
         return pool
 
 
-_EXIT_HOOK = []
-
-
 def _close_pools_before_egl_terminates() -> None:
     """mujoco.egl terminates its display in an atexit hook registered when the first context
-    is made; hooks run last-in first-out, so one registered after it closes our contexts first."""
-    if not _EXIT_HOOK:
-        _EXIT_HOOK.append(atexit.register(close_contexts, in_use=True))
+    is made, and other libraries (robosuite) register their own later. Hooks run last-in
+    first-out, so ours is registered again with every new context: it runs before theirs."""
+    atexit.unregister(_close_at_exit)
+    atexit.register(_close_at_exit)
+
+
+def _close_at_exit() -> None:
+    try:
+        close_contexts(in_use=True)
+    except Exception:  # noqa: BLE001 - EGL already gone: the process is ending anyway
+        pass
 
 
 def close_contexts(*, in_use: bool = False) -> None:

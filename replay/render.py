@@ -1,10 +1,12 @@
 """Offscreen MuJoCo replay of a recorded episode, with the violation highlighted.
 
 `Replayer(record)` loads the record's MJCF, sets `qpos`/`qvel` (and mocap) of a step,
-runs `mj_forward` and renders offscreen (EGL through Mesa on CPU-only machines) with a GL
-context it shares with the other replayers of its scene (`replay/offscreen.py` says why). On the violating frame and `window` steps around it, the violating bodies
-turn red, their contact points and force arrows show, and the frame gets a red border and
-a caption ("max_contact_force 412 N > 200 N"); the success frame gets a green border.
+runs `mj_forward` and renders offscreen (EGL through Mesa on CPU-only machines), with the
+compiled model and GL context it shares with the other replayers of its scene
+(`replay/offscreen.py` says why). On the violating frame and `window` steps around it, the
+violating bodies turn red, their contact points and force arrows show, and the frame gets
+a red border and a caption ("max_contact_force 412 N > 200 N"); the success frame gets a
+green border.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ def pytest_sessionfinish(session, exitstatus):
     for obj in gc.get_objects():
         if bridge is not None and isinstance(obj, bridge.RenderService):
             obj.close()
+    offscreen = sys.modules.get("replay.offscreen")
+    if offscreen is not None:  # replay's GL contexts, before robosuite's exit hook terminates EGL
+        offscreen.close_contexts(in_use=True)
     for obj in gc.get_objects():
         if isinstance(obj, mujoco.Renderer):
             try:
