@@ -13,6 +13,18 @@ at 640x480 on this machine's CPU (EGL through Mesa llvmpipe):
 - wall time of `export_clip` to MP4 for the 300 steps (target < 40 s).
 
 Prints one JSON line. Usage: python benchmarks/bench_render.py [--cache DIR] [--frames 40]
+
+`--first-frame` measures instead the first frame of a scene the process has not opened
+(issue 16, section 3), the way the dashboard's render service meets it: each measurement
+is a fresh interpreter (MuJoCo imported, nothing compiled, no GL context) that opens a
+replayer on a demo episode at the dashboard's 480x360 and renders one step, then opens
+another episode of the same scene file. Per scene, in this order:
+- `before`: the code at `--baseline-rev` (default: the commit before issue 16's changes),
+  from `git archive`; without git, this code with the scene cache off;
+- `cold`: this code, the scene not in the disk cache (compiles it and stores it);
+- `cached`: this code, the scene compiled by an earlier process (in the disk cache).
+Ratio: median `before` / median `cached`. Usage:
+python benchmarks/bench_render.py --first-frame [--scenes 3] [--baseline-rev REV]
 """
 
 from __future__ import annotations
@@ -104,12 +116,108 @@ def bare_frame(m, d, r, opt, rec: EpisodeRecord, step: int, camera: str) -> np.n
     return r.render()
 
 
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE_REV = "ffcaab8"  # the branch point of issue 16's render work: one GL context per replayer, no scene cache
+FIRST_FRAME_CHILD = """
+import json, sys, time
+import replay.render as render
+from replay.render import Replayer
+from scoring.io import load_record
+try:  # as the dashboard's render service: write compiled scenes once no frame waits
+    from replay.scene_cache import defer_saves, save_pending
+    defer_saves()
+except ImportError:  # the baseline has no scene cache
+    save_pending = lambda: None
+out = {}
+for name, path in (("first", sys.argv[1]), ("same_scene", sys.argv[2])):
+    t = time.perf_counter()
+    rec = load_record(path)
+    getattr(render, "scene_model", render.load_model)(rec)  # compile or load (the baseline also copies)
+    model = time.perf_counter()
+    r = Replayer(rec, width=480, height=360)
+    opened = time.perf_counter()
+    r.frame(rec.n_steps // 2)
+    out[name] = {"model_s": model - t, "open_s": opened - model, "total_s": time.perf_counter() - t}
+    r.close()
+save_pending()
+print(json.dumps(out))
+"""
+
+
+def demo_scene_pairs(n: int) -> list[tuple[Path, Path]]:
+    """(episode, another episode of the same MJCF file) for `n` distinct demo scene files,
+    taking the suites in turn (the libero_goal tasks share one scene file)."""
+    by_scene: dict[Path, list[Path]] = {}
+    for f in sorted((ROOT / "assets" / "demo" / "archive").rglob("*.npz")):
+        rec = load_record(f)
+        if rec.replay is not None and not rec.replay.mjcf_is_xml:
+            by_scene.setdefault((f.parent / rec.replay.mjcf).resolve(), []).append(f)
+    by_suite: dict[str, list] = {}
+    for files in by_scene.values():
+        if len(files) >= 2:
+            by_suite.setdefault(files[0].parent.parent.parent.name, []).append((files[0], files[1]))
+    turns = [pair for group in zip(*by_suite.values()) for pair in group]
+    return turns[:n]
+
+
+def first_frame(args) -> None:
+    import shutil
+    import subprocess
+
+    def child(tree: Path, cache: str, pair) -> dict:
+        env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(tree), "SAFEVLA_SCENE_CACHE": cache}
+        got = subprocess.run([sys.executable, "-c", FIRST_FRAME_CHILD, *map(str, pair)], cwd=tree, env=env,
+                             capture_output=True, text=True, check=True)
+        return json.loads(got.stdout.strip().splitlines()[-1])
+
+    pairs = demo_scene_pairs(args.scenes)
+    with tempfile.TemporaryDirectory(prefix="safevla-first-frame-") as tmp:
+        base_tree, baseline = Path(tmp) / "baseline", f"git {args.baseline_rev}"
+        try:
+            base_tree.mkdir()
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline_rev], capture_output=True,
+                                     check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive, check=True)
+            shutil.rmtree(base_tree / "assets")  # the episodes come from this tree; scenes resolve from it too
+            (base_tree / "assets").symlink_to(ROOT / "assets")
+        except (OSError, subprocess.CalledProcessError):
+            base_tree, baseline = ROOT, "this code, scene cache off"
+        runs = {"before": [], "cold": [], "cached": []}
+        for pair in pairs:
+            cache = str(Path(tmp) / "scenes")
+            runs["before"].append(child(base_tree, "off", pair))
+            runs["cold"].append(child(ROOT, cache, pair))
+            runs["cached"].append(child(ROOT, cache, pair))
+
+    def med(kind: str, which: str) -> float:
+        return round(float(np.median([r[which]["total_s"] for r in runs[kind]])), 2)
+
+    print(json.dumps({
+        "benchmark": "render_first_frame", "size": [480, 360], "scenes": len(pairs), "baseline": baseline,
+        "cpus": os.cpu_count(),
+        **{f"{k}_first_frame_s": med(k, "first") for k in runs},
+        **{f"{k}_same_scene_next_episode_s": med(k, "same_scene") for k in runs},
+        "ratio_before_over_cached": round(med("before", "first") / med("cached", "first"), 2),
+        "ratio_same_scene_before_over_now": round(med("before", "same_scene") / med("cached", "same_scene"), 2),
+        "per_scene_first_frame_s": {k: [round(r["first"]["total_s"], 2) for r in v] for k, v in runs.items()},
+        "first_frame_stages_median_s": {k: {s: round(float(np.median([r["first"][s] for r in v])), 2)
+                                            for s in ("model_s", "open_s")} for k, v in runs.items()},
+        "target_first_frame_s": 2.0, "load_avg_1m": round(os.getloadavg()[0], 2),
+    }))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-render"))
     ap.add_argument("--frames", type=int, default=40, help="steps measured per round (default 40)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--first-frame", action="store_true", help="measure the first frame of unopened scenes instead")
+    ap.add_argument("--scenes", type=int, default=3, help="demo scenes for --first-frame (default 3)")
+    ap.add_argument("--baseline-rev", default=BASELINE_REV, help="git revision measured as 'before' (--first-frame)")
     args = ap.parse_args()
+    if args.first_frame:
+        first_frame(args)
+        return
 
     path = build_episode(Path(args.cache))
     rec = load_record(path)

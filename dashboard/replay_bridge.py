@@ -29,6 +29,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
+MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/offscreen.py)
 
 
 def available() -> tuple[bool, str]:
@@ -79,13 +80,16 @@ class RenderService:
     renderer) that run only when no page is waiting, one small job at a time.
     """
 
-    def __init__(self, max_open: int = 3):
+    def __init__(self, max_open: int = MAX_OPEN):
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
         self._max_open = max_open
         self._closing = False
         self._open_registered = False
+        if available()[0]:  # compiled scenes go to the disk cache when no page waits for a frame
+            from replay.scene_cache import defer_saves
+            defer_saves()
         self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
         self._thread.start()
         # EGL work still running while the interpreter finalises crashes the process: at exit,
@@ -110,6 +114,17 @@ class RenderService:
                 fut.set_result(fn(*args, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting page
                 fut.set_exception(exc)
+            if self._q.empty():
+                self._save_scenes()
+
+    @staticmethod
+    def _save_scenes() -> None:
+        """Writes newly compiled scenes to the disk cache once no job waits (1-2 s per LIBERO scene)."""
+        import sys
+
+        cache = sys.modules.get("replay.scene_cache")
+        if cache is not None:
+            cache.save_pending()
 
     # -- runs on the render thread ------------------------------------------------
     def _replayer(self, key: str, record, size: tuple[int, int]):
@@ -138,8 +153,8 @@ class RenderService:
 
     @staticmethod
     def _compile(record) -> None:
-        from replay.render import load_model
-        load_model(record)  # replay caches compiled scenes by MJCF
+        from replay.render import scene_model
+        scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
 
     def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int) -> None:
         """Queues, in the background, a renderer for the first `n_renderers` (key, record path)

@@ -1,10 +1,12 @@
 """Offscreen MuJoCo replay of a recorded episode, with the violation highlighted.
 
 `Replayer(record)` loads the record's MJCF, sets `qpos`/`qvel` (and mocap) of a step,
-runs `mj_forward` and renders with `mujoco.Renderer` (EGL through Mesa on CPU-only
-machines). On the violating frame and `window` steps around it, the violating bodies
-turn red, their contact points and force arrows show, and the frame gets a red border and
-a caption ("max_contact_force 412 N > 200 N"); the success frame gets a green border.
+runs `mj_forward` and renders offscreen (EGL through Mesa on CPU-only machines), with the
+compiled model and GL context it shares with the other replayers of its scene
+(`replay/offscreen.py` says why). On the violating frame and `window` steps around it, the
+violating bodies turn red, their contact points and force arrows show, and the frame gets
+a red border and a caption ("max_contact_force 412 N > 200 N"); the success frame gets a
+green border.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import numpy as np  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
                               Violation, draw_arrow, draw_border, draw_captions)
+from replay.offscreen import ContextPool, OffscreenContext, pool_for_this_thread  # noqa: E402
 from replay.scene_assets import SceneAssetError, resolve_scene  # noqa: E402
+from replay.scene_cache import compile_cached  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import load_record, resolve_mjcf  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -34,44 +38,65 @@ _MODEL_CACHE: OrderedDict = OrderedDict()
 _MODEL_CACHE_SIZE = 4
 
 
+def scene_key(record: EpisodeRecord) -> tuple:
+    """What identifies the record's compiled scene: its MJCF file and mtime, or its embedded text.
+
+    Raises RecordError for a record without replay state or a missing MJCF file.
+    """
+    src = resolve_mjcf(record)
+    if record.replay.mjcf_is_xml:
+        base = Path(record.source).resolve().parent if record.source else Path.cwd()
+        return ("xml", src, str(base))
+    path = Path(src)
+    if not path.is_file():
+        raise RecordError(f"MJCF file not found: {path}", file=record.source, episode=record.episode_id,
+                          field="replay.mjcf")
+    path = path.resolve()  # episodes in sibling folders name one scene file as ../x and ../../x
+    return ("path", str(path), path.stat().st_mtime_ns)
+
+
 def load_model(record: EpisodeRecord) -> mujoco.MjModel:
-    """A fresh copy of the record's compiled model (compiled models are cached per MJCF).
+    """A fresh copy of the record's compiled model (see `scene_model` for errors)."""
+    return copy.copy(scene_model(record))
+
+
+def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
+    """The record's compiled model, cached per MJCF and shared: read it, never change it
+    (a LIBERO scene is 150 MB of textures; a copy per replayer took 0.6 s and that memory).
 
     Raises RecordError for a record without replay state or a missing MJCF file, and
     RenderError for a missing mesh/texture (naming the file and where it was looked for)
     or an MJCF MuJoCo cannot compile.
     """
-    src = resolve_mjcf(record)
-    where = dict(file=record.source, episode=record.episode_id, field="replay.mjcf")
-    if record.replay.mjcf_is_xml:
-        text, path = src, None
-        base = Path(record.source).resolve().parent if record.source else Path.cwd()
-        key = ("xml", text, str(base))
-    else:
-        path = Path(src)
-        if not path.is_file():
-            raise RecordError(f"MJCF file not found: {path}", **where)
-        text, base = path.read_text(), path.parent
-        key = ("path", str(path), path.stat().st_mtime_ns)
+    key = scene_key(record)
     model = _MODEL_CACHE.get(key)
     if model is None:
+        kind, src, _ = key
+        path = Path(src) if kind == "path" else None
+        text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
         origin = str(path) if path else "embedded MJCF"
         try:
-            spec = mujoco.MjSpec.from_string(resolve_scene(text, base=base, origin=origin))
+            resolved = resolve_scene(text, base=base, origin=origin)
         except SceneAssetError as exc:
             raise RenderError(str(exc)) from None
-        except (ValueError, mujoco.FatalError) as exc:
-            raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
-        spec.modelfiledir = str(base) + os.sep
-        try:
-            model = spec.compile()
-        except (ValueError, mujoco.FatalError) as exc:
-            raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
+        model = compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
         _MODEL_CACHE[key] = model
         while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
             _MODEL_CACHE.popitem(last=False)
     _MODEL_CACHE.move_to_end(key)
-    return copy.copy(model)
+    return model
+
+
+def _compile(resolved: str, base: Path, origin: str) -> mujoco.MjModel:
+    try:
+        spec = mujoco.MjSpec.from_string(resolved)
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
+    spec.modelfiledir = str(base) + os.sep
+    try:
+        return spec.compile()
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
 
 
 def _ensure_offscreen_gl() -> None:
@@ -89,7 +114,7 @@ def _ensure_offscreen_gl() -> None:
 
 
 class Replayer:
-    """Renders any step of a recorded episode offscreen; a context manager (frees its GL context).
+    """Renders any step of a recorded episode offscreen; a context manager (gives back its GL context).
 
     Args:
       record: an `EpisodeRecord` with replay state, or a path to a record file.
@@ -116,16 +141,12 @@ class Replayer:
                 raise RenderError(f"{name}: expected pixels in [16, 8192], got {v!r}")
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
             raise RenderError(f"window: expected a number of steps >= 0, got {window!r}")
-        self._renderer = None
-        self.model = m = load_model(self.record)
+        self._ctx: OffscreenContext | None = None
+        self.model = m = scene_model(self.record)  # shared by the replayers of this scene: read only
         self._check_state()
         self.data = mujoco.MjData(m)
         self.width, self.height, self.window, self.quality = int(width), int(height), int(window), quality
         self.xray = bool(xray)
-        m.vis.global_.offwidth = max(m.vis.global_.offwidth, self.width)
-        m.vis.global_.offheight = max(m.vis.global_.offheight, self.height)
-        if quality == "fast":
-            m.vis.quality.offsamples = 0
         self._camera = self._resolve_camera(camera)
         self.camera_name = camera if camera is not None else (self._camera if isinstance(self._camera, str) else FREE)
         self._opt = mujoco.MjvOption()
@@ -137,10 +158,17 @@ class Replayer:
         self._free_cam: mujoco.MjvCamera | None = None
         self._aimed: dict[Violation, mujoco.MjvCamera] = {}
         self._last_cam = None
-        _ensure_offscreen_gl()
-        self._renderer = mujoco.Renderer(m, self.height, self.width)
+        self._fixed_cams: dict[str, mujoco.MjvCamera] = {}
+        self._scene = mujoco.MjvScene(m, maxgeom=10000)
         if quality == "fast":
-            self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            self._scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+        # The GL context (the scene's textures and meshes on the GPU side) is shared by the
+        # replayers of one scene, size and quality on this thread: see replay/offscreen.py.
+        _ensure_offscreen_gl()
+        self._pool: ContextPool = pool_for_this_thread()
+        self._ctx_key = (scene_key(self.record), quality)
+        self._ctx = self._pool.acquire(self._ctx_key, m, width=self.width, height=self.height,
+                                       multisample=quality == "high")
 
     # ------------------------------------------------------------ set-up
 
@@ -236,6 +264,16 @@ class Replayer:
             return self._free_cam
         return self._camera
 
+    def _mjv_camera(self, cam) -> mujoco.MjvCamera:
+        if isinstance(cam, mujoco.MjvCamera):
+            return cam
+        got = self._fixed_cams.get(cam)
+        if got is None:
+            got = self._fixed_cams[cam] = mujoco.MjvCamera()
+            got.type = mujoco.mjtCamera.mjCAMERA_FIXED
+            got.fixedcamid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, cam)
+        return got
+
     def frame(self, step: int, *, violation: Violation | Sequence[Violation] | None = None,
               highlight: bool = True, annotate: bool = True) -> np.ndarray:
         """The (height, width, 3) uint8 image of `step` (negative counts from the end).
@@ -244,7 +282,7 @@ class Replayer:
         shown (red tint, its contacts and force arrows, and with `annotate` a red border
         and caption), and the success frame gets a green border (with `annotate`).
         """
-        if self._renderer is None:
+        if self._ctx is None:
             raise RenderError("this Replayer is closed; open a new one to render")
         s = self._step_index(step)
         vs = () if violation is None else (violation,) if isinstance(violation, Violation) else tuple(violation)
@@ -253,10 +291,10 @@ class Replayer:
         active = [v for v in vs if highlight and abs(s - v.step) <= self.window]
         cam = self._last_cam = self._camera_for(active, vs)
         d = self.set_state(s)
-        r = self._renderer
-        r.update_scene(d, camera=cam, scene_option=self._opt)
-        arrows = self._hl.decorate(r.scene, d, active, xray=self.xray) if active else []
-        img = r.render()
+        mujoco.mjv_updateScene(self.model, d, self._opt, None, self._mjv_camera(cam),
+                               mujoco.mjtCatBit.mjCAT_ALL.value, self._scene)
+        arrows = self._hl.decorate(self._scene, d, active, xray=self.xray) if active else []
+        img = self._ctx.render(self._scene)
         for tail, head in arrows:
             ends = self.project(tail), self.project(head)
             if None not in ends:
@@ -275,9 +313,9 @@ class Replayer:
 
     def project(self, point) -> tuple[float, float] | None:
         """Pixel (x, y) of a world point in the last rendered frame; None if behind the camera."""
-        if self._renderer is None or self._last_cam is None:
+        if self._ctx is None or self._last_cam is None:
             raise RenderError("project() needs a rendered frame: call frame() first")
-        c0, c1 = self._renderer.scene.camera  # the two eyes; mono renders from their mean
+        c0, c1 = self._scene.camera  # the two eyes; mono renders from their mean
         rel = np.asarray(point, float) - (np.asarray(c0.pos) + c1.pos) / 2
         fwd, up = np.asarray(c0.forward), np.asarray(c0.up)
         z = rel @ fwd
@@ -293,13 +331,13 @@ class Replayer:
 
     @property
     def closed(self) -> bool:
-        return self._renderer is None
+        return self._ctx is None
 
     def close(self) -> None:
-        """Frees the GL context; idempotent."""
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        """Gives back the GL context (freed once no replayer of its scene needs it); idempotent."""
+        if self._ctx is not None:
+            self._ctx = None
+            self._pool.release(self._ctx_key, width=self.width, height=self.height)
 
     def __enter__(self) -> "Replayer":
         return self

@@ -2,9 +2,17 @@ import copy
 import gc
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
+
+# Compiled scenes go to a cache of this test session, not the user's (~200 MB per LIBERO scene);
+# servers the tests start inherit it.
+_SCENE_CACHE = None if "SAFEVLA_SCENE_CACHE" in os.environ else tempfile.mkdtemp(prefix="safevla-scene-cache-")
+if _SCENE_CACHE:
+    os.environ["SAFEVLA_SCENE_CACHE"] = _SCENE_CACHE
 
 
 def _skipped(config) -> list:
@@ -34,6 +42,10 @@ def pytest_sessionfinish(session, exitstatus):
     """
     if _skipped(session.config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+    if _SCENE_CACHE:
+        shutil.rmtree(_SCENE_CACHE, ignore_errors=True)
     mujoco = sys.modules.get("mujoco")
     if mujoco is None:
         return
@@ -42,6 +54,9 @@ def pytest_sessionfinish(session, exitstatus):
     for obj in gc.get_objects():
         if bridge is not None and isinstance(obj, bridge.RenderService):
             obj.close()
+    offscreen = sys.modules.get("replay.offscreen")
+    if offscreen is not None:  # replay's GL contexts, before robosuite's exit hook terminates EGL
+        offscreen.close_contexts(in_use=True)
     for obj in gc.get_objects():
         if isinstance(obj, mujoco.Renderer):
             try:

@@ -304,3 +304,80 @@ def test_compare_page_opens_with_side_by_side_replay(server, store, page, shots)
     blob = Path(dl.value.path()).read_bytes()
     assert blob[:8] == b"\x89PNG\r\n\x1a\n" and len(blob) > 20_000
     (shots / "compare_figure.png").write_bytes(blob)
+
+
+def _quiet_steps(store: Path, eid: str, n_steps: int, k: int) -> list[int]:
+    """`k` steps spread over the episode, each more than the highlight window (3) away from any
+    spec's worst step: frames the page draws without violation marks, like a plain replay."""
+    import numpy as np
+    import pandas as pd
+
+    sr = pd.read_parquet(store / "spec_results.parquet", filters=[("episode_id", "==", eid)])
+    worst = sr["extreme_step"].dropna().to_numpy(float)
+    ok = [s for s in range(2, n_steps - 2) if not worst.size or np.abs(worst - s).min() > 4]
+    return [ok[int(j)] for j in np.linspace(0, len(ok) - 1, k)] if len(ok) >= k else []
+
+
+def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, store, page):
+    """Issue 16, section 1: opens five episodes (of different scenes where the store has them)
+    on the detail page, then goes back to ones the render service kept open and ones it closed;
+    every frame the browser shows equals a fresh render of that step in this process.
+
+    The browser gets the service's JPEG (quality 90) of the frame; the fresh render goes
+    through the same encoder, so the decoded pixels must be equal (llvmpipe renders the same
+    state to the same bytes in any context, see tests/render_helpers.py)."""
+    import io
+    from urllib.parse import urlencode, urljoin
+
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    pytest.importorskip("mujoco")
+    from dashboard.replay_bridge import FRAME_SIZE, MAX_OPEN, jpeg
+    from replay.render import Replayer
+    from scoring.io import load_record
+
+    eps = pd.read_parquet(store / "episodes.parquet")
+    chosen, scenes = [], set()
+    for pass_ in range(2):  # one episode per scene file (each its own GL context) first, then any episode
+        for _, e in eps.sample(frac=1.0, random_state=0).iterrows():  # the suites mixed
+            path = store / e["trajectory"] if isinstance(e["trajectory"], str) else None
+            if path is None or not path.is_file() or e["episode_id"] in [c[0] for c in chosen]:
+                continue
+            rec = load_record(path)
+            if rec.replay is None:
+                continue
+            scene = rec.replay.mjcf if rec.replay.mjcf_is_xml else str((path.parent / rec.replay.mjcf).resolve())
+            if pass_ == 0 and scene in scenes:
+                continue
+            steps = _quiet_steps(store, e["episode_id"], rec.n_steps, 3)
+            if steps:
+                scenes.add(scene)
+                chosen.append((e["episode_id"], path, steps))
+            if len(chosen) == 5:
+                break
+        if len(chosen) == 5:
+            break
+    assert len(chosen) > MAX_OPEN, f"the store has {len(chosen)} renderable episodes; need more than {MAX_OPEN}"
+    # a b c d e, then c d (kept open through the closes), a b (closed, re-opened), e: each visit a new step
+    visits = [(n, 0) for n in range(5)] + [(2, 1), (3, 1), (0, 1), (1, 1), (4, 2), (2, 2)]
+    shown = []
+    for n, v in visits:
+        eid, _, steps = chosen[n]
+        open_url(page, f"{server}/detail?" + urlencode({"ep": eid, "step": steps[v]}))
+        no_exception(page)
+        img = page.locator('[data-testid="stImage"] img').first
+        img.wait_for(timeout=120_000)
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle(),
+                               timeout=120_000)
+        body = page.request.get(urljoin(page.url, img.get_attribute("src"))).body()
+        shown.append(((n, steps[v]), np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))))
+    bad = []
+    for (n, step), got in shown:
+        with Replayer(chosen[n][1], width=FRAME_SIZE[0], height=FRAME_SIZE[1]) as r:
+            want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step)))).convert("RGB"))
+        if got.shape != want.shape or not np.array_equal(got, want):
+            diff = np.abs(got.astype(int) - want).mean() if got.shape == want.shape else got.shape
+            bad.append((chosen[n][0], step, diff))
+    assert not bad, f"{len(bad)} of {len(shown)} frames in the browser differ from a fresh render: {bad}"

@@ -22,47 +22,14 @@ import mujoco  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, bodies_for,  # noqa: E402
                               border_width, draw_arrow, format_quantity)
+from render_helpers import (DEMO_ARCHIVE, H, T, TOY_XML, VIOL, W, assert_all_equal, churn,  # noqa: E402
+                            demo_records_of_distinct_scenes, fresh_frames, toy_record, toy_scene)
 from replay.render import Replayer  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import save_record  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
 
 pytestmark = pytest.mark.render
-
-W, H = 160, 120
-T = 12
-TOY_XML = """<mujoco model="toy">
-  <worldbody>
-    <light pos="0 0 3" dir="0 0 -1"/>
-    <geom name="floor" type="plane" size="2 2 .1" rgba=".75 .75 .75 1"/>
-    <body name="box" pos="0 0 .095"><freejoint/><geom name="box_g" type="box" size=".1 .1 .1" rgba="0 0 1 1"/></body>
-    <body name="ball" pos="0.4 0 .095"><freejoint/><geom name="ball_g" type="sphere" size=".1" rgba="0 .8 0 1"/></body>
-    <camera name="cam" pos="0.1 -1.3 1.1" xyaxes="1 0 0 0 .64 .77"/>
-    <camera name="side" pos="1.5 0 .5" xyaxes="0 1 0 -.3 0 1"/>
-  </worldbody>
-</mujoco>"""
-
-
-def toy_record(*, mjcf: str = TOY_XML, success: bool = True, source: str | None = None, **replay) -> EpisodeRecord:
-    """The box slides +x over the floor (5 mm into it, so it has contacts); the ball stays put."""
-    m = mujoco.MjModel.from_xml_string(TOY_XML)
-    qpos = np.tile(m.qpos0, (T, 1))
-    qpos[:, 0] = np.linspace(-0.3, 0.0, T)
-    pos = np.stack([qpos[:, 0:3], qpos[:, 7:10]], axis=1)
-    steps = np.repeat(np.arange(T), 2)
-    contacts = {"step": steps, "a": np.tile([1, 2], T), "b": np.zeros(2 * T, int),
-                "force": np.where(np.arange(2 * T) % 2 == 0, 10.0, 5.0)}
-    contacts["force"][2 * 6] = 412.0  # box-floor at step 6
-    return EpisodeRecord.build(
-        episode_id="toy-1", benchmark="toy", task_id="slide", success=success, dt=0.05,
-        body_roles={"world": "furniture", "box": "target", "ball": "bystander"}, target_object="box",
-        eef_pos=np.zeros((T, 3)), pose_bodies=["box", "ball"], body_pos=pos, contacts=contacts,
-        meta={"success_step": T - 1}, source=source,
-        replay={"mjcf": mjcf, "qpos": qpos, "qvel": np.zeros((T, m.nv)), "camera": "cam", **replay})
-
-
-VIOL = Violation("max_contact_force", 6, 412.0, 200.0, "N", ">", ("box", "world"))
-
 
 def geom_mask(rp: Replayer, step: int, geom: str) -> np.ndarray:
     """Pixels of `geom` at `step`, from a segmentation render of the same model and camera."""
@@ -366,6 +333,71 @@ def test_closing_another_replayer_leaves_this_one_intact(rp):
     assert np.array_equal(before, rp.frame(4, violation=VIOL))
 
 
+# ---------------------------------------------- GL context life cycle (issue 16, section 1)
+# Frames must equal fresh renders exactly: render_helpers.py says why.
+
+def test_the_issue_sequence_three_open_close_one_open_a_fourth():
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(4)}
+    ref = fresh_frames(recs, [0, 6])
+    rps = [Replayer(recs[i], width=W, height=H) for i in range(3)]
+    for r in rps:
+        r.frame(0)
+    rps[0].close()
+    with Replayer(recs[3], width=W, height=H) as fourth:
+        assert np.array_equal(fourth.frame(0), ref[3, 0])
+        for i in (1, 2):
+            assert np.array_equal(rps[i].frame(0), ref[i, 0]), f"replayer {i} after another closed"
+            assert np.array_equal(rps[i].frame(6, violation=VIOL), ref[i, 6])
+    for r in rps[1:]:
+        r.close()
+
+
+def test_more_replayers_than_the_cache_holds_render_like_fresh_ones():
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(5)}
+    recs["0b"] = toy_record(mjcf=toy_scene(0))  # a second episode of scene 0: shares its context
+    steps = [0, 6, T - 1]
+    ref = fresh_frames(recs, steps)
+    ref.update({("0b", s): ref[0, s] for s in steps})
+    got = churn(recs, [0, 1, 2, 3, 0, "0b", 4, 1, 2, 3, "0b", 4, 0, 1], steps)
+    assert len(got) > 100
+    assert_all_equal(got, ref)
+    assert len({ref[i, 0].tobytes() for i in range(5)}) == 5  # the scenes really differ
+
+
+def test_a_foreign_renderer_closing_leaves_replayers_intact():
+    """A plain mujoco.Renderer frees its GL objects in whatever context is current: with our
+    contexts released after every frame, that is none of ours."""
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(2)}
+    ref = fresh_frames(recs, [0])
+    with Replayer(recs[0], width=W, height=H) as a, Replayer(recs[1], width=W, height=H) as b:
+        a.frame(0)
+        foreign = mujoco.Renderer(a.model, H, W)
+        foreign.update_scene(a.data)
+        foreign.render()
+        b.frame(0)  # b's context was current last
+        foreign.close()
+        assert np.array_equal(a.frame(0), ref[0, 0]) and np.array_equal(b.frame(0), ref[1, 0])
+
+
+def test_replayers_of_one_scene_share_a_context_and_it_is_kept_for_reuse():
+    from replay.offscreen import IDLE_CONTEXTS, pool_for_this_thread
+
+    pool = pool_for_this_thread()
+    pool.close()
+    rec = toy_record(mjcf=toy_scene(1))
+    with Replayer(rec, width=W, height=H) as a, Replayer(rec, width=W, height=H) as b:
+        assert a._ctx is b._ctx and pool.n_open == 1
+        with Replayer(rec, width=W // 2, height=H // 2) as small:
+            assert small._ctx is not a._ctx and pool.n_open == 2  # one context per frame size
+    kept = a._ctx_key
+    assert pool.n_open == 2  # unused now, kept for a re-opened scene
+    with Replayer(rec, width=W, height=H):
+        assert pool.n_open == 2
+    for i in range(2, 3 + IDLE_CONTEXTS):
+        Replayer(toy_record(mjcf=toy_scene(i)), width=W, height=H).close()
+    assert pool.n_open == IDLE_CONTEXTS and kept not in [k[0] for k in pool._idle]
+
+
 def test_close_frees_the_context():
     r = Replayer(toy_record(), width=W, height=H)
     with r:
@@ -378,7 +410,6 @@ def test_close_frees_the_context():
 
 # ----------------------------------------------------------------- real LIBERO scenes
 
-DEMO_ARCHIVE = Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"
 
 
 @pytest.mark.libero
@@ -396,6 +427,19 @@ def test_libero_demo_episode_renders():
         assert r.camera_name == "agentview"
         img = r.frame(rec.n_steps // 2)
     assert img.std() > 20 and len(np.unique(img.reshape(-1, 3), axis=0)) > 500
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_demo_scenes_and_toys_through_more_replayers_than_the_cache_holds():
+    """Three LIBERO scenes (textured, meshed: the objects a wrong free deletes) and two toys,
+    opened, closed and re-opened with at most three open; every frame equals a fresh render."""
+    recs = dict(zip("abc", demo_records_of_distinct_scenes(3))) | {i: toy_record(mjcf=toy_scene(i)) for i in (0, 1)}
+    steps = [0, 5]
+    ref = fresh_frames(recs, steps)
+    got = churn(recs, ["a", "b", 0, "c", "a", 1, "b", "c", 0], steps)
+    assert_all_equal(got, ref)
+    assert all(ref[k, 5].std() > 20 for k in "abc")  # real scenes, not blank frames
 
 
 @pytest.mark.libero
@@ -444,3 +488,11 @@ def test_bodies_for_matches_the_extreme_against_the_peak_channel_too():
     assert bodies_for(peaked, "max_contact_force", 6, value=900.0) == ("ball", "world")  # scored on peaks
     assert bodies_for(peaked, "max_contact_force", 6, value=412.0) == ("box", "world")  # scored on samples
     assert bodies_for(peaked, "max_contact_force", 6) == ("ball", "world")  # unknown value: the largest
+
+
+def test_a_frame_does_not_depend_on_the_step_shown_before(rp):
+    """A frame is a function of its step: contact forces, and so the drawn arrows, carry nothing over."""
+    first = rp.frame(VIOL.step, violation=VIOL)
+    for s in (T - 1, 0, VIOL.step + 1, 2):
+        rp.frame(s, violation=VIOL)
+    assert np.array_equal(rp.frame(VIOL.step, violation=VIOL), first)

@@ -1,0 +1,238 @@
+"""Offscreen GL contexts for replay, with an explicit life cycle, shared per scene.
+
+Why this exists (issue 16): `mujoco.Renderer.close()` calls `MjrContext.free()`, i.e.
+`mjr_freeContext`, which deletes textures, framebuffers and display lists *by name in
+whatever GL context is current*, without making its own context current first. GL object
+names are per context (every EGL context numbers its textures from 1), so closing one
+renderer while another one's context is current deleted the *other* renderer's objects:
+its frames turned to noise, black, or another scene's mesh lists upside down. The render
+service hit this every time it evicted its oldest renderer right after opening a new one.
+
+Here a context is only ever current while it is used: `render` makes it current, renders,
+reads the pixels and releases it; `close` makes it current before `mjr_freeContext` and
+destroys it after. A foreign renderer freeing "in the current context" then finds none.
+A context may be current on one thread at a time, so each thread has its own `ContextPool`;
+a context released from another thread (garbage collection) goes back to its pool's
+thread, which frees it later, never while that thread may be rendering with it.
+
+A context holds the scene's compiled assets (textures, meshes): 150 MB for a LIBERO scene,
+2-4 s to upload on llvmpipe. Replayers of one scene, size and quality share one context,
+and the pool keeps the last few unused ones, so re-opening a scene skips the upload.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+IDLE_CONTEXTS = 2  # unused contexts a thread keeps for re-opened scenes (each holds its scene's assets)
+
+
+def _backend():
+    """MuJoCo's GL context class for this process (EGL headless; see render._ensure_offscreen_gl)."""
+    from mujoco.rendering.classic import gl_context
+
+    cls = getattr(gl_context, "GLContext", None)
+    if cls is None:
+        raise RuntimeError("MuJoCo has no GL backend here (MUJOCO_GL disables it); replay cannot render")
+    return cls
+
+
+def _release_current() -> None:
+    """Leaves no context current on this thread (EGL only: the other backends keep theirs)."""
+    egl = sys.modules.get("mujoco.egl")
+    if egl is not None and egl.EGL_DISPLAY is not None:
+        egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE,
+                               egl.EGL.EGL_NO_CONTEXT)
+
+
+MODEL_VIS_LOCK = threading.Lock()  # held while a shared model's vis settings are changed for a moment
+
+
+def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisample: bool) -> mujoco.MjrContext:
+    """`MjrContext` of a shared model: its offscreen buffer size and samples are read from
+    `model.vis` at creation only, so they are set for the call and put back."""
+    g, q = model.vis.global_, model.vis.quality
+    with MODEL_VIS_LOCK:
+        saved = g.offwidth, g.offheight, q.offsamples
+        g.offwidth, g.offheight = max(g.offwidth, width), max(g.offheight, height)
+        if not multisample:
+            q.offsamples = 0
+        try:
+            con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
+        finally:
+            g.offwidth, g.offheight, q.offsamples = saved
+    mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, con)
+    return con
+
+
+class OffscreenContext:
+    """One GL context and the `MjrContext` of one compiled scene, at one frame size.
+
+    Renders any `MjvScene` built from a model with the same assets. Never left current, so
+    any thread may use it, one at a time (`ContextPool` gives each thread its own).
+    """
+
+    def __init__(self, model: mujoco.MjModel, *, width: int, height: int, multisample: bool = False):
+        self.width, self.height = int(width), int(height)
+        self._gl = _backend()(self.width, self.height)
+        _close_pools_before_egl_terminates()
+        self._con = None
+        try:
+            self._gl.make_current()
+            self._con = _make_mjr_context(model, self.width, self.height, multisample)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            _release_current()
+        self._rect = mujoco.MjrRect(0, 0, self.width, self.height)
+
+    @property
+    def closed(self) -> bool:
+        return self._gl is None
+
+    def render(self, scene: mujoco.MjvScene) -> np.ndarray:
+        """The (height, width, 3) uint8 image of `scene`, top row first."""
+        if self._gl is None:
+            raise RuntimeError("this offscreen context is closed")
+        out = np.empty((self.height, self.width, 3), np.uint8)
+        self._gl.make_current()
+        try:
+            mujoco.mjr_render(self._rect, scene, self._con)
+            mujoco.mjr_readPixels(out, None, self._rect, self._con)
+        finally:
+            _release_current()
+        return np.ascontiguousarray(out[::-1])  # GL rows run bottom-up
+
+    def close(self) -> None:
+        """Frees the scene's GL objects in *this* context, then the context; idempotent."""
+        gl, self._gl = self._gl, None
+        if gl is None:
+            return
+        try:
+            if self._con is not None:
+                gl.make_current()
+                self._con.free()  # mjr_freeContext: deletes by name in the current context, ours
+        finally:
+            self._con = None
+            gl.free()  # ours is current, so it is released before eglDestroyContext
+            _release_current()
+
+    def __del__(self):
+        # Unreferenced, so nobody renders with it: freeing here, on whatever thread collects
+        # it, is safe. Left to the MjrContext's own destructor, mjr_freeContext would run in
+        # whichever context that thread has current.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - EGL already terminated at exit: nothing left to free
+            pass
+
+
+class ContextPool:
+    """The offscreen contexts of one thread: shared by key while used, the last few kept when not."""
+
+    def __init__(self, idle: int = IDLE_CONTEXTS):
+        self.thread = threading.get_ident()
+        self.idle_limit = idle
+        self._used: dict[Hashable, tuple[OffscreenContext, int]] = {}
+        self._idle: OrderedDict[Hashable, OffscreenContext] = OrderedDict()
+        self._returned: deque = deque()  # keys released from other threads, handled here later
+
+    def acquire(self, key: Hashable, model: mujoco.MjModel, *, width: int, height: int,
+                multisample: bool = False) -> OffscreenContext:
+        """The context for `key` (scene and quality) at this size: shared, reused or made from `model`."""
+        self._drain()
+        k = (key, int(width), int(height))
+        if k in self._used:
+            ctx, n = self._used[k]
+            self._used[k] = (ctx, n + 1)
+            return ctx
+        ctx = self._idle.pop(k, None) or OffscreenContext(model, width=width, height=height, multisample=multisample)
+        self._used[k] = (ctx, 1)
+        return ctx
+
+    def release(self, key: Hashable, *, width: int, height: int) -> None:
+        """One user of the context is done with it. From another thread, the owner does the work later."""
+        k = (key, int(width), int(height))
+        if threading.get_ident() != self.thread:
+            self._returned.append(k)
+            return
+        self._drain()
+        self._release(k)
+
+    def _release(self, k) -> None:
+        if k not in self._used:  # the pool was shut down (at exit)
+            return
+        ctx, n = self._used.pop(k)
+        if n > 1:
+            self._used[k] = (ctx, n - 1)
+            return
+        self._idle[k] = ctx
+        while len(self._idle) > self.idle_limit:
+            self._idle.popitem(last=False)[1].close()
+
+    def _drain(self) -> None:
+        while self._returned:
+            self._release(self._returned.popleft())
+
+    @property
+    def n_open(self) -> int:
+        """GL contexts this thread holds open (used and idle)."""
+        return len(self._used) + len(self._idle)
+
+    def close(self, *, in_use: bool = False) -> None:
+        """Closes the unused contexts (with `in_use`, the used ones too: at exit)."""
+        self._drain()
+        while self._idle:
+            self._idle.popitem(last=False)[1].close()
+        if in_use:
+            for ctx, _ in self._used.values():
+                ctx.close()
+            self._used.clear()
+
+
+_POOLS: dict[int, ContextPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for_this_thread() -> ContextPool:
+    with _POOLS_LOCK:
+        t = threading.get_ident()
+        pool = _POOLS.get(t)
+        if pool is None:
+            pool = _POOLS[t] = ContextPool()
+        return pool
+
+
+def _close_pools_before_egl_terminates() -> None:
+    """mujoco.egl terminates its display in an atexit hook registered when the first context
+    is made, and other libraries (robosuite) register their own later. Hooks run last-in
+    first-out, so ours is registered again with every new context: it runs before theirs."""
+    atexit.unregister(_close_at_exit)
+    atexit.register(_close_at_exit)
+
+
+def _close_at_exit() -> None:
+    try:
+        close_contexts(in_use=True)
+    except Exception:  # noqa: BLE001 - EGL already gone: the process is ending anyway
+        pass
+
+
+def close_contexts(*, in_use: bool = False) -> None:
+    """Closes every thread's unused contexts; with `in_use`, all of them (at exit, once no
+    thread renders: EGL's display is terminated next, and contexts freed after that fail)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    for pool in pools:
+        pool.close(in_use=in_use)

@@ -1,0 +1,110 @@
+"""Compiled scenes on disk (replay/scene_cache.py): a cached scene loads without compiling
+and renders the same frames; a changed asset, another folder or a damaged file compiles anew;
+the cache stays under its size limit; "off" writes nothing."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+
+import replay.render as render  # noqa: E402
+import replay.scene_cache as scene_cache  # noqa: E402
+from render_helpers import H, W, toy_record, toy_scene  # noqa: E402
+from replay.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
+from test_render import MESH_XML, write_stl  # noqa: E402
+
+pytestmark = pytest.mark.render
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(folder))
+    monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())  # nothing compiled in memory
+    monkeypatch.setattr(scene_cache, "_DEFER", [False])  # a render service in this process defers writes
+    return folder
+
+
+def no_compile(*_a, **_k):
+    raise AssertionError("compiled although the scene is in the disk cache")
+
+
+def test_a_cached_scene_loads_without_compiling_and_renders_the_same(cache, monkeypatch):
+    rec = toy_record(mjcf=toy_scene(2))
+    with render.Replayer(rec, width=W, height=H) as r:
+        compiled = [r.frame(s) for s in (0, 6)]
+    assert len(list(cache.glob("*" + SUFFIX))) == 1
+    monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())
+    monkeypatch.setattr(render, "_compile", no_compile)
+    with render.Replayer(rec, width=W, height=H) as r:
+        assert all(np.array_equal(a, r.frame(s)) for a, s in zip(compiled, (0, 6)))
+
+
+def test_a_changed_asset_or_folder_compiles_anew(cache, tmp_path):
+    write_stl(tmp_path / "meshes" / "tet.stl")
+    xml = render.resolve_scene(MESH_XML.format(tex=""), base=tmp_path, origin="test")
+    calls = []
+
+    def compile_fn():
+        calls.append(1)
+        return mujoco.MjModel.from_xml_string(xml)
+
+    first = scene_digest(xml, str(tmp_path) + os.sep)
+    compile_cached(xml, str(tmp_path) + os.sep, compile_fn)
+    compile_cached(xml, str(tmp_path) + os.sep, compile_fn)
+    assert len(calls) == 1
+    with (tmp_path / "meshes" / "tet.stl").open("ab") as f:  # the mesh file changes (size and mtime)
+        f.write(b"\0" * 50)
+    assert scene_digest(xml, str(tmp_path) + os.sep) != first
+    compile_cached(xml, str(tmp_path) + os.sep, compile_fn)
+    assert len(calls) == 2
+    assert scene_digest(xml, str(tmp_path / "other") + os.sep) != scene_digest(xml, str(tmp_path) + os.sep)
+
+
+def test_a_damaged_cache_file_is_replaced(cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo logs the truncated file to MUJOCO_LOG.TXT in the working folder
+    xml = toy_scene(1)
+    model = compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    (path,) = cache.glob("*" + SUFFIX)
+    path.write_bytes(path.read_bytes()[:100])
+    again = compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    assert again.ngeom == model.ngeom and path.stat().st_size > 100
+
+
+def test_the_cache_stays_under_its_limit_dropping_the_least_recently_used(cache, monkeypatch):
+    sizes = []
+    for i in range(4):
+        xml = toy_scene(i)
+        compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+        sizes.append(max(p.stat().st_size for p in cache.glob("*" + SUFFIX)))
+        os.utime(max(cache.glob("*" + SUFFIX), key=lambda p: p.stat().st_mtime_ns), (i, i))  # clear order
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE_MB", str(2.5 * max(sizes) / 2**20))
+    xml = toy_scene(4)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    left = list(cache.glob("*" + SUFFIX))
+    assert len(left) == 2 and sum(p.stat().st_size for p in left) <= 2.5 * max(sizes)
+    assert scene_digest(toy_scene(4), "/") + SUFFIX in {p.name for p in left}
+    assert scene_digest(toy_scene(3), "/") + SUFFIX in {p.name for p in left}  # the most recent of the old
+
+
+def test_deferred_writes_wait_for_save_pending(cache, monkeypatch):
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])
+    xml = toy_scene(3)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    assert not any(cache.glob("*" + SUFFIX))
+    assert scene_cache.save_pending() == 1 and len(list(cache.glob("*" + SUFFIX))) == 1
+    assert scene_cache.save_pending() == 0
+
+
+def test_off_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    xml = toy_scene(0)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    assert not any(tmp_path.rglob("*" + SUFFIX))
