@@ -126,6 +126,39 @@ def test_instrumented_rollout_is_bit_identical_to_a_plain_one(host):
 
 
 @pytest.mark.libero
+@pytest.mark.render
+@pytest.mark.slow
+def test_with_cameras_on_instrumented_is_bit_identical_and_rendering_changes_no_physics(host):
+    """Cameras at LIBERO's 256x256: recording stays observational, images included."""
+    from replay.hosts.libero import LiberoHost
+    from replay.policies import scripted
+    rec, _, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, seed=1, model="c", max_steps=40)
+    actions = list(rec.actions[1:])
+    cam = LiberoHost("libero_spatial", 0, cameras=("agentview", "wrist"))
+    try:
+        traces = []
+        for h, record in ((cam, True), (cam, False), (host, False)):
+            trace = []
+            rollout.run_episode(h, Replaying(actions), init_state=1, seed=1, record=record, max_steps=40,
+                                on_step=lambda t, obs, r, d: trace.append({k: v.copy() for k, v in obs.items()}))
+            trace.append({"qpos": h.data.qpos.copy(), "qvel": h.data.qvel.copy()})
+            traces.append(trace)
+    finally:
+        cam.close()
+    instrumented, plain, no_cameras = traces
+    assert len(instrumented) == len(plain) == steps + 1
+    for a, b in zip(instrumented, plain):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert np.array_equal(a[k], b[k]), k
+    assert instrumented[0]["agentview_image"].shape == (256, 256, 3)
+    # the physics does not depend on rendering: every non-image value equals the camera-less run's
+    for a, c in zip(instrumented, no_cameras):
+        for k in c:
+            assert np.array_equal(a[k], c[k]), k
+
+
+@pytest.mark.libero
 @pytest.mark.slow
 def test_cli_records_scores_and_resumes(tmp_path):
     if not HAS_LIBERO:
