@@ -4,7 +4,7 @@
 #   - apt: Mesa EGL (offscreen MuJoCo rendering), chromium (browser tests), gcc (the optional
 #     C module that reads JSONL step arrays, scoring/_columns.c), python3-venv where the system
 #     Python lacks venv;
-#   - pip: the package with its replay, LIBERO, dashboard, Ray and dev extras.
+#   - pip: the package with its replay, LIBERO, dashboard, Ray, OpenPI-protocol and dev extras.
 # It never installs into the system Python (PEP 668) nor into whatever venv or conda environment
 # is active: .venv is always its own, created from the python3 on the PATH. .venv may be a
 # symlink to a venv elsewhere (.ci/run does that to test in a fresh venv at a temporary path).
@@ -35,5 +35,5 @@ if [ ! -x .venv/bin/python ]; then
   if [ -L .venv ]; then "$PYTHON3" -m venv "$(readlink -f .venv)"; else "$PYTHON3" -m venv .venv; fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[${SAFEVLA_EXTRAS:-replay,libero,dashboard,ray,dev}]"
+.venv/bin/python -m pip install -q -e ".[${SAFEVLA_EXTRAS:-replay,libero,dashboard,ray,openpi,dev}]"
 echo "installed into $(cd .venv && pwd -P) ($(.venv/bin/python --version)); run commands with .venv/bin/..., or 'source .venv/bin/activate'"
