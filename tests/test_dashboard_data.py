@@ -238,3 +238,14 @@ def test_registry_mismatch_and_missing_trajectories_are_warnings(tmp_path, store
     assert any(w.startswith("Registry mismatch") for w in sd.warnings)
     assert any(w.startswith("Missing trajectories: none of the 64") for w in sd.warnings)
     assert sd.missing_trajectory.all()
+
+
+def test_provenance_text_says_how_the_model_was_served():
+    from dashboard.data import provenance_text
+    row = {"policy_adapter": "openpi", "policy_model_id": "openpi://10.0.0.2:8000", "replan_steps": 5,
+           "image_size": "256x256"}
+    assert provenance_text(row) == "openpi · openpi://10.0.0.2:8000 · replan 5 · 256x256 images"
+    assert provenance_text({"policy_adapter": "scripted", "policy_model_id": "careful", "replan_steps": float("nan"),
+                            "image_size": None}) == "scripted · careful · no camera images"
+    assert provenance_text({"policy_adapter": None, "policy_model_id": float("nan")}) is None  # older stores
+    assert provenance_text({}) is None

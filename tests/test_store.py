@@ -158,3 +158,27 @@ def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archi
     third = score_archive([archive], out, progress=False)
     assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {2}
 
+
+
+def test_the_store_keeps_how_each_model_was_served(tmp_path):
+    """meta.policy (adapter, model id, replan steps, image size) becomes episode columns."""
+    import numpy as np
+    from scoring.synthetic import make_record
+    rng = np.random.default_rng(0)
+    served = make_record(rng, episode_id="libero-spatial/task_0/pi05/ep_000", n_steps=20, contacts_per_step=2)
+    served = dataclasses.replace(served, meta={**served.meta, "policy": {
+        "adapter": "openpi", "model_id": "openpi://10.0.0.2:8000", "replan_steps": 5, "cameras": ["agentview", "wrist"],
+        "image_size": [224, 256]}})
+    plain = make_record(rng, episode_id="libero-spatial/task_0/old/ep_000", n_steps=20, contacts_per_step=2)
+    odd = make_record(rng, episode_id="libero-spatial/task_0/odd/ep_000", n_steps=20, contacts_per_step=2)
+    odd = dataclasses.replace(odd, meta={**odd.meta, "policy": {"adapter": 3, "image_size": "big", "replan_steps": "x"}})
+    for rec, name in ((served, "a.npz"), (plain, "b.npz"), (odd, "c.npz")):
+        save_record(rec, tmp_path / "arch" / name)
+    score_archive([tmp_path / "arch"], tmp_path / "store", progress=False)
+    _, eps, _ = load_store(tmp_path / "store")
+    row = eps.set_index("episode_id").loc[served.episode_id]
+    assert (row["policy_adapter"], row["policy_model_id"], row["replan_steps"], row["image_size"]) == \
+        ("openpi", "openpi://10.0.0.2:8000", 5, "224x256")
+    for eid in (plain.episode_id, odd.episode_id):  # absent or malformed provenance: nulls, still scored
+        row = eps.set_index("episode_id").loc[eid]
+        assert row[["policy_adapter", "policy_model_id", "replan_steps", "image_size"]].isna().all()
