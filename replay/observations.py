@@ -119,3 +119,13 @@ def proprio_state(obs: Mapping[str, np.ndarray]) -> np.ndarray:
 def rotate_180(image: np.ndarray) -> np.ndarray:
     """The image turned upright (OpenGL rows are bottom-up), contiguous as a network copy needs."""
     return np.ascontiguousarray(image[::-1, ::-1])
+
+
+def axis_angle_to_quat(axis_angle: np.ndarray) -> np.ndarray:
+    """Unit quaternion (x, y, z, w) of an axis-angle vector: the inverse of `quat_to_axis_angle`
+    (for angles in [0, pi], where robosuite's quaternions keep w >= 0)."""
+    v = np.asarray(axis_angle, dtype=np.float64)
+    angle = float(np.linalg.norm(v))
+    if angle < 1e-12:
+        return np.array([0.0, 0.0, 0.0, 1.0])
+    return np.concatenate([v / angle * math.sin(angle / 2), [math.cos(angle / 2)]])

@@ -134,7 +134,7 @@ def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf
             "actuator_limit_nm": host.torque_limits(),
             "success_step": steps if success else None, "settle_steps": SETTLE_STEPS, "max_steps": horizon,
             "host": "libero", "libero_task": task.name, "policy_steps": steps,
-            **_cost_meta(provenance, latency, timing)}
+            **_cost_meta(provenance, latency, timing, getattr(policy, "server_metadata", None))}
     rec = recorder.to_record(
         episode_id=episode_id,
         benchmark=task.benchmark, task_id=task.task_id, success=success, dt=CONTROL_DT,
@@ -142,11 +142,19 @@ def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf
     return rec, success, steps
 
 
-def _cost_meta(provenance: dict | None, latency: list[float], timing: dict) -> dict:
-    """Provenance and cost: `policy` (adapter, model id, ...), per-step latency, time split."""
+def _cost_meta(provenance: dict | None, latency: list[float], timing: dict, server: dict | None = None) -> dict:
+    """Provenance and cost: `policy` (adapter, model id, ...), per-step latency, time split.
+
+    A policy server's own metadata (e.g. `safevla serve` names the LeRobot checkpoint it
+    serves) goes to `policy.server_metadata`, its plain values only.
+    """
     out = {"policy_latency_ms": [round(1000 * x, 3) for x in latency], "timing_s": timing}
     if provenance:
         out["policy"] = dict(provenance)
+        if isinstance(server, dict):
+            plain = {str(k): v for k, v in server.items() if isinstance(v, (str, int, float, bool)) or v is None}
+            if plain:
+                out["policy"]["server_metadata"] = plain
     return out
 
 

@@ -264,7 +264,8 @@ def test_rollout_records_episodes_through_an_openpi_server(server, tmp_path, cap
                                        rtol=0, atol=1e-7)
         assert rec.meta["policy"] == {"adapter": "openpi", "model_id": f"openpi://127.0.0.1:{server.port}",
                                       "replan_steps": replan, "cameras": ["agentview", "wrist"],
-                                      "image_size": [224, 256]}
+                                      "image_size": [224, 256],
+                                      "server_metadata": {"model": "tiny-test", "action_horizon": CHUNK}}
         latency = rec.meta["policy_latency_ms"]
         assert len(latency) == steps and all(x >= 0 for x in latency)
         asked = [latency[t] for t in range(0, steps, replan)]
