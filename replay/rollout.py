@@ -133,8 +133,8 @@ def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf
             "joint_torque_limit_nm": list(_registry().joint_torque_limits(task.benchmark)),
             "actuator_limit_nm": host.torque_limits(),
             "success_step": steps if success else None, "settle_steps": SETTLE_STEPS, "max_steps": horizon,
-            "host": "libero", "libero_task": task.name, "policy_steps": steps,
-            **_cost_meta(provenance, latency, timing, getattr(policy, "server_metadata", None))}
+            "host": "libero", "libero_task": task.name, "policy_steps": steps}
+    meta.update(_cost_meta(provenance, latency, timing, getattr(policy, "server_metadata", None)))
     rec = recorder.to_record(
         episode_id=episode_id,
         benchmark=task.benchmark, task_id=task.task_id, success=success, dt=CONTROL_DT,
