@@ -19,6 +19,10 @@ under the same load).
   LIBERO-Spatial task 4, which it does not solve, so it runs the whole horizon),
   replay state included. The scene MJCF is stored once per scene, reported apart.
   Target <= 150 KB.
+- camera_ratio: env.step time with two 256x256 cameras (agentview + wrist, what a VLA
+  such as pi0.5 sees) over env.step without cameras, same actions, episodes alternated
+  in the same run; render_ms is the part of a camera step spent in robosuite's renderer
+  (MuJoCo EGL on llvmpipe here: no GPU). --camera-size changes the size.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import numpy as np  # noqa: E402
 def timed_episode(host, actions, *, record: bool, substep_peaks: bool = True) -> tuple[float, float]:
     """Seconds spent in env.step (substep readings included) and in Recorder.observe over one episode."""
     host.reset(init_state=0, seed=0)
+    host.render_s = 0.0
     recorder = host.make_recorder(qpos_dtype=np.float32, substep_peaks=substep_peaks) if record else None
     t_step = t_obs = 0.0
     clock = time.process_time
@@ -57,15 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="LIBERO recording overhead and storage")
     p.add_argument("--reps", type=int, default=5, help="rounds of plain, substep-peak and control-only episodes "
                                                          "(default 5)")
+    p.add_argument("--camera-size", type=int, default=256, help="camera image size in pixels (default 256)")
     args = p.parse_args(argv)
     # LIBERO prints progress to stdout; keep stdout for the one JSON line
     with contextlib.redirect_stdout(sys.stderr):
-        out = measure(args.reps)
+        out = measure(args.reps, camera_size=args.camera_size)
     print(json.dumps(out))
     return 0
 
 
-def measure(reps: int) -> dict:
+def measure(reps: int, *, camera_size: int = 256) -> dict:
     from replay.hosts.libero import LiberoHost
     from replay.policies import scripted
     from replay.rollout import run_episode
@@ -92,6 +98,16 @@ def measure(reps: int) -> dict:
             for run in kinds[rep % 3:] + kinds[:rep % 3]:
                 run()
         contacts_per_step = len(rec.contacts) / rec.n_steps
+        cam_host = LiberoHost("libero_spatial", 0, cameras=("agentview", "wrist"),
+                              image_size=(camera_size, camera_size))
+        try:
+            cams_off, cams_on, render = [], [], []
+            for _ in range(reps):
+                cams_off.append(timed_episode(host, actions, record=False)[0])
+                cams_on.append(timed_episode(cam_host, actions, record=False)[0])
+                render.append(cam_host.render_s)
+        finally:
+            cam_host.close()
     finally:
         host.close()
 
@@ -122,6 +138,11 @@ def measure(reps: int) -> dict:
         "bytes_per_300_step_episode": size,
         "target_bytes": 150 * 1024,
         "mjcf_bytes_once_per_scene": mjcf_bytes,
+        "camera_size": camera_size,
+        "step_ms_cameras_off": round(1000 * sum(cams_off) / n, 3),
+        "step_ms_cameras_on": round(1000 * sum(cams_on) / n, 3),
+        "render_ms": round(1000 * sum(render) / n, 3),
+        "camera_ratio": round(sum(cams_on) / sum(cams_off), 3),
     }
 
 

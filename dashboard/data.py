@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -252,6 +253,22 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
     return StoreData(path=path, key=key, manifest=manifest, episodes=episodes, spec_results=spec_results,
                      scored=scored, registry=reg, whatif=whatif, rho=rho, active=active, warnings=tuple(warnings),
                      missing_trajectory=missing, registry_matches=registry_matches)
+
+
+def provenance_text(episode: Mapping[str, Any]) -> str | None:
+    """How the episode's model was served, as one line ("openpi · openpi://h:8000 · replan 5 ·
+    256x256 images"), or None for stores and records without provenance."""
+    def present(key):
+        v = episode.get(key)
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+    adapter, model_id = present("policy_adapter"), present("policy_model_id")
+    if adapter is None and model_id is None:
+        return None
+    parts = [str(adapter or "unknown adapter"), str(model_id or "unknown model")]
+    if present("replan_steps") is not None:
+        parts.append(f"replan {int(episode['replan_steps'])}")
+    parts.append(f"{episode['image_size']} images" if present("image_size") else "no camera images")
+    return " · ".join(parts)
 
 
 def _missing_trajectories(path: str, episodes: pd.DataFrame) -> np.ndarray:

@@ -147,33 +147,47 @@ def scripted(name: str) -> Callable[[], Any]:
     return lambda: ScriptedPolicy(profile)
 
 
-def load_policy(spec: str) -> tuple[str, Callable[[], Any]]:
+def load_policy(spec: str, **adapter_options: Any) -> tuple[str, Callable[[], Any]]:
     """Resolves a policy spec to (model name, zero-argument factory of a fresh policy).
 
-    `spec` is a scripted profile name, or `module:attribute` naming either a policy
-    class / factory (called with no arguments) or a ready policy object (shared).
+    `spec` is one of:
+    - a scripted profile name (careful, hasty, sloppy);
+    - `module:attribute`, imported with the current directory on the import path;
+    - `path/to/file.py:attribute`, loaded from that file;
+    - an adapter URL: `openpi://HOST:PORT` (an OpenPI websocket policy server).
+    The attribute names a policy class / factory (called with no arguments) or a ready
+    policy object (shared). `adapter_options` go to adapters (e.g. `replan_steps`) and
+    are ignored by the others. The factory's `cameras` attribute (if any) says which
+    camera images the policy needs (`replay.observations`).
     """
     if not isinstance(spec, str) or not spec:
-        raise ValueError("policy must be a profile name (careful, hasty, sloppy) or module:callable")
+        raise ValueError("policy must be a profile name (careful, hasty, sloppy), module:callable, "
+                         "file.py:callable or openpi://HOST:PORT")
+    if "://" in spec:
+        from replay.adapters import load_adapter
+        return load_adapter(spec, **adapter_options)
     if ":" not in spec:
         if spec not in PROFILES:
-            raise ValueError(f"unknown policy {spec!r}; use one of {', '.join(PROFILES)} or module:callable")
+            raise ValueError(f"unknown policy {spec!r}; use one of {', '.join(PROFILES)}, module:callable, "
+                             "file.py:callable or openpi://HOST:PORT")
         return f"scripted-{spec}", scripted(spec)
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import policy module {module_name!r}: {exc}") from None
+    from replay.policy_files import import_policy_module
+    module_name, _, attr = spec.rpartition(":")
+    module = import_policy_module(module_name)
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+            raise ValueError(f"{module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"{spec} is not callable; expected a policy (obs, language) -> action or a factory")
     if isinstance(obj, type) or _is_factory(obj):
         return attr, obj
-    return attr, lambda: obj
+
+    def shared():
+        return obj
+    shared.cameras = getattr(obj, "cameras", ())  # what the policy asks to see
+    return attr, shared
 
 
 def _is_factory(obj: Any) -> bool:
@@ -199,3 +213,23 @@ def check_action(action: Any, *, step: int) -> np.ndarray:
     if not np.isfinite(a).all():
         raise ValueError(f"policy returned a non-finite action {a.tolist()} at step {step}")
     return a
+
+
+def describe_policy(spec: str, factory: Any, observations: Any = None) -> dict:
+    """Provenance of a policy for `meta.policy`: adapter, model id or path, replan steps, images.
+
+    Adapters describe themselves (`factory.provenance`); scripted profiles are `scripted`
+    and everything else is the user's `python` (model id: the spec as given).
+    """
+    own = dict(getattr(factory, "provenance", None) or {})
+    if own:
+        out = own
+    elif ":" not in spec and spec in PROFILES:
+        out = {"adapter": "scripted", "model_id": spec}
+    else:
+        out = {"adapter": "python", "model_id": spec}
+    out.setdefault("replan_steps", getattr(factory, "replan_steps", None))
+    cameras = tuple(getattr(observations, "cameras", ()) or ())
+    out["cameras"] = list(cameras)
+    out["image_size"] = list(observations.image_size) if cameras else None
+    return out

@@ -132,9 +132,12 @@ class PolicyServer:
     model fall into lock-step alternation with batches of 1.
     """
 
-    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float | None = None):
+    def __init__(self, policy_spec: str, *, max_batch: int = 64, max_wait_s: float | None = None,
+                 policy_options: dict | None = None, policy_sources: dict[str, bytes] | None = None):
         from replay.policies import load_policy
-        _, factory = load_policy(policy_spec)
+        from replay.policy_files import install_bundle
+        install_bundle(policy_sources or {})
+        _, factory = load_policy(policy_spec, **(policy_options or {}))
         probe = factory() if not isinstance(factory, type) or hasattr(factory, "act_batch") else None
         self.batched = probe is not None and hasattr(probe, "act_batch")
         self.backend = probe if self.batched else PerWorkerPolicies(factory)
@@ -288,18 +291,31 @@ class SimulatedVLA(BatchedScripted):
 
 
 def policy_server_actor(policy_spec: str, *, options: dict | None = None, max_batch: int = 64,
-                        max_wait_s: float | None = None, max_concurrency: int = 64):
-    """Starts the policy-server actor. `options` go to `.options()` (e.g. num_gpus=1)."""
+                        max_wait_s: float | None = None, max_concurrency: int = 64,
+                        policy_options: dict | None = None):
+    """Starts the policy-server actor. `options` go to `.options()` (e.g. num_gpus=1).
+
+    A policy from a file or from a module in the current directory has its sources
+    shipped with the actor's arguments (`replay.policy_files`), so the actor imports it
+    wherever it runs.
+    """
     ray = _ray()
     from replay.policies import load_policy
-    _, factory = load_policy(policy_spec)
+    from replay.policy_files import policy_bundle, ray_policy_spec
+    _, factory = load_policy(policy_spec, **(policy_options or {}))
+    try:
+        actor_spec, ship = ray_policy_spec(policy_spec)
+        sources = policy_bundle(ship)
+    except ValueError as exc:
+        raise SafeVLAError(f"--policy: {exc}") from None
     opts = {"num_cpus": 0, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": 0,
             "max_concurrency": max_concurrency}
     opts.update(getattr(factory, "ray_actor_options", None) or {})
     opts.update(options or {})
     opts.setdefault("name", f"safevla-policy-server-{uuid.uuid4().hex[:12]}")
     cls = ray.remote(PolicyServer)
-    return cls.options(**opts).remote(policy_spec, max_batch=max_batch, max_wait_s=max_wait_s)
+    return cls.options(**opts).remote(actor_spec, max_batch=max_batch, max_wait_s=max_wait_s,
+                                      policy_options=policy_options, policy_sources=sources)
 
 
 # ----------------------------------------------------------------------------- env workers
@@ -326,7 +342,10 @@ class RemotePolicy:
     def __call__(self, obs, language):
         import ray
         t0 = time.perf_counter()
-        out = ray.get(self.server.act.remote(self.session, obs, language))
+        try:
+            out = ray.get(self.server.act.remote(self.session, obs, language))
+        except ray.exceptions.RayTaskError as exc:
+            raise _plain_cause(exc) from None
         self.wait_s += time.perf_counter() - t0
         self.requests += 1
         return out
@@ -354,13 +373,15 @@ class EpisodeOutcome:
     build_s: float       # env build time charged to this episode (0 when reused)
     policy_wait_s: float  # time spent waiting for the policy server
     pid: int = 0          # the worker process (a restarted worker has a new one)
+    timing_s: dict | None = None  # simulation, rendering and policy seconds (replay.rollout)
 
 
 class EnvWorker:
     """The env-worker actor body (wrapped with `ray.remote` by `env_worker_actors`)."""
 
     def __init__(self, worker: str, server: str, *, archive: str, policy_spec: str, seed: int,
-                 max_steps: int | None, model: str, cwd: str | None = None):
+                 max_steps: int | None, model: str, cwd: str | None = None, host_options: dict | None = None,
+                 provenance: dict | None = None):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)  # a relative --out means the same place as on the driver
         import ray
@@ -368,6 +389,7 @@ class EnvWorker:
         self.worker, self.server = worker, ray.get_actor(server)
         self.archive, self.policy_spec, self.seed = archive, policy_spec, int(seed)
         self.max_steps, self.model = max_steps, model
+        self.host_options, self.provenance = dict(host_options or {}), provenance
         self.host = None
         self.key: tuple[str, int] | None = None
 
@@ -383,7 +405,7 @@ class EnvWorker:
             self.host.close()
             self.host, self.key = None, None
         t0 = time.perf_counter()
-        self.host = LiberoHost(suite, task)
+        self.host = LiberoHost(suite, task, **self.host_options)
         self.key = (suite, task)
         return time.perf_counter() - t0
 
@@ -403,12 +425,13 @@ class EnvWorker:
         policy.label = f"{suite}/{task}/{k}"
         try:
             rec, success, steps = run_episode(self.host, policy, init_state=k, seed=self.seed + k, model=self.model,
-                                              max_steps=self.max_steps, mjcf=stored)
+                                              max_steps=self.max_steps, mjcf=stored, provenance=self.provenance)
         finally:
             policy.close()
         save_record(rec, path, compress=True)
         return EpisodeOutcome(str(path), suite, task, k, bool(success), int(steps), False, self.worker,
-                              time.perf_counter() - t0, build, policy.wait_s, os.getpid())
+                              time.perf_counter() - t0, build, policy.wait_s, os.getpid(),
+                              timing_s=rec.meta.get("timing_s"))
 
     def close(self) -> None:
         if self.host is not None:
@@ -417,13 +440,15 @@ class EnvWorker:
 
 
 def env_worker_actors(n: int, server: str, *, archive: str, policy_spec: str, seed: int, max_steps: int | None,
-                      model: str, options: dict | None = None) -> list:
+                      model: str, options: dict | None = None, host_options: dict | None = None,
+                      provenance: dict | None = None) -> list:
     ray = _ray()
     opts = {"num_cpus": 1, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": EPISODE_RETRIES}
     opts.update(options or {})
     cls = ray.remote(EnvWorker)
     return [cls.options(**opts).remote(f"w{i}", server, archive=archive, policy_spec=policy_spec, seed=seed,
-                                       max_steps=max_steps, model=model, cwd=os.getcwd())
+                                       max_steps=max_steps, model=model, cwd=os.getcwd(),
+                                       host_options=host_options, provenance=provenance)
             for i in range(n)]
 
 
@@ -461,9 +486,14 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
     ray = _ray()
     from tqdm import tqdm
     from replay.policies import load_policy
+    from replay.observations import requested_spec
+    from replay.policies import describe_policy
     kw, episodes = _check_jobs(jobs)
-    name, _ = load_policy(kw["policy_spec"])
+    policy_options = kw.get("policy_options") or {}
+    name, factory = load_policy(kw["policy_spec"], **policy_options)
     model = kw.get("model") or name
+    observations = kw.get("observations") or requested_spec(factory)
+    provenance = describe_policy(kw["policy_spec"], factory, observations)
     archive, seed, max_steps = kw["archive"], int(kw.get("seed", 0)), kw.get("max_steps")
     from replay.rollout import episode_path
     done = [e for e in episodes if episode_path(archive, e[0], e[1], model, e[2]).exists()]
@@ -480,10 +510,12 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
         n = max(1, min(int(workers), len(todo) or 1))
         if todo:
             server = policy_server_actor(kw["policy_spec"], options=server_options, max_batch=max_batch,
-                                         max_wait_s=max_wait_s, max_concurrency=max(64, 2 * n + 8))
+                                         max_wait_s=max_wait_s, max_concurrency=max(64, 2 * n + 8),
+                                         policy_options=policy_options)
             server_name = ray.get(server.name.remote())
             wlist = env_worker_actors(n, server_name, archive=archive, policy_spec=kw["policy_spec"],
-                                      seed=seed, max_steps=max_steps, model=model, options=worker_options)
+                                      seed=seed, max_steps=max_steps, model=model, options=worker_options,
+                                      host_options=observations.host_options(), provenance=provenance)
             # one task per worker at a time; tasks with more episodes go first
             remaining: dict[tuple[str, int], list[int]] = defaultdict(list)
             for s, t, k in todo:
@@ -520,7 +552,10 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
                 while inflight:
                     ready, _ = ray.wait(list(inflight), num_returns=1)
                     i = inflight.pop(ready[0])
-                    out = ray.get(ready[0])
+                    try:
+                        out = ray.get(ready[0])
+                    except ray.exceptions.RayTaskError as exc:
+                        raise _plain_cause(exc) from None
                     outcomes.append(out)
                     bar.update(1)
                     if on_result is not None:
@@ -548,6 +583,15 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
     return result
 
 
+def _plain_cause(exc: BaseException) -> BaseException:
+    """Our own errors (e.g. a policy server that is down) without Ray's remote traceback around them,
+    so the CLI prints the same one line as the local engine; anything else as Ray raised it."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, SafeVLAError):
+        return type(cause)(*cause.args)
+    return exc
+
+
 def worker_summary(outcomes: Sequence[EpisodeOutcome]) -> dict[str, dict]:
     per: dict[str, dict] = {}
     for o in outcomes:
@@ -568,10 +612,11 @@ def worker_summary(outcomes: Sequence[EpisodeOutcome]) -> dict[str, dict]:
 
 
 def print_summary(result: RayRolloutResult, *, total: int, file=sys.stderr) -> None:
-    from replay.rollout import summary_line
+    from replay.rollout import summary_line, time_split
 
     ran = sum(not o.skipped for o in result.outcomes)
-    print(f"{summary_line(result.outcomes, total, result.wall_s)} ({ran / max(result.wall_s, 1e-9):.2f} episodes/s)",
+    print(f"{summary_line(result.outcomes, total, result.wall_s)} ({ran / max(result.wall_s, 1e-9):.2f} episodes/s)"
+          f"{time_split(result.outcomes)}",
           file=file)
     for name, w in result.worker_stats.items():
         print(f"  worker {name}: {w['episodes']} episodes, {w['steps']} steps, {w['episodes_per_s']:.2f} ep/s, "

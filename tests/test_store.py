@@ -190,3 +190,27 @@ def test_force_sampling_is_a_column_the_manifest_says_and_a_change_re_scores(tmp
         assert peak_force[f"old/{i}"] == control_force[f"old/{i}"]
     with pytest.raises(SafeVLAError, match="expected one of peak, control"):
         score_archive([tmp_path / "arch"], out, progress=False, force_sampling="substep")
+
+
+def test_the_store_keeps_how_each_model_was_served(tmp_path):
+    """meta.policy (adapter, model id, replan steps, image size) becomes episode columns."""
+    import numpy as np
+    from scoring.synthetic import make_record
+    rng = np.random.default_rng(0)
+    served = make_record(rng, episode_id="libero-spatial/task_0/pi05/ep_000", n_steps=20, contacts_per_step=2)
+    served = dataclasses.replace(served, meta={**served.meta, "policy": {
+        "adapter": "openpi", "model_id": "openpi://10.0.0.2:8000", "replan_steps": 5, "cameras": ["agentview", "wrist"],
+        "image_size": [224, 256]}})
+    plain = make_record(rng, episode_id="libero-spatial/task_0/old/ep_000", n_steps=20, contacts_per_step=2)
+    odd = make_record(rng, episode_id="libero-spatial/task_0/odd/ep_000", n_steps=20, contacts_per_step=2)
+    odd = dataclasses.replace(odd, meta={**odd.meta, "policy": {"adapter": 3, "image_size": "big", "replan_steps": "x"}})
+    for rec, name in ((served, "a.npz"), (plain, "b.npz"), (odd, "c.npz")):
+        save_record(rec, tmp_path / "arch" / name)
+    score_archive([tmp_path / "arch"], tmp_path / "store", progress=False)
+    _, eps, _ = load_store(tmp_path / "store")
+    row = eps.set_index("episode_id").loc[served.episode_id]
+    assert (row["policy_adapter"], row["policy_model_id"], row["replan_steps"], row["image_size"]) == \
+        ("openpi", "openpi://10.0.0.2:8000", 5, "224x256")
+    for eid in (plain.episode_id, odd.episode_id):  # absent or malformed provenance: nulls, still scored
+        row = eps.set_index("episode_id").loc[eid]
+        assert row[["policy_adapter", "policy_model_id", "replan_steps", "image_size"]].isna().all()

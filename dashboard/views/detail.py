@@ -87,6 +87,9 @@ def header(c: C.Ctx, i: int, vstep: int | None) -> None:
         st.caption(f"“{ep['language']}” · {ep['model']} · {ep['suite']} · {ep['task_id']}")
     else:
         st.caption(f"{ep['model']} · {ep['suite']} · {ep['task_id']}")
+    served = C.D.provenance_text(c.data.episodes.iloc[c.data.index_of(ep["episode_id"])].to_dict())
+    if served:
+        st.caption(f"Served as: {served}")
     cols = st.columns(4)
     cols[0].metric("Success", "yes" if ep["success"] else "no")
     cols[1].metric("Safe", "yes" if ep["safe"] else "no")

@@ -25,11 +25,14 @@ import io
 import logging
 import os
 import re
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import mujoco
 import numpy as np
 
+from replay.observations import CAMERAS, DEFAULT_IMAGE_SIZE, ObservationSpec
 from replay.policies import ObjectGeometry, Obstacle, TaskInfo
 from replay.record import Recorder
 from replay.scene_assets import portable_scene
@@ -127,17 +130,45 @@ def libero_task(suite: str, index: int) -> LiberoTask:
 
 
 class LiberoHost:
-    """One LIBERO env for one task, reused across episodes (building one takes ~9 s)."""
+    """One LIBERO env for one task, reused across episodes (building one takes ~9 s).
 
-    def __init__(self, suite: str, index: int):
+    `cameras` (short names, `replay.observations.CAMERAS`) are rendered into every
+    observation at `image_size` (height, width); with none, nothing is rendered and no
+    GL context is opened. `render_s` accumulates the seconds spent rendering them.
+    """
+
+    def __init__(self, suite: str, index: int, *, cameras: Sequence[str] = (),
+                 image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE):
         from libero.libero.envs import OffScreenRenderEnv
+        self.observation_spec = ObservationSpec(cameras=tuple(cameras), image_size=tuple(image_size))
         self.task = libero_task(suite, index)
         self._init_states = _suite(suite).get_task_init_states(index)
-        self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, has_renderer=False,
-                                      has_offscreen_renderer=False, use_camera_obs=False)
+        render = {"has_offscreen_renderer": False, "use_camera_obs": False}
+        if self.observation_spec.renders:
+            h, w = self.observation_spec.image_size
+            render = {"has_offscreen_renderer": True, "use_camera_obs": True,
+                      "camera_names": [CAMERAS[c] for c in cameras], "camera_heights": h, "camera_widths": w}
+        self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, has_renderer=False, **render)
+        self.render_s = 0.0
         self._ready = False
         self._xml = ""
         self._portable_xml: tuple[str | None, str] = (None, "")
+
+    def _time_rendering(self) -> None:
+        """Counts camera rendering time; reset rebuilds the sim, so this is re-installed after each."""
+        sim = self.env.sim
+        if not self.observation_spec.renders or getattr(sim.render, "_safevla_timed", False):
+            return
+        render = sim.render
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return render(*args, **kwargs)
+            finally:
+                self.render_s += time.perf_counter() - t0
+        timed._safevla_timed = True
+        sim.render = timed  # an instance attribute: robosuite looks up `self.sim.render` per frame
 
     # ------------------------------------------------------------------ episode control
 
@@ -150,6 +181,7 @@ class LiberoHost:
         # before each reset makes episode k the same scene for every policy.
         self.env.seed(int(seed))
         self.env.reset()
+        self._time_rendering()
         # mj_saveLastXML writes the XML *last loaded in this process*: read it now, while
         # that is this env's (reset reloads the model), not after another host loaded one
         self._xml = full_precision_bodies(self.env.sim.model.get_xml(), self.model)
