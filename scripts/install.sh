@@ -8,9 +8,22 @@
 # It never installs into the system Python (PEP 668) nor into whatever venv or conda environment
 # is active: .venv is always its own, created from the python3 on the PATH. .venv may be a
 # symlink to a venv elsewhere (.ci/run does that to test in a fresh venv at a temporary path).
-# Set SAFEVLA_EXTRAS to install fewer extras (default: all of them).
+#
+#   bash scripts/install.sh             everything the tests need (the default)
+#   bash scripts/install.sh dashboard   only what the dashboard and its replays of the demo need: no
+#                                       chromium, LaTeX, Ray or LeRobot serving environment (minutes and
+#                                       GBs less)
+# SAFEVLA_EXTRAS overrides the list of extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PROFILE="${1:-all}"
+case "$PROFILE" in
+  all) EXTRAS="replay,libero,dashboard,ray,openpi,dev" ;;
+  dashboard) EXTRAS="replay,libero,dashboard" ;;
+  *) echo "scripts/install.sh: unknown profile '$PROFILE'; expected 'all' (default) or 'dashboard'" >&2; exit 2 ;;
+esac
+EXTRAS="${SAFEVLA_EXTRAS:-$EXTRAS}"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
@@ -24,9 +37,12 @@ apt_install() {  # installs the Debian packages that are missing; a no-op where 
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# texlive-latex-base + -recommended (pdflatex, booktabs; ~147 MB installed): the paper-table test compiles the LaTeX
-apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 chromium fonts-dejavu-core gcc libc6-dev \
-  texlive-latex-base texlive-latex-recommended
+apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 fonts-dejavu-core gcc libc6-dev
+if [ "$PROFILE" = all ]; then
+  # chromium: the browser tests; texlive-latex-base + -recommended (pdflatex, booktabs; ~147 MB
+  # installed): the paper-table test compiles the LaTeX
+  apt_install chromium texlive-latex-base texlive-latex-recommended
+fi
 
 PYTHON3="${PYTHON3:-python3}"
 if ! command -v "$PYTHON3" >/dev/null; then
@@ -40,12 +56,12 @@ if [ ! -x .venv/bin/python ]; then
   if [ -L .venv ]; then "$PYTHON3" -m venv "$(readlink -f .venv)"; else "$PYTHON3" -m venv .venv; fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[${SAFEVLA_EXTRAS:-replay,libero,dashboard,ray,openpi,dev}]"
+.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 # The LeRobot serving environment, .venv-lerobot: LeRobot checkpoints run there and are served to
 # the LIBERO side over OpenPI's protocol (`python -m replay.serve --policy lerobot:PATH`), because
 # lerobot 0.4.4 pins torch<2.11 and numpy<2.3, which do not co-install with .venv's stack
 # (docs/libero.md). SAFEVLA_LEROBOT=0 skips it (tests/test_lerobot.py then fails, naming this script).
-if [ "${SAFEVLA_LEROBOT:-1}" != 0 ]; then
+if [ "$PROFILE" = all ] && [ "${SAFEVLA_LEROBOT:-1}" != 0 ]; then
   if [ ! -x .venv-lerobot/bin/python ]; then
     if [ -L .venv-lerobot ]; then "$PYTHON3" -m venv "$(readlink -f .venv-lerobot)"; else "$PYTHON3" -m venv .venv-lerobot; fi
   fi
