@@ -24,6 +24,7 @@ ROLES = ("robot", "gripper", "target", "bystander", "furniture", "other")
 # is not a rotation (a rotation vector, Euler angles, a scaled quaternion). Signals
 # re-normalise before use, so the tolerance never changes a score.
 QUAT_NORM_TOL = 0.02
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -342,6 +343,19 @@ class _Validator:
         for key in ("model", "suite", "language"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
+        for key in ("seed", "init_state", "success_step"):
+            if meta.get(key) is not None:
+                meta[key] = self.int64(key, meta[key])
+
+    def int64(self, name: str, value: Any) -> int:
+        """An integer the store's int64 columns can hold (an integral float such as 3.0 is taken as 3)."""
+        if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+            value = int(value)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise self.fail(name, f"expected an integer, got {value!r:.40}")
+        if not _INT64_MIN <= int(value) <= _INT64_MAX:
+            raise self.fail(name, f"expected an integer within int64 ({_INT64_MIN}..{_INT64_MAX}), got {value}")
+        return int(value)
 
     def replay(self, r: Any, n_steps: int) -> Replay:
         if isinstance(r, Replay):
