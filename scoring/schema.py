@@ -164,7 +164,15 @@ class _Validator:
             raise self.fail(name, "missing; expected a non-empty string")
         if not isinstance(value, str) or not value:
             raise self.fail(name, f"expected a non-empty string, got {type(value).__name__} {value!r:.60}")
+        self.check_unicode(name, value)
         return value
+
+    def check_unicode(self, name: str, value: str) -> None:
+        """Strings go into Parquet as UTF-8: a lone surrogate (JSON "\\ud800") cannot."""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.fail(name, f"expected valid Unicode text, got {value!r:.60} (a lone surrogate)") from None
 
     def array(self, name: str, value: Any, shape: Sequence[int | None], *, dtype=np.float64,
               finite: bool = True) -> np.ndarray:
@@ -341,8 +349,10 @@ class _Validator:
                 raise self.fail("signal_tags", "expected a list of capability tag strings")
             meta["signal_tags"] = list(tags)
         for key in ("model", "suite", "language"):
-            if meta.get(key) is not None and not isinstance(meta[key], str):
-                raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
+            if meta.get(key) is not None:
+                if not isinstance(meta[key], str):
+                    raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
+                self.check_unicode(key, meta[key])
         for key in ("seed", "init_state", "success_step"):
             if meta.get(key) is not None:
                 meta[key] = self.int64(key, meta[key])

@@ -31,12 +31,14 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.archive import archive_files
+from scoring.archive import list_archive
 from scoring.io import atomic_write_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import SCORER_VERSION
+from scoring.store_lock import store_lock
 from scoring.job_plan import _batch_size, _jobs, _store_relative
-from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, local_engine
+from scoring.store_jobs import (EPISODE_COLUMNS, SPEC_COLUMNS, STAGING, _error_row, _Run, commit_trajectory,
+                                local_engine)
 
 EPISODES = "episodes.parquet"
 SPEC_RESULTS = "spec_results.parquet"
@@ -111,7 +113,8 @@ def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
 def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: str | os.PathLike, *,
                   workers: int = 1, registry: Registry | None = None, registry_path=None,
                   copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
-                  batch: int | None = None, synthetic: bool = False, engine: Callable | None = None) -> ScoreSummary:
+                  batch: int | None = None, synthetic: bool = False, engine: Callable | None = None,
+                  wait_for_lock: bool = False) -> ScoreSummary:
     """Scores every episode of the archives into the run store `out`.
 
     Episodes already in the store with the same registry hash are skipped; an episode
@@ -120,14 +123,30 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     the local engine: a generator yielding each job's `_Batch` in submission order
     (`scoring.ray_score` runs them as Ray tasks); the store it gives is the same.
     `batch` is episodes per job (default: about 8 jobs per worker, see `_batch_size`).
+    One run writes to a store at a time (`scoring.store_lock`): another run raises
+    StoreBusy, or waits for the lock with `wait_for_lock`.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
-    files = archive_files(paths)
+    listing = list_archive(paths)
     reg = registry or load_registry(registry_path)
     store = Path(out)
-    store.mkdir(parents=True, exist_ok=True)
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SafeVLAError(f"cannot create the run store {str(store)!r} ({exc.strerror})") from None
+    with store_lock(store, wait=wait_for_lock):
+        shutil.rmtree(store / STAGING, ignore_errors=True)  # left by a run that was killed
+        return _score_into(store, paths, listing.files, listing.problems, reg, workers=workers,
+                           registry_path=registry_path, copy_trajectories=copy_trajectories, progress=progress,
+                           checkpoint_every=checkpoint_every, batch=batch, synthetic=synthetic, engine=engine)
+
+
+def _score_into(store: Path, paths: list, files: list[Path], problems: list[RecordError], reg: Registry, *,
+                workers: int, registry_path, copy_trajectories: bool, progress: bool | None, checkpoint_every: int,
+                batch: int | None, synthetic: bool, engine: Callable | None) -> ScoreSummary:
+    """The body of `score_archive`, run while holding the store's lock."""
     old_eps, old_specs = _existing(store)
     done_ids: set[str] = set()
     done_sources: set[str] = set()
@@ -139,7 +158,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     has_lines = any(p.suffix == ".jsonl" for p in files)
     todo = None if has_lines else sum(_store_relative(str(p), str(store)) not in done_sources for p in files)
     bar = _progress_bar(todo, progress)
-    errors: list[dict] = []
+    errors: list[dict] = [{"file": p.file, "episode": None, "field": None, "message": str(p)} for p in problems]
     seen: dict[str, str] = {}
     skipped = 0
     scored = 0
@@ -168,17 +187,20 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         for res in results:
             errors.extend(res.errors)
             accept = []
-            for eid, src in zip(res.episodes["episode_id"].to_pylist(), res.episodes["source"].to_pylist()):
+            for eid, origin, staged, trajectory in zip(res.episodes["episode_id"].to_pylist(), res.origins,
+                                                       res.staged, res.episodes["trajectory"].to_pylist()):
                 if eid in done_ids:
                     skipped += 1
                     accept.append(False)
                 elif eid in seen:
-                    errors.append({"file": src, "episode": eid, "field": "episode_id",
-                                   "message": f"duplicate episode_id; already scored from {seen[eid]}"})
+                    dup = RecordError(f"duplicate episode_id; already scored from {seen[eid]!r}, this one was "
+                                      "not scored", file=origin, episode=eid, field="episode_id")
+                    errors.append(_error_row(dup, origin))
                     accept.append(False)
                 else:
-                    seen[eid] = src
+                    seen[eid] = origin
                     accept.append(True)
+                commit_trajectory(store, staged, trajectory, accept=accept[-1])
             ep_tab, sp_tab = res.episodes, res.specs
             if not all(accept):
                 ep_tab = ep_tab.filter(pa.array(accept, type=pa.bool_()))
@@ -195,6 +217,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         results.close()  # stops the engine: pool shut down, queued tasks cancelled
         bar.close()
     skipped += skipped_files[0]
+    shutil.rmtree(store / STAGING, ignore_errors=True)  # only rejected or abandoned items are left there
     # the checkpoints only guard against a crash: consolidate from memory, not by re-reading them
     _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic,
                  tables=(old_eps + _concat([ep for ep, _ in fresh]), old_specs + _concat([sp for _, sp in fresh])))
