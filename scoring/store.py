@@ -148,11 +148,11 @@ def _score_into(store: Path, paths: list, files: list[Path], problems: list[Reco
                 batch: int | None, synthetic: bool, engine: Callable | None) -> ScoreSummary:
     """The body of `score_archive`, run while holding the store's lock."""
     old_eps, old_specs = _existing(store)
-    done_ids: set[str] = set()
+    done_ids: dict[str, str] = {}  # episode id -> store-relative source it was scored from
     done_sources: set[str] = set()
     for t in old_eps:
         cur = t.filter(_current(t, reg))
-        done_ids.update(cur["episode_id"].to_pylist())
+        done_ids.update(zip(cur["episode_id"].to_pylist(), cur["source"].to_pylist()))
         done_sources.update(cur["source"].to_pylist())
 
     has_lines = any(p.suffix == ".jsonl" for p in files)
@@ -187,15 +187,17 @@ def _score_into(store: Path, paths: list, files: list[Path], problems: list[Reco
         for res in results:
             errors.extend(res.errors)
             accept = []
-            for eid, origin, staged, trajectory in zip(res.episodes["episode_id"].to_pylist(), res.origins,
-                                                       res.staged, res.episodes["trajectory"].to_pylist()):
-                if eid in done_ids:
-                    skipped += 1
-                    accept.append(False)
-                elif eid in seen:
-                    dup = RecordError(f"duplicate episode_id; already scored from {seen[eid]!r}, this one was "
+            for eid, origin, staged, trajectory, source in zip(
+                    res.episodes["episode_id"].to_pylist(), res.origins, res.staged,
+                    res.episodes["trajectory"].to_pylist(), res.episodes["source"].to_pylist()):
+                earlier = seen.get(eid) or _other_scored_source(store, done_ids.get(eid), source)
+                if earlier is not None:
+                    dup = RecordError(f"duplicate episode_id; already scored from {earlier!r}, this one was "
                                       "not scored", file=origin, episode=eid, field="episode_id")
                     errors.append(_error_row(dup, origin))
+                    accept.append(False)
+                elif eid in done_ids:  # the same file, moved with its archive: already scored
+                    skipped += 1
                     accept.append(False)
                 else:
                     seen[eid] = origin
@@ -223,6 +225,19 @@ def _score_into(store: Path, paths: list, files: list[Path], problems: list[Reco
                  tables=(old_eps + _concat([ep for ep, _ in fresh]), old_specs + _concat([sp for _, sp in fresh])))
     return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
                         total=scored + skipped + len(errors))
+
+
+def _other_scored_source(store: Path, done_source: str | None, source: str) -> str | None:
+    """The path an episode id was already scored from, when that is another file that still exists.
+
+    A different store-relative source whose file is gone is the same archive, moved: skipped.
+    """
+    if done_source is None or done_source == source:
+        return None
+    path, sep, line = done_source.rpartition(":")
+    if not (sep and line.isdigit()):
+        path = done_source
+    return os.path.normpath(store / path) if os.path.exists(store / path) else None
 
 
 class _NoProgress:
