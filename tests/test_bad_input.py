@@ -212,3 +212,61 @@ def test_zip_bomb_peak_memory_stays_under_1_gib(tmp_path):
     print(f"peak RSS of safevla score beside a 1.5 GB zip bomb: {int(peak_kib) / 1024:.0f} MiB")
     errors = assert_refused_beside_good(tmp_path, archive, good_ids, "bomb.npz", out, store, before)
     assert "zip bomb" in errors[0]["message"]
+
+
+def test_two_concurrent_score_runs_into_one_store_lose_nothing(tmp_path):
+    """Finding 7: both used to exit 0 and print "scored 6000" while the store kept half."""
+    a = make_archive(tmp_path / "a", 6, seed=1, n_steps=30, contacts_per_step=3)
+    b = make_archive(tmp_path / "b", 6, seed=2, n_steps=30, contacts_per_step=3)
+    for i, p in enumerate(b):  # distinct ids in the second archive
+        rec = load_record(p)
+        write(p, record_to_npz_bytes(type(rec)(**{**rec.__dict__, "episode_id": f"b/{i}"})))
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "scoring.cli", "score", "--out", str(store), "--no-progress"]
+    # both at once: without --wait the later one refuses, unless the first was already done
+    runs = [subprocess.Popen([*cmd, str(tmp_path / x)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for x in ("a", "b")]
+    outs = [(r.wait(timeout=300), *r.communicate()) for r in runs]
+    kept = set(pd.read_parquet(store / "episodes.parquet")["episode_id"])
+    for (rc, out, err), paths in zip(outs, (a, b)):
+        ids = {load_record(p).episode_id for p in paths}
+        assert "Traceback" not in err
+        if rc == 0:
+            assert ids <= kept and "scored 6" in out
+        else:  # refused loudly, with the other run's pid; nothing of it half-written
+            assert rc == 4 and "is being written by another `safevla score` (pid " in err, (rc, err)
+    # with --wait both finish, one after the other, and the store holds all 12
+    shutil.rmtree(store)
+    runs = [subprocess.Popen([*cmd, "--wait", str(tmp_path / x)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for x in ("a", "b")]
+    outs = [(r.wait(timeout=300), *r.communicate()) for r in runs]
+    assert [rc for rc, _, _ in outs] == [0, 0], outs
+    eps = pd.read_parquet(store / "episodes.parquet")
+    assert len(eps) == 12 and eps["episode_id"].is_unique
+    manifest = json.loads((store / "manifest.json").read_text())
+    assert manifest["n_episodes"] == 12 and len(manifest["sources"]) == 2
+
+
+def test_a_held_lock_makes_score_refuse_then_wait(tmp_path):
+    """The lock is real: held by this process, a run refuses (exit 4); with --wait it runs once released."""
+    import threading
+
+    from scoring.store_lock import store_lock
+
+    make_archive(tmp_path / "a", 3, seed=1, n_steps=30, contacts_per_step=3)
+    store = tmp_path / "store"
+    store.mkdir()
+    with store_lock(store):
+        out = score(str(tmp_path / "a"), "--out", str(store))
+        assert out.returncode == 4 and f"(pid {os.getpid()})" in out.stderr and "--wait" in out.stderr
+        assert not (store / "episodes.parquet").exists()
+        waiting = subprocess.Popen([sys.executable, "-m", "scoring.cli", "score", str(tmp_path / "a"), "--out",
+                                    str(store), "--no-progress", "--wait"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        first = waiting.stderr.readline()  # printed just before it blocks on the lock
+        assert f"waiting for pid {os.getpid()}" in first
+        threading.Event().wait(1)
+        assert waiting.poll() is None  # still blocked while the lock is held
+    rc = waiting.wait(timeout=120)
+    out, _ = waiting.communicate()
+    assert rc == 0 and "scored 3" in out
