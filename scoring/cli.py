@@ -103,6 +103,8 @@ def run_report(args) -> int:
 def _dashboard_parser(sub) -> None:
     p = sub.add_parser("dashboard", help="open the Streamlit dashboard (default: the bundled demo store)")
     p.add_argument("store", nargs="?", default=None, help="run store directory (default: assets/demo/store)")
+    p.add_argument("--stores", nargs="+", default=[], metavar="DIR",
+                   help="more run stores that links (?store=) and the sidebar may open; no other path is opened")
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--headless", action="store_true", help="do not open a browser")
     p.set_defaults(func=run_dashboard)
@@ -119,7 +121,12 @@ def run_dashboard(args) -> int:
            "--browser.gatherUsageStats", "false"]
     if args.headless:
         cmd += ["--server.headless", "true"]
+    for other in args.stores:
+        if not Path(other).is_dir():
+            raise SafeVLAError(f"--stores: run store {other!r} does not exist")
     cmd += ["--", "--store", str(store)]
+    if args.stores:
+        cmd += ["--stores", *args.stores]
     return subprocess.call(cmd, env={**os.environ})
 
 

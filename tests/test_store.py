@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -158,3 +159,49 @@ def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archi
     third = score_archive([archive], out, progress=False)
     assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {2}
 
+
+
+@pytest.mark.parametrize("stop_at", ["manifest.json", "episodes.parquet"])
+def test_a_run_killed_before_its_manifest_says_how_to_complete_it(archive, tmp_path, monkeypatch, stop_at):
+    """Killed after its tables (or mid-run, checkpoints only): the store is incomplete, not unreadable."""
+    import scoring.store as store_mod
+    real = store_mod.atomic_write_bytes
+
+    def killed(path, data):
+        if path.name == stop_at:
+            raise KeyboardInterrupt  # the process dies here
+        return real(path, data)
+    monkeypatch.setattr(store_mod, "atomic_write_bytes", killed)
+    store = tmp_path / "store"
+    with pytest.raises(KeyboardInterrupt):
+        score_archive([archive], store, progress=False, checkpoint_every=5, batch=4)
+    monkeypatch.setattr(store_mod, "atomic_write_bytes", real)
+    command = f"safevla score {archive} --out {store}"
+    with pytest.raises(RecordError, match="incomplete run store.*" + command.replace(".", r"\.")):
+        load_store(store)
+    if stop_at == "manifest.json":  # the tables are all there: the dashboard can open it
+        manifest, eps, _ = load_store(store, allow_incomplete=True)
+        assert manifest["incomplete"] and command in manifest["complete_with"] and len(eps) == 24
+        assert manifest["sources"] == [os.path.relpath(archive, store)]
+    completed = score_archive([archive], store, progress=False)  # the command it names
+    assert completed.scored + completed.skipped == 24
+    assert load_store(store)[0]["n_episodes"] == 24
+
+
+def test_store_roots_confine_paths_to_the_store_and_its_archive(archive, tmp_path):
+    from scoring.store_paths import confined, is_inside, store_roots
+    score_archive([archive], tmp_path / "store", progress=False)
+    manifest, eps, _ = load_store(tmp_path / "store")
+    roots = store_roots(tmp_path / "store", manifest)
+    assert roots == (str((tmp_path / "store").resolve()), str(archive.resolve()))
+    for t in eps["trajectory"]:
+        assert is_inside(tmp_path / "store" / t, roots)
+    (tmp_path / "store" / "escape").symlink_to(tmp_path)
+    for outside in ("/etc/passwd", tmp_path / "store" / ".." / "x.npz", tmp_path / "store" / "escape" / "x.npz",
+                    tmp_path / "store2"):
+        assert not is_inside(outside, roots)
+        with pytest.raises(RecordError, match="outside the run store and its archive; refused"):
+            confined(outside, roots, what="trajectory")
+    # a manifest whose source is the filesystem root does not open everything
+    assert store_roots(tmp_path / "store", {"sources": [os.path.relpath("/", tmp_path / "store")]}) \
+        == (str((tmp_path / "store").resolve()),)
