@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from scoring.errors import RecordError
-from scoring.npz_format import MAX_RECORD_BYTES, NpzTooLarge, read_npz, write_npz_stored
+from scoring import npz_format
+from scoring.npz_format import NpzTooLarge, read_npz, write_npz_stored
 from scoring.schema import SCHEMA_VERSION, EpisodeRecord
 
 _META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",
@@ -255,9 +256,9 @@ def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
         else:
             with open(data, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
-                if size > MAX_RECORD_BYTES:
-                    raise RecordError(f"is {size:,} bytes, more than the {MAX_RECORD_BYTES:,} allowed per record "
-                                      "(scoring.npz_format.MAX_RECORD_BYTES)", file=source)
+                if size > npz_format.MAX_RECORD_BYTES:
+                    raise RecordError(f"is {size:,} bytes, more than the {npz_format.MAX_RECORD_BYTES:,} allowed "
+                                      "per record (scoring.npz_format.MAX_RECORD_BYTES)", file=source)
                 raw = fh.read()
     except OSError as exc:
         raise RecordError(f"cannot read ({exc.strerror})", file=source) from None

@@ -72,15 +72,17 @@ class NpzTooLarge(ValueError):
     """An `.npz` whose members inflate past `MAX_RECORD_BYTES` or past their declared size."""
 
 
-def _zip_members(raw: bytes, *, max_bytes: int = MAX_RECORD_BYTES):
+def _zip_members(raw: bytes, *, max_bytes: int | None = None):
     """(name, data) of every member of a zip held in memory, via its central directory.
 
     A plain reader for what `np.savez` writes (stored or deflated members, optional
     zip64): `zipfile` costs more than scoring a small episode. CRCs are not checked;
     truncation and bad offsets are, and every member must parse as a .npy array.
     Deflated members inflate to at most their declared size, and the declared sizes of
-    all members to at most `max_bytes`, checked before anything is inflated.
+    all members to at most `max_bytes` (default `MAX_RECORD_BYTES`), checked before
+    anything is inflated.
     """
+    max_bytes = MAX_RECORD_BYTES if max_bytes is None else max_bytes
     eocd = raw.rfind(b"PK\x05\x06", max(0, len(raw) - 65_557))
     if eocd < 0:
         raise ValueError("no zip end-of-central-directory record")

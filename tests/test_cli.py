@@ -26,6 +26,11 @@ def test_score_then_report(tmp_path, capsys):
     assert (tmp_path / "store" / "report" / "table4_main.tex").exists()
 
 
+def test_dashboard_refuses_an_allow_list_entry_that_is_not_a_store(tmp_path):
+    out = run("dashboard", str(tmp_path), "--stores", str(tmp_path / "nope"), "--headless")
+    assert out.returncode == 2 and "--stores: run store" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_bad_input_exits_non_zero_with_one_line(tmp_path):
     out = run("score", str(tmp_path / "missing"), "--out", str(tmp_path / "s"))
     assert out.returncode == 2

@@ -205,3 +205,19 @@ def test_store_roots_confine_paths_to_the_store_and_its_archive(archive, tmp_pat
     # a manifest whose source is the filesystem root does not open everything
     assert store_roots(tmp_path / "store", {"sources": [os.path.relpath("/", tmp_path / "store")]}) \
         == (str((tmp_path / "store").resolve()),)
+
+
+def test_an_unforeseen_reader_error_refuses_that_item_only(archive, tmp_path, monkeypatch):
+    """A reader bug on one odd file (anything but RecordError) is that file's refusal, not the run's end."""
+    import scoring.store_jobs as jobs
+    real = jobs._read_item
+
+    def buggy(kind, payload, source):
+        if source.endswith("ep_000005.npz"):
+            raise TypeError("'NoneType' object is not subscriptable")
+        return real(kind, payload, source)
+    monkeypatch.setattr(jobs, "_read_item", buggy)
+    summary = score_archive([archive], tmp_path / "store", progress=False)
+    assert summary.scored == 23 and len(summary.errors) == 1
+    assert "ep_000005.npz" in summary.errors[0]["message"]
+    assert "unexpected TypeError while reading" in summary.errors[0]["message"]
