@@ -230,14 +230,21 @@ def _score_into(store: Path, paths: list, files: list[Path], problems: list[Reco
 def _other_scored_source(store: Path, done_source: str | None, source: str) -> str | None:
     """The path an episode id was already scored from, when that is another file that still exists.
 
-    A different store-relative source whose file is gone is the same archive, moved: skipped.
+    A source whose file is gone is the same archive, moved; another line of the same JSONL
+    file is the same file, edited: both are skipped as already scored.
     """
-    if done_source is None or done_source == source:
+    if done_source is None:
         return None
-    path, sep, line = done_source.rpartition(":")
-    if not (sep and line.isdigit()):
-        path = done_source
+    path, new_path = _file_of(done_source), _file_of(source)
+    if path == new_path:
+        return None
     return os.path.normpath(store / path) if os.path.exists(store / path) else None
+
+
+def _file_of(source: str) -> str:
+    """The file part of a store-relative source ("path" or "path:line")."""
+    path, sep, line = source.rpartition(":")
+    return path if sep and line.isdigit() else source
 
 
 class _NoProgress:

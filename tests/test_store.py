@@ -221,3 +221,19 @@ def test_an_unforeseen_reader_error_refuses_that_item_only(archive, tmp_path, mo
     assert summary.scored == 23 and len(summary.errors) == 1
     assert "ep_000005.npz" in summary.errors[0]["message"]
     assert "unexpected TypeError while reading" in summary.errors[0]["message"]
+
+
+def test_re_runs_tell_a_duplicate_from_the_same_episode_moved_or_shifted(tmp_path, appendix_b):
+    lines = [json.dumps({**appendix_b, "episode_id": f"ep/{i}"}) for i in range(3)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    store = tmp_path / "store"
+    assert score_archive([tmp_path / "a.jsonl"], store, progress=False).scored == 3
+    # a line inserted above: the same episodes on other lines of the same file are already scored
+    (tmp_path / "a.jsonl").write_text("\n".join([json.dumps({**appendix_b, "episode_id": "ep/new"}), *lines]) + "\n")
+    again = score_archive([tmp_path / "a.jsonl"], store, progress=False)
+    assert (again.scored, again.skipped, again.errors) == (1, 3, ())
+    # the same id in another file that exists: a duplicate, naming both files
+    (tmp_path / "b.json").write_text(json.dumps({**appendix_b, "episode_id": "ep/1"}))
+    dup = score_archive([tmp_path / "b.json"], store, progress=False)
+    assert dup.scored == 0 and len(dup.errors) == 1
+    assert "b.json" in dup.errors[0]["message"] and "a.jsonl" in dup.errors[0]["message"]
