@@ -165,7 +165,8 @@ def traces(_data: D.StoreData, key: str, i: int, items: tuple) -> pd.DataFrame:
 
 
 def episode_record(data: D.StoreData, i: int):
-    """The episode's record; StoreProblem when missing, or when it or its MJCF file lies outside the store and its archive."""
+    """The episode's record; StoreProblem when it is missing, or when it or its MJCF file
+    lies outside the store and its archive."""
     path = data.trajectory_path(i)
     if path is None or not path.is_file():
         raise D.StoreProblem(f"the trajectory of episode {data.episodes['episode_id'].iat[i]!r} is missing "

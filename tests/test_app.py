@@ -465,3 +465,20 @@ def test_a_store_killed_before_its_manifest_opens_as_incomplete(tmp_path, store,
     assert json.loads((path / "manifest.json").read_text())["n_episodes"] == len(tables[0])
     at = ok(app(path))
     assert not any("Incomplete store" in w.value for w in at.sidebar.warning)
+
+
+def test_stores_given_after_double_dash_are_the_allow_list(tmp_path, store, monkeypatch):
+    """What `safevla dashboard STORE --stores OTHER` passes to the app: `-- --store STORE --stores OTHER`."""
+    other = make_store(tmp_path / "other", n=8, renderable=False)
+    third = make_store(tmp_path / "third", n=8, renderable=False)
+    monkeypatch.delenv("SAFEVLA_STORES", raising=False)
+    monkeypatch.setattr("sys.argv", ["app.py", "--store", str(store), "--stores", str(other)])
+    for path, allowed in ((other, True), (third, False)):
+        at = AppTest.from_file(APP, default_timeout=120)
+        at.query_params["store"] = str(path)
+        at.run()
+        assert not at.exception
+        if allowed:
+            assert metric(ok(at), "Episodes") == "8"
+        else:
+            assert [e.value for e in at.error] == [NOT_AVAILABLE]
