@@ -175,7 +175,8 @@ def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: 
         return _relpath(payload, store), None
     name = trajectory_name(rec.episode_id)
     dest = Path(store) / TRAJECTORIES / name
-    staged = Path(store) / STAGING / f"{name[:-4]}.{hashlib.sha1(source.encode()).hexdigest()[:12]}.npz"
+    unique = hashlib.sha1(source.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    staged = Path(store) / STAGING / f"{name[:-4]}.{unique}.npz"
     if converted:
         atomic_write_bytes(staged, record_to_npz_bytes(_relocated(rec, dest)))
     else:
