@@ -11,7 +11,9 @@ Columnar (`.npz`) sources are referenced in place (the `trajectory` column holds
 relative to STORE) rather than copied, so a 15k-episode archive is not written twice;
 `copy_trajectories=True` makes the store self-contained. Every file is written
 atomically, and progress is checkpointed into `.parts/` so an interrupted run loses at
-most one checkpoint and resumes where it stopped.
+most one checkpoint and resumes where it stopped. One run writes at a time (`.lock`,
+`scoring.store_lock`); converted trajectories are staged in `trajectories/.staging/` and
+moved into place only once their episode is accepted (not a duplicate id).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import argparse
+import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
