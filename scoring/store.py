@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
@@ -38,15 +37,12 @@ from scoring.io import atomic_write_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import SCORER_VERSION
 from scoring.store_lock import store_lock
+from scoring.store_read import (ERRORS, EPISODES, MANIFEST, PARTS, SPEC_RESULTS, _read_manifest,  # noqa: F401
+                                load_store, read_table)
 from scoring.job_plan import _batch_size, _jobs, _store_relative
 from scoring.store_jobs import (EPISODE_COLUMNS, SPEC_COLUMNS, STAGING, _error_row, _Run, commit_trajectory,
                                 local_engine)
 
-EPISODES = "episodes.parquet"
-SPEC_RESULTS = "spec_results.parquet"
-MANIFEST = "manifest.json"
-ERRORS = "errors.json"
-PARTS = ".parts"
 
 @dataclasses.dataclass(frozen=True)
 class ScoreSummary:
@@ -71,17 +67,6 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- store
-
-def read_table(store: str | os.PathLike, name: str) -> pd.DataFrame:
-    """Loads one of the store's Parquet tables with a clear error when absent or corrupt."""
-    path = Path(store) / name
-    if not path.exists():
-        raise RecordError(f"missing {name}; expected a run store written by `safevla score`", file=str(path))
-    try:
-        return pq.read_table(path).to_pandas()
-    except (pa.ArrowException, OSError) as exc:
-        raise RecordError(f"corrupt Parquet file ({exc})", file=str(path)) from None
-
 
 def _current(episodes: pa.Table, reg: Registry) -> pa.ChunkedArray | pa.Array:
     """Rows scored with this registry by this scorer version (stores from before versions had none)."""
@@ -321,74 +306,5 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
     atomic_write_bytes(store / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
-def _read_manifest(store: Path) -> dict:
-    path = store / MANIFEST
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise RecordError(f"corrupt manifest ({exc})", file=str(path)) from None
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-
-
-def load_store(store: str | os.PathLike, *, allow_incomplete: bool = False
-               ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """(manifest, episodes, spec_results) of a run store, validated.
-
-    A store whose run was stopped after writing its tables but before `manifest.json`
-    is incomplete: with `allow_incomplete` it loads with a stand-in manifest
-    (`"incomplete": True`, the command that completes it under "complete_with"),
-    otherwise the error says how to complete it.
-    """
-    store = Path(store)
-    if not store.is_dir():
-        raise SafeVLAError(f"run store {str(store)!r} does not exist or is not a directory")
-    if not (store / MANIFEST).exists():
-        command = completion_command(store)
-        if command is None:
-            raise RecordError("missing manifest.json; expected a run store written by `safevla score`",
-                              file=str(store / MANIFEST))
-        if allow_incomplete and (store / EPISODES).exists() and (store / SPEC_RESULTS).exists():
-            episodes = read_table(store, EPISODES)
-            hashes = episodes["registry_hash"].dropna().unique() if "registry_hash" in episodes else []
-            manifest = {"incomplete": True, "complete_with": command, "sources": _sources_of(store),
-                        "registry_hash": str(hashes[0]) if len(hashes) == 1 else None}
-            return manifest, episodes, read_table(store, SPEC_RESULTS)
-        raise RecordError(f"incomplete run store: a `safevla score` run stopped before writing manifest.json; "
-                          f"complete it with: {command}", file=str(store / MANIFEST))
-    manifest = _read_manifest(store)
-    if not isinstance(manifest, dict) or "registry_hash" not in manifest:
-        raise RecordError("expected a JSON object with registry_hash (written by `safevla score`)",
-                          file=str(store / MANIFEST), field="registry_hash")
-    return manifest, read_table(store, EPISODES), read_table(store, SPEC_RESULTS)
-
-
-def completion_command(store: Path) -> str | None:
-    """The `safevla score` command that completes a store stopped before its manifest; None if no run began."""
-    if not ((store / EPISODES).exists() or any((store / PARTS).glob("episodes-*.parquet"))):
-        return None
-    sources = _sources_of(store)
-    archive = " ".join(os.path.normpath(store / s) for s in sources) if sources else "ARCHIVE"
-    return f"safevla score {archive} --out {store}  (it resumes: episodes already scored are kept)"
-
-
-def _sources_of(store: Path) -> list[str]:
-    """The archive a store's episodes came from (store-relative), read from their `source` column."""
-    paths = set()
-    for table in [store / EPISODES, *sorted((store / PARTS).glob("episodes-*.parquet"))]:
-        try:
-            column = pq.read_table(table, columns=["source"])["source"].to_pylist()
-        except (pa.ArrowException, OSError, KeyError):
-            continue
-        for source in column:
-            if isinstance(source, str) and source:
-                path, sep, line = source.rpartition(":")
-                paths.add(path if sep and line.isdigit() else source)
-    if not paths:
-        return []
-    common = os.path.commonpath([os.path.normpath(store / p) for p in paths])
-    return [os.path.relpath(common, store)]
