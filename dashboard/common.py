@@ -165,13 +165,18 @@ def traces(_data: D.StoreData, key: str, i: int, items: tuple) -> pd.DataFrame:
 
 
 def episode_record(data: D.StoreData, i: int):
-    """The episode's record; StoreProblem when it is missing, or when it or its MJCF file
-    lies outside the store and its archive."""
+    """The episode's record; StoreProblem when it is missing or lies outside the store and its archive."""
     path = data.trajectory_path(i)
     if path is None or not path.is_file():
         raise D.StoreProblem(f"the trajectory of episode {data.episodes['episode_id'].iat[i]!r} is missing "
                              f"(expected {path}); robustness over time and replay need it")
-    rec = record(str(path), path.stat().st_mtime)
+    return record(str(path), path.stat().st_mtime)
+
+
+def replay_record(data: D.StoreData, i: int):
+    """`episode_record` for rendering: also StoreProblem when the MJCF file it names lies
+    outside the store and its archive (its traces need no model file and stay available)."""
+    rec = episode_record(data, i)
     D.check_mjcf_path(data, rec)
     return rec
 
@@ -219,7 +224,7 @@ def prewarm_replays(c: "Ctx", n: int = 6) -> None:
 @st.cache_data(show_spinner=False, max_entries=400)
 def frame_jpeg(_data: D.StoreData, key: str, i: int, step: int, items: tuple, highlight: bool) -> bytes:
     from dashboard.replay_bridge import jpeg
-    rec = episode_record(_data, i)
+    rec = replay_record(_data, i)
     img = render_service().frame(f"{key}#{i}", rec, step, violations(_data, key, i, items), highlight=highlight)
     return jpeg(img)
 
@@ -437,7 +442,7 @@ def pair_figure(data: D.StoreData, key: str, rows: tuple[int, int], steps: tuple
     """PNG of both episodes' frames at their steps (violations highlighted, red border on the
     violating frame), side by side with captions; rendered through the render queue."""
     svc = render_service()
-    frames = [svc.frame(f"{key}#{i}", episode_record(data, i), int(s), violations(data, key, i, items))
+    frames = [svc.frame(f"{key}#{i}", replay_record(data, i), int(s), violations(data, key, i, items))
               for i, s in zip(rows, steps)]
     return png_bytes(side_by_side(frames, captions, title=title))
 
@@ -488,7 +493,7 @@ def pair_clip(data: D.StoreData, key: str, rows: tuple[int, int], items: tuple, 
     """MP4 bytes of both episodes side by side, synced by step (progress: (done, total))."""
     import tempfile
 
-    recs = [episode_record(data, i) for i in rows]
+    recs = [replay_record(data, i) for i in rows]
     vss = [violations(data, key, i, items) for i in rows]
     svc = render_service()
     keys = [f"{key}#{i}" for i in rows]  # the keys of `frame_jpeg`, so its replayers are reused
