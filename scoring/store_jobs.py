@@ -235,6 +235,19 @@ class _Batch:
 
 
 _LOAD_CHUNK = 64  # items loaded at once: enough to batch numpy calls, few enough to bound memory
+# ...and at most this many bytes of arrays: 64 records near MAX_RECORD_BYTES (crafted, or
+# very long episodes) would otherwise be held at once. Real chunks are ~15 MB.
+_LOAD_BYTES = 256 * 2**20
+
+
+def _record_bytes(rec: EpisodeRecord) -> int:
+    """Bytes of the record's arrays (what holding it costs)."""
+    parts = [rec.eef_pos, rec.body_pos, rec.body_quat, rec.joint_torque, rec.gripper_contact, rec.actions, rec.t]
+    if rec.contacts is not None:
+        parts += [rec.contacts.step, rec.contacts.a, rec.contacts.b, rec.contacts.force]
+    if rec.replay is not None:
+        parts += [rec.replay.qpos, rec.replay.qvel, rec.replay.mocap_pos, rec.replay.mocap_quat]
+    return sum(a.nbytes for a in parts if a is not None)
 
 
 def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None) -> _Batch:
@@ -242,9 +255,11 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
     columns = _Columns(reg)
     errors = []
     items = job.items
-    for start in range(0, len(items), _LOAD_CHUNK):
-        loaded, chunk_errors = [], {}
+    start = 0
+    while start < len(items):
+        loaded, chunk_errors, held, taken = [], {}, 0, 0
         for k, (kind, payload, source) in enumerate(items[start:start + _LOAD_CHUNK]):
+            taken = k + 1
             if kind == "error":  # found while planning (an unreadable file)
                 chunk_errors[k] = payload
                 continue
@@ -252,6 +267,10 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
                 loaded.append((k, *_load_item(kind, payload, source)))
             except RecordError as exc:
                 chunk_errors[k] = _error_row(exc, source)
+                continue
+            held += _record_bytes(loaded[-1][1])
+            if held > _LOAD_BYTES:
+                break
         outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg)
         for (k, rec, converted), out in zip(loaded, outcomes):
             kind, payload, source = items[start + k]
@@ -262,6 +281,7 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
             columns.add(rec, out, source=_store_relative(source, store), trajectory=trajectory, origin=source,
                         staged=staged)
         errors.extend(chunk_errors[k] for k in sorted(chunk_errors))
+        start += taken
     episodes, specs = columns.tables()
     return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items),
                   columns.origins, columns.staged)

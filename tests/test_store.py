@@ -237,3 +237,27 @@ def test_re_runs_tell_a_duplicate_from_the_same_episode_moved_or_shifted(tmp_pat
     dup = score_archive([tmp_path / "b.json"], store, progress=False)
     assert dup.scored == 0 and len(dup.errors) == 1
     assert "b.json" in dup.errors[0]["message"] and "a.jsonl" in dup.errors[0]["message"]
+
+
+def test_a_job_holds_at_most_load_bytes_of_records_at_once(archive, tmp_path, monkeypatch):
+    """Many near-cap records in one job are scored a few at a time, with the same store as one chunk."""
+    import scoring.store_jobs as jobs
+    sizes = []
+    real = jobs.score_outcomes
+
+    def counting(records, **kwargs):
+        sizes.append(sum(jobs._record_bytes(r) for r in records))
+        return real(records, **kwargs)
+    monkeypatch.setattr(jobs, "score_outcomes", counting)
+    one = load_record(sorted(archive.glob("*.npz"))[0])
+    monkeypatch.setattr(jobs, "_LOAD_BYTES", 3 * jobs._record_bytes(one))
+    chunked = score_archive([archive], tmp_path / "chunked", progress=False, batch=24)
+    assert chunked.scored == 24 and len(sizes) >= 6  # 4 records per chunk at most (the 4th crosses the line)
+    assert max(sizes) <= 4 * jobs._record_bytes(one) * 1.1
+    monkeypatch.undo()
+    whole = score_archive([archive], tmp_path / "whole", progress=False, batch=24)
+    assert whole.scored == 24
+    for name in ("episodes.parquet", "spec_results.parquet"):
+        a = pd.read_parquet(tmp_path / "chunked" / name).drop(columns=["trajectory", "source"], errors="ignore")
+        b = pd.read_parquet(tmp_path / "whole" / name).drop(columns=["trajectory", "source"], errors="ignore")
+        pd.testing.assert_frame_equal(a, b)
