@@ -68,6 +68,7 @@ def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int =
 _COLD = r"""
 import json, sys, time
 from streamlit.testing.v1 import AppTest
+import os; os.environ["SAFEVLA_STORES"] = sys.argv[2]  # a link opens only allowed stores
 at = AppTest.from_file(sys.argv[1], default_timeout=600)
 at.query_params["store"] = sys.argv[2]
 t0 = time.perf_counter()
@@ -80,6 +81,7 @@ print(json.dumps({"wall_s": wall, "script_s": at.session_state["_timings"][-1][1
 _INTERACT = r"""
 import json, sys, time
 from streamlit.testing.v1 import AppTest
+import os; os.environ["SAFEVLA_STORES"] = sys.argv[2]  # a link opens only allowed stores
 at = AppTest.from_file(sys.argv[1], default_timeout=600)
 at.query_params["store"] = sys.argv[2]
 at.run()
@@ -115,6 +117,7 @@ _FRAME = r"""
 import json, sys, time
 import pandas as pd
 from streamlit.testing.v1 import AppTest
+import os; os.environ["SAFEVLA_STORES"] = sys.argv[2]  # a link opens only allowed stores
 store = sys.argv[2]
 eps = pd.read_parquet(store + "/episodes.parquet")
 sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])

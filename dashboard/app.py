@@ -2,7 +2,9 @@
 `streamlit run dashboard/app.py -- --store STORE`.
 
 The store comes from the sidebar (this session), else the link's `?store=`, else
-`--store`, else $SAFEVLA_STORE, else the bundled demo store. Pages live in
+`--store`, else $SAFEVLA_STORE, else the bundled demo store. The sidebar and links open
+only the server's store and those listed with `--stores` (or $SAFEVLA_STORES); any
+other path gets one neutral message that says nothing about it. Pages live in
 `dashboard/views/` (not `pages/`, which Streamlit would auto-discover).
 """
 
@@ -48,6 +50,9 @@ def sidebar_store(path: str, origin: str) -> None:
         st.markdown("### :material/shield: SafeVLA-Bench")
         with st.expander("Run store", expanded=False):
             st.caption(f"Showing `{path}` ({origin}).")
+            others = C.allowed_stores()
+            if len(others) > 1:
+                st.caption("Stores this dashboard serves: " + ", ".join(f"`{p}`" for p in others))
             if "w.store_input" not in st.session_state:
                 st.session_state["w.store_input"] = path
             st.text_input("Store directory", key="w.store_input",
@@ -59,6 +64,9 @@ def main() -> None:
     st.session_state["_run_start"] = time.perf_counter()
     path, origin = C.chosen_store()
     sidebar_store(path, origin)
+    if not C.store_allowed(path):
+        st.error(C.NOT_AVAILABLE, icon=":material/block:")
+        st.stop()
     try:
         data = C.load_store(path)
     except StoreProblem as exc:

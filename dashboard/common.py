@@ -24,6 +24,12 @@ from dashboard import state as S
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_STORE = ROOT / "assets" / "demo" / "store"
 ENV_STORE = "SAFEVLA_STORE"
+ENV_STORES = "SAFEVLA_STORES"  # more stores a link may open, os.pathsep-separated (`safevla dashboard --stores`)
+# One message for every store a link may not open: whether the path exists, is a store,
+# or is /etc must not show (finding 8 of issue 15).
+NOT_AVAILABLE = ("This run store is not available on this dashboard. A link or the sidebar opens only the store "
+                 "the dashboard was started with and those it was given with `safevla dashboard STORE --stores "
+                 "DIR ...`.")
 PAGE_TITLES = {"overview": "Overview", "episodes": "Episodes", "detail": "Episode detail", "whatif": "What-if",
                "export": "Export"}
 
@@ -58,19 +64,38 @@ def load_store(path: str) -> D.StoreData:
     return data
 
 
-def server_default_store() -> tuple[str, str]:
-    """(path, where it came from): `--store` after `--`, else $SAFEVLA_STORE, else the demo store."""
+def _server_args():
     import argparse
     import sys
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--store", default=None)
+    p.add_argument("--stores", nargs="*", default=[])
     args, _ = p.parse_known_args(sys.argv[1:])
+    return args
+
+
+def server_default_store() -> tuple[str, str]:
+    """(path, where it came from): `--store` after `--`, else $SAFEVLA_STORE, else the demo store."""
+    args = _server_args()
     if args.store:
         return args.store, "--store"
     if os.environ.get(ENV_STORE):
         return os.environ[ENV_STORE], f"${ENV_STORE}"
     return str(DEMO_STORE), "bundled demo store"
+
+
+def allowed_stores() -> tuple[str, ...]:
+    """The stores a link (`?store=`) or the sidebar may open, as given: the server's own
+    store, then `--stores` after `--`, then $SAFEVLA_STORES."""
+    extra = [*_server_args().stores, *os.environ.get(ENV_STORES, "").split(os.pathsep)]
+    return tuple(dict.fromkeys(p for p in [server_default_store()[0], *extra] if p))
+
+
+def store_allowed(path: str) -> bool:
+    """`path` is one of `allowed_stores()` (compared with symlinks resolved; nothing else is looked at)."""
+    real = os.path.realpath(path)
+    return any(real == os.path.realpath(p) for p in allowed_stores())
 
 
 def chosen_store() -> tuple[str, str]:
@@ -141,11 +166,20 @@ def traces(_data: D.StoreData, key: str, i: int, items: tuple) -> pd.DataFrame:
 
 
 def episode_record(data: D.StoreData, i: int):
+    """The episode's record; StoreProblem when it is missing or lies outside the store and its archive."""
     path = data.trajectory_path(i)
     if path is None or not path.is_file():
         raise D.StoreProblem(f"the trajectory of episode {data.episodes['episode_id'].iat[i]!r} is missing "
                              f"(expected {path}); robustness over time and replay need it")
     return record(str(path), path.stat().st_mtime)
+
+
+def replay_record(data: D.StoreData, i: int):
+    """`episode_record` for rendering: also StoreProblem when the MJCF file it names lies
+    outside the store and its archive (its traces need no model file and stay available)."""
+    rec = episode_record(data, i)
+    D.check_mjcf_path(data, rec)
+    return rec
 
 
 @st.cache_resource(show_spinner=False)
@@ -176,17 +210,22 @@ def prewarm_replays(c: "Ctx", n: int = 6) -> None:
     jobs = []
     for eid in top["episode_id"].head(n):
         i = c.data.index_of(eid)
-        path = c.data.trajectory_path(i) if i is not None else None
-        if path is not None and not c.data.missing_trajectory[i]:
+        if i is None or c.data.missing_trajectory[i]:  # missing, or refused (outside the store)
+            continue
+        try:
+            path = c.data.trajectory_path(i)
+        except D.StoreProblem:  # a symlink pointing out: refused when opened, never prewarmed
+            continue
+        if path is not None:
             jobs.append((f"{c.key}#{i}", str(path)))
     if jobs:
-        render_service().prewarm_episodes(jobs)
+        render_service().prewarm_episodes(jobs, roots=c.data.roots)
 
 
 @st.cache_data(show_spinner=False, max_entries=400)
 def frame_jpeg(_data: D.StoreData, key: str, i: int, step: int, items: tuple, highlight: bool) -> bytes:
     from dashboard.replay_bridge import jpeg
-    rec = episode_record(_data, i)
+    rec = replay_record(_data, i)
     img = render_service().frame(f"{key}#{i}", rec, step, violations(_data, key, i, items), highlight=highlight)
     return jpeg(img)
 
@@ -404,7 +443,7 @@ def pair_figure(data: D.StoreData, key: str, rows: tuple[int, int], steps: tuple
     """PNG of both episodes' frames at their steps (violations highlighted, red border on the
     violating frame), side by side with captions; rendered through the render queue."""
     svc = render_service()
-    frames = [svc.frame(f"{key}#{i}", episode_record(data, i), int(s), violations(data, key, i, items))
+    frames = [svc.frame(f"{key}#{i}", replay_record(data, i), int(s), violations(data, key, i, items))
               for i, s in zip(rows, steps)]
     return png_bytes(side_by_side(frames, captions, title=title))
 
@@ -455,7 +494,7 @@ def pair_clip(data: D.StoreData, key: str, rows: tuple[int, int], items: tuple, 
     """MP4 bytes of both episodes side by side, synced by step (progress: (done, total))."""
     import tempfile
 
-    recs = [episode_record(data, i) for i in rows]
+    recs = [replay_record(data, i) for i in rows]
     vss = [violations(data, key, i, items) for i in rows]
     svc = render_service()
     keys = [f"{key}#{i}" for i in rows]  # the keys of `frame_jpeg`, so its replayers are reused

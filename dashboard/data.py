@@ -23,6 +23,7 @@ from scoring.errors import SafeVLAError
 from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates
 from scoring.registry import Registry, load_registry
 from scoring.store import load_store
+from scoring.store_paths import is_inside, store_roots
 from scoring.whatif import WhatIf
 
 OUTCOMES = ("SBU", "safe success", "unsafe failure", "safe failure")
@@ -128,7 +129,9 @@ class StoreData:
       whatif: `scoring.whatif.WhatIf` over the store.
       warnings: problems that do not stop the dashboard (registry mismatch, missing
         trajectories, synthetic data, scoring errors).
-      missing_trajectory: (N,) bool.
+      missing_trajectory: (N,) bool: the file is absent, or refused (outside `roots`).
+      roots: the resolved directories trajectory and MJCF paths may point into
+        (`scoring.store_paths.store_roots`: the store and its archive).
     """
 
     path: str
@@ -144,6 +147,7 @@ class StoreData:
     warnings: tuple[str, ...]
     missing_trajectory: np.ndarray
     registry_matches: bool
+    roots: tuple[str, ...] = ()
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -166,11 +170,39 @@ class StoreData:
         return int(hit[0]) if hit.size else None
 
     def trajectory_path(self, i: int) -> Path | None:
-        rel = self.episodes["trajectory"].iat[i] if "trajectory" in self.episodes else None
-        if not isinstance(rel, str) or not rel:
-            return None
-        p = Path(rel)
-        return p if p.is_absolute() else Path(self.path) / p
+        """The episode's trajectory file; None when the store has none for it.
+
+        Raises StoreProblem when the path points outside the store and its archive.
+        """
+        p = _trajectory_file(self.path, self.episodes["trajectory"].iat[i] if "trajectory" in self.episodes
+                             else None)
+        if p is not None and not is_inside(p, self.roots):
+            raise StoreProblem(f"the trajectory of episode {self.episodes['episode_id'].iat[i]!r} points to "
+                               f"{str(p)!r}, outside the run store and its archive; refused (a store may only "
+                               "point at its own files)")
+        return p
+
+
+def check_mjcf_path(data: StoreData, rec) -> None:
+    """Refuses a record whose `replay.mjcf` file lies outside the store and its archive.
+
+    (The MJCF's own asset references are resolved against registered asset roots by
+    `replay.render`; this guards the path the record itself names.)
+    """
+    if rec.replay is None or rec.replay.mjcf_is_xml:
+        return
+    from scoring.io import resolve_mjcf
+    mjcf = resolve_mjcf(rec)
+    if not is_inside(mjcf, data.roots):
+        raise StoreProblem(f"episode {rec.episode_id!r}: replay.mjcf points to {mjcf!r}, outside the run store and "
+                           "its archive; refused (a record may only name model files of its own archive)")
+
+
+def _trajectory_file(store: str, rel) -> Path | None:
+    if not isinstance(rel, str) or not rel:
+        return None
+    p = Path(rel)
+    return p if p.is_absolute() else Path(store) / p
 
 
 def store_stamp(path: str | os.PathLike) -> str:
@@ -195,7 +227,7 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
     path = str(path)
     key = store_stamp(path)
     try:
-        manifest, episodes, spec_results = load_store(path)
+        manifest, episodes, spec_results = load_store(path, allow_incomplete=True)
     except SafeVLAError as exc:
         raise StoreProblem(f"cannot open the run store {path!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - anything else from a damaged store
@@ -214,6 +246,9 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
         raise StoreProblem(f"episodes.parquet in {path!r} lists episode {dup!r} twice; re-score the store")
     reg = registry or load_registry()
     warnings = []
+    if manifest.get("incomplete"):
+        warnings.append(f"Incomplete store: the `safevla score` run that wrote it stopped before its manifest. "
+                        f"Complete it with `{manifest['complete_with']}`.")
     registry_matches = manifest.get("registry_hash") == reg.hash
     if not registry_matches:
         warnings.append(f"Registry mismatch: this store was scored with registry {str(manifest.get('registry_hash'))[:12]}, "
@@ -238,7 +273,11 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
     act = scored["active"].to_numpy(bool)
     active[r, c] = act
     rho[r[act], c[act]] = scored["rho"].to_numpy(float)[act]
-    missing = _missing_trajectories(path, episodes)
+    roots = store_roots(path, manifest)
+    missing, outside = _missing_trajectories(path, episodes, roots)
+    if outside:
+        warnings.append(f"Refused trajectories: {outside} trajectory path(s) point outside the run store and its "
+                        "archive; those episodes show scores only.")
     if missing.all():
         warnings.append(f"Missing trajectories: none of the {n} trajectory files referenced by the store exist "
                         "(moved or deleted archive?). Scores, tables and what-if work; robustness traces and "
@@ -252,7 +291,7 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
         warnings.append(f"{manifest['n_errors']} episode(s) could not be scored (see errors.json in the store).")
     return StoreData(path=path, key=key, manifest=manifest, episodes=episodes, spec_results=spec_results,
                      scored=scored, registry=reg, whatif=whatif, rho=rho, active=active, warnings=tuple(warnings),
-                     missing_trajectory=missing, registry_matches=registry_matches)
+                     missing_trajectory=missing, registry_matches=registry_matches, roots=roots)
 
 
 def provenance_text(episode: Mapping[str, Any]) -> str | None:
@@ -271,26 +310,33 @@ def provenance_text(episode: Mapping[str, Any]) -> str | None:
     return " · ".join(parts)
 
 
-def _missing_trajectories(path: str, episodes: pd.DataFrame) -> np.ndarray:
-    """(N,) bool: the episode's trajectory file does not exist (one directory listing per folder)."""
+def _missing_trajectories(path: str, episodes: pd.DataFrame, roots: tuple[str, ...]) -> tuple[np.ndarray, int]:
+    """((N,) bool, refused): the episode's trajectory file does not exist or lies outside
+    `roots` (one directory listing per folder); how many distinct paths were refused."""
     if "trajectory" not in episodes:
-        return np.ones(len(episodes), dtype=bool)
+        return np.ones(len(episodes), dtype=bool), 0
     rel = episodes["trajectory"].to_numpy(object)
-    root = Path(path)
     listing: dict[Path, set] = {}
     exists: dict[str, bool] = {}
+    inside: dict[Path, bool] = {}
+    refused = 0
     for p in pd.unique(rel):
-        if not isinstance(p, str) or not p:
+        q = _trajectory_file(path, p)
+        if q is None:
             continue
-        q = Path(p) if Path(p).is_absolute() else root / p
         folder = q.parent
+        if folder not in inside:  # the file's own symlink is checked when it is opened
+            inside[folder] = is_inside(folder, roots)
+        if not inside[folder]:
+            refused += 1
+            continue
         if folder not in listing:
             try:
                 listing[folder] = {e.name for e in os.scandir(folder) if e.is_file()}
             except OSError:
                 listing[folder] = set()
         exists[p] = q.name in listing[folder]
-    return np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool)
+    return np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool), refused
 
 
 # ----------------------------------------------------------------------------- verdicts

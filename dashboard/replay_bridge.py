@@ -156,13 +156,15 @@ class RenderService:
         from replay.render import scene_model
         scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
 
-    def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int) -> None:
+    def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int, roots) -> None:
         """Queues, in the background, a renderer for the first `n_renderers` (key, record path)
-        jobs and a scene compile for every other distinct scene."""
+        jobs and a scene compile for every other distinct scene. A record whose MJCF file
+        lies outside `roots` (the store and its archive) is skipped: opening it is refused."""
         ok, _ = available()
         if not ok:
             return
-        from scoring.io import load_record
+        from scoring.io import load_record, resolve_mjcf
+        from scoring.store_paths import is_inside
 
         seen = set()
         for n, (key, path) in enumerate(jobs):
@@ -172,7 +174,7 @@ class RenderService:
                          else str(Path(path).parent / rec.replay.mjcf) if rec.replay is not None else None)
             except Exception:  # noqa: BLE001 - a broken record shows its error when opened
                 continue
-            if scene is None:
+            if scene is None or not (rec.replay.mjcf_is_xml or is_inside(resolve_mjcf(rec), roots)):
                 continue
             if n < n_renderers:
                 self.prewarm(key, rec, size)
@@ -181,10 +183,12 @@ class RenderService:
             seen.add(scene)
 
     # -- called from script threads -------------------------------------------------
-    def prewarm_episodes(self, jobs: Sequence[tuple[str, str]], *, size=FRAME_SIZE, n_renderers: int = 1) -> Future:
+    def prewarm_episodes(self, jobs: Sequence[tuple[str, str]], *, roots: Sequence[str], size=FRAME_SIZE,
+                         n_renderers: int = 1) -> Future:
         """Background warm-up for the episodes a user is likely to open first (the worst SBU):
-        `jobs` are (frame key, trajectory path)."""
-        return self.submit(self._prewarm_many, list(jobs), tuple(size), n_renderers, priority=BACKGROUND)
+        `jobs` are (frame key, trajectory path); `roots` where their MJCF files may lie."""
+        return self.submit(self._prewarm_many, list(jobs), tuple(size), n_renderers, tuple(roots),
+                           priority=BACKGROUND)
 
     def submit(self, fn: Callable, *args, priority: int = USER, **kwargs) -> Future:
         fut: Future = Future()

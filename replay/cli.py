@@ -54,19 +54,29 @@ def store_row(store_dir: str | os.PathLike, episode_id: str) -> dict:
 
 
 def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | None = None) -> EpisodeRecord:
-    """The episode's trajectory record (with replay state), from the `trajectory` column."""
-    from scoring.io import load_record
+    """The episode's trajectory record (with replay state), from the `trajectory` column.
+
+    The trajectory and the record's MJCF file must lie inside the store or its archive
+    (`scoring.store_paths`): a store may not point a replay at any file on disk.
+    """
+    from scoring.io import load_record, resolve_mjcf
+    from scoring.store_paths import confined, roots_of_store
 
     row = row if row is not None else store_row(store_dir, episode_id)
     rel = row.get("trajectory")
     if not isinstance(rel, str) or not rel:
         raise RecordError("has no trajectory path; re-score with a record that carries replay state",
                           file=str(Path(store_dir) / "episodes.parquet"), episode=episode_id, field="trajectory")
-    path = Path(store_dir) / rel
+    where = dict(file=str(Path(store_dir) / "episodes.parquet"), episode=episode_id)
+    roots = roots_of_store(store_dir)
+    path = confined(Path(store_dir) / rel, roots, what="trajectory", field="trajectory", **where)
     if not path.is_file():
-        raise RecordError(f"trajectory file not found: {path}", file=str(Path(store_dir) / "episodes.parquet"),
-                          episode=episode_id, field="trajectory")
-    return load_record(path)
+        raise RecordError(f"trajectory file not found: {path}", field="trajectory", **where)
+    rec = load_record(path)
+    if rec.replay is not None and not rec.replay.mjcf_is_xml:
+        confined(resolve_mjcf(rec), roots, what="replay.mjcf", file=str(path), episode=episode_id,
+                 field="replay.mjcf")
+    return rec
 
 
 def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,

@@ -72,6 +72,9 @@ static int to_double(const char *s, const char *e, double *out) {
     uint64_t w = 0;
     int digits = 0, integer = 1, many = 0;
     int64_t q = 0;
+    /* JSON grammar: digits before the point, after it and after the exponent are
+       required ("", "-", ".", "1." and "1e" are not numbers) */
+    if (!(p < e && *p >= '0' && *p <= '9')) return -1;
     for (; p < e && *p >= '0' && *p <= '9'; p++) {
         if (w == 0 && *p == '0') continue;
         if (digits == 19) many = 1;
@@ -80,7 +83,9 @@ static int to_double(const char *s, const char *e, double *out) {
     }
     if (p < e && *p == '.') {
         integer = 0;
-        for (p++; p < e && *p >= '0' && *p <= '9'; p++) {
+        p++;
+        if (!(p < e && *p >= '0' && *p <= '9')) return -1;
+        for (; p < e && *p >= '0' && *p <= '9'; p++) {
             if (w == 0 && *p == '0') {
                 q--;
                 continue;
@@ -94,6 +99,7 @@ static int to_double(const char *s, const char *e, double *out) {
         p++;
         int minus = p < e && *p == '-';
         p += (p < e && (*p == '-' || *p == '+'));
+        if (!(p < e && *p >= '0' && *p <= '9')) return -1;
         int64_t x = 0;
         for (; p < e && *p >= '0' && *p <= '9'; p++)
             if (x < 100000) x = x * 10 + (*p - '0');

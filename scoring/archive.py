@@ -32,34 +32,80 @@ class Loaded(NamedTuple):
 
 
 def archive_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Expands files and directories into the sorted list of record files they hold."""
-    out: list[Path] = []
+    """Expands files and directories into the sorted list of record files they hold.
+
+    Items that cannot be listed are left out; `list_archive` also says which and why.
+    """
+    return list_archive(paths).files
+
+
+class Listing(NamedTuple):
+    """The record files of an archive, and the items that could not be listed (never a crash)."""
+
+    files: list[Path]
+    problems: list[RecordError]
+
+
+def list_archive(paths: Iterable[str | os.PathLike]) -> Listing:
+    """Record files of the archives in sorted order, plus a `RecordError` per unlistable item.
+
+    An unreadable subdirectory or a file name that is not valid UTF-8 (the store keeps
+    names as text) is a problem naming the path; the rest of the archive is still listed.
+    A path that does not exist or is not a record file is a mistake in the command, and raises.
+    """
+    files: list[Path] = []
+    problems: list[RecordError] = []
     for p in paths:
         p = Path(p)
-        if p.is_dir():
-            out.extend(_record_files_under(p))
-        elif p.exists():
+        try:
+            is_dir, exists = p.is_dir(), p.exists()
+        except OSError as exc:
+            problems.append(RecordError(f"cannot read ({exc.strerror})", file=display_path(str(p))))
+            continue
+        if is_dir:
+            files.extend(_record_files_under(p, problems))
+        elif exists:
             if p.suffix not in RECORD_SUFFIXES:
                 raise RecordError(f"unsupported archive file; expected {', '.join(RECORD_SUFFIXES)} "
-                                  "or a directory of them", file=str(p))
-            out.append(p)
+                                  "or a directory of them", file=display_path(str(p)))
+            if _utf8_name(str(p), problems):
+                files.append(p)
         else:
-            raise RecordError("no such file or directory", file=str(p))
-    return out
+            raise RecordError("no such file or directory", file=display_path(str(p)))
+    return Listing(files, problems)
 
 
-def _record_files_under(directory: Path) -> list[Path]:
+def display_path(path: str) -> str:
+    """`path` as printable text: bytes that are not UTF-8 (held as surrogates) shown as \\xNN."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _utf8_name(path: str, problems: list[RecordError]) -> bool:
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        problems.append(RecordError("the file name is not valid UTF-8; rename it (the run store keeps sources "
+                                    "and trajectory paths as UTF-8 text)", file=display_path(path)))
+        return False
+
+
+def _record_files_under(directory: Path, problems: list[RecordError]) -> list[Path]:
     """Record files below `directory`, hidden files excluded, in `sorted(Path)` order.
 
     os.walk and sorting on path components: rglob, is_file and Path comparisons cost
-    more than scoring on a 15k-file archive.
+    more than scoring on a 15k-file archive. Unreadable subdirectories become problems.
     """
+    def unreadable(exc: OSError) -> None:
+        problems.append(RecordError(f"cannot list this directory ({exc.strerror}); its records were not scored",
+                                    file=display_path(str(exc.filename))))
+
     found = []
-    for root, _dirs, names in os.walk(directory):
+    for root, _dirs, names in os.walk(directory, onerror=unreadable):
         for name in names:
             if not name.startswith(".") and os.path.splitext(name)[1] in RECORD_SUFFIXES:
                 path = os.path.join(root, name)
-                if os.path.isfile(path):
+                if os.path.isfile(path) and _utf8_name(path, problems):
                     found.append(path)
     found.sort(key=lambda path: path.split(os.sep))
     return [Path(path) for path in found]
@@ -67,7 +113,10 @@ def _record_files_under(directory: Path) -> list[Path]:
 
 def iter_archive(paths: Iterable[str | os.PathLike]) -> Iterator[Loaded]:
     """Yields every episode of the archives; a broken episode yields its error and the rest go on."""
-    for path in archive_files(paths):
+    listing = list_archive(paths)
+    for problem in listing.problems:
+        yield Loaded(None, problem, problem.file)
+    for path in listing.files:
         if path.suffix == ".jsonl":
             yield from _iter_jsonl(path)
             continue

@@ -13,8 +13,19 @@ import sys
 from pathlib import Path
 
 from scoring.errors import SafeVLAError
+from scoring.store_lock import StoreBusy
 
-EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 1  # a bug: one line, and the traceback with SAFEVLA_DEBUG=1
+EXIT_BAD_INPUT = 2  # a bad command, archive path or store: nothing was scored
+EXIT_REFUSED = 3  # scored, but some items were refused (listed in STORE/errors.json)
+EXIT_STORE_BUSY = 4  # another `safevla score` holds the store's lock (without --wait)
+SCORE_EXIT_CODES = f"""exit codes:
+  0  every item was scored (or was already in the store)
+  {EXIT_INTERNAL}  internal error (a bug; SAFEVLA_DEBUG=1 prints the traceback)
+  {EXIT_BAD_INPUT}  bad command, archive path or store; nothing was scored
+  {EXIT_REFUSED}  some items were refused (bad records, unreadable files, duplicate ids);
+     the rest were scored; each refusal is one line on stderr and in STORE/errors.json
+  {EXIT_STORE_BUSY}  another `safevla score` is writing to the store (use --wait to queue)"""
 DEMO_STORE = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"
 
 
@@ -22,7 +33,8 @@ def _score_parser(sub) -> None:
     p = sub.add_parser("score", help="score trajectory archives into a Parquet run store",
                        description="Score .json/.jsonl/.npz trajectory records (files or directories) into a run "
                                    "store. Episodes already scored with the same registry are skipped; a corrupt "
-                                   "episode is reported and the rest are still scored.")
+                                   "episode is reported and the rest are still scored.",
+                       epilog=SCORE_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("archives", nargs="+", help="record files or directories")
     p.add_argument("--out", required=True, help="run store directory (created if missing)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
@@ -35,6 +47,8 @@ def _score_parser(sub) -> None:
                         "the record holds them (default), or 'control', the value at the control step (the "
                         "paper's per-step protocol, for comparison with published numbers)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--wait", action="store_true",
+                   help="if another run is writing to --out, wait for it instead of exiting with code 4")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local process pool (default) or Ray tasks; both write the same Parquet (docs/cluster.md)")
     p.add_argument("--address", default=None, help="Ray cluster address for --engine ray (default: start Ray locally)")
@@ -50,16 +64,19 @@ def run_score(args) -> int:
         summary = score_archive_ray(args.archives, args.out, address=args.address, registry_path=args.registry,
                                     copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
                                     progress=False if args.no_progress else None,
-                                    force_sampling=args.force_sampling)
+                                    force_sampling=args.force_sampling, wait_for_lock=args.wait)
     else:
         summary = score_archive(args.archives, args.out, workers=args.workers, registry_path=args.registry,
                                 copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
-                                progress=False if args.no_progress else None, force_sampling=args.force_sampling)
+                                progress=False if args.no_progress else None, force_sampling=args.force_sampling,
+                                wait_for_lock=args.wait)
     for err in summary.errors:
-        print(f"error: {err['message']}", file=sys.stderr)
-    print(f"scored {summary.scored}, skipped {summary.skipped} already scored, {len(summary.errors)} failed "
-          f"-> {summary.store}")
-    return 1 if summary.errors and not summary.scored and not summary.skipped else 0
+        print(f"refused: {err['message']}", file=sys.stderr)
+    line = f"scored {summary.scored}, skipped {summary.skipped} already scored, refused {len(summary.errors)}"
+    if summary.errors:
+        line += f" (listed in {Path(summary.store) / 'errors.json'})"
+    print(f"{line} -> {summary.store}")
+    return EXIT_REFUSED if summary.errors else 0
 
 
 def _report_parser(sub) -> None:
@@ -101,6 +118,8 @@ def _dashboard_parser(sub) -> None:
                        description="Serves the dashboard on http://HOST:PORT. It has no login: by default it listens "
                                    "on 127.0.0.1 only. Ctrl-C or SIGTERM stops it.")
     p.add_argument("store", nargs="?", default=None, help="run store directory (default: assets/demo/store)")
+    p.add_argument("--stores", nargs="+", default=[], metavar="DIR",
+                   help="more run stores that links (?store=) and the sidebar may open; no other path is opened")
     p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network, without a login)")
@@ -108,12 +127,12 @@ def _dashboard_parser(sub) -> None:
     p.set_defaults(func=run_dashboard)
 
 
-def dashboard_command(store: Path, *, host: str, port: int, headless: bool) -> list[str]:
+def dashboard_command(store: Path, *, host: str, port: int, headless: bool, stores=()) -> list[str]:
     app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     return [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
             "--browser.serverAddress", "localhost" if host in ("127.0.0.1", "localhost", "::1") else host,
             "--browser.gatherUsageStats", "false", "--server.headless", "true" if headless else "false",
-            "--", "--store", str(store)]
+            "--", "--store", str(store), *(["--stores", *stores] if stores else [])]
 
 
 def run_dashboard(args) -> int:
@@ -127,7 +146,10 @@ def run_dashboard(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"safevla dashboard: warning: listening on {args.host}: anyone who can reach this machine on port "
               f"{args.port} can read the store, and the dashboard has no login", file=sys.stderr)
-    cmd = dashboard_command(store, host=args.host, port=args.port, headless=args.headless)
+    for other in args.stores:
+        if not Path(other).is_dir():
+            raise SafeVLAError(f"--stores: run store {other!r} does not exist")
+    cmd = dashboard_command(store, host=args.host, port=args.port, headless=args.headless, stores=args.stores)
     sys.stdout.flush()
     sys.stderr.flush()
     # exec, not a child: Ctrl-C and SIGTERM reach the server itself, and nothing is left listening
@@ -185,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
+    except StoreBusy as exc:
+        print(f"safevla {args.command}: {exc}", file=sys.stderr)
+        return EXIT_STORE_BUSY
     except SafeVLAError as exc:
         print(f"safevla {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -194,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"safevla {args.command}: interrupted; finished work is kept, re-run to resume", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - no traceback on the terminal: one line, and how to get it
+        if os.environ.get("SAFEVLA_DEBUG"):
+            raise
+        print(f"safevla {args.command}: internal error: {type(exc).__name__}: {exc} (a bug: please report it; "
+              "SAFEVLA_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from scoring.errors import RecordError
-from scoring.npz_format import read_npz, write_npz_stored
+from scoring import npz_format
+from scoring.npz_format import NpzTooLarge, read_npz, write_npz_stored
 from scoring.schema import SCHEMA_VERSION, EpisodeRecord
 
 _META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",
@@ -285,45 +286,74 @@ def record_to_npz_bytes(rec: EpisodeRecord, *, compress: bool = False) -> bytes:
 def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
     """Reads a columnar record from an `.npz` path or its bytes."""
     try:
-        raw = bytes(data) if isinstance(data, (bytes, bytearray)) else Path(data).read_bytes()
+        if isinstance(data, (bytes, bytearray)):
+            raw = bytes(data)
+        else:
+            with open(data, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > npz_format.MAX_RECORD_BYTES:
+                    raise RecordError(f"is {size:,} bytes, more than the {npz_format.MAX_RECORD_BYTES:,} allowed "
+                                      "per record (scoring.npz_format.MAX_RECORD_BYTES)", file=source)
+                raw = fh.read()
     except OSError as exc:
         raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
     try:
         arrays = read_npz(raw)
-    except (OSError, ValueError, EOFError, struct.error, zlib.error, UnicodeDecodeError) as exc:
+    except NpzTooLarge as exc:
+        raise RecordError(f"refused: {exc}", file=source) from None
+    except (OSError, ValueError, EOFError, struct.error, zlib.error, UnicodeDecodeError, TypeError, IndexError,
+            KeyError, OverflowError, SyntaxError, MemoryError) as exc:
         raise RecordError(f"not a readable .npz archive ({exc})", file=source) from None
+    return _record_from_arrays(arrays, source)
+
+
+def _record_from_arrays(arrays: dict[str, np.ndarray], source: str | None) -> EpisodeRecord:
     raw = arrays.pop("__header__", None)
     if raw is None:
         raise RecordError("missing the __header__ member; expected a SafeVLA columnar record", file=source)
     try:
         h = json.loads(raw.tobytes().decode())
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise RecordError(f"unreadable header ({exc})", file=source, field="__header__") from None
+    if not isinstance(h, dict):
+        raise RecordError(f"expected the header to be a JSON object, got {type(h).__name__}", file=source,
+                          field="__header__")
+    episode = h.get("episode_id") if isinstance(h.get("episode_id"), str) else None
+
+    def fail(field: str, message: str) -> RecordError:
+        return RecordError(message, file=source, episode=episode, field=field)
+
     version = h.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise RecordError(f"expected schema_version {SCHEMA_VERSION}, got {version!r}", file=source,
-                          episode=h.get("episode_id"), field="schema_version")
+        raise fail("schema_version", f"expected schema_version {SCHEMA_VERSION}, got {version!r:.40}")
     contacts = None
     if "contact_step" in arrays:
-        contacts = {"step": arrays["contact_step"], "a": arrays["contact_a"], "b": arrays["contact_b"],
-                    "force": arrays["contact_force"], "force_peak": arrays.get("contact_force_peak")}
+        contacts = {"step": arrays["contact_step"], "a": arrays.get("contact_a"), "b": arrays.get("contact_b"),
+                    "force": arrays.get("contact_force"), "force_peak": arrays.get("contact_force_peak")}
     replay = None
     if "replay" in h:
+        if not isinstance(h["replay"], dict):
+            raise fail("replay", f"expected an object with mjcf and camera, got {h['replay']!r:.60}")
         replay = {"mjcf": h["replay"].get("mjcf"), "camera": h["replay"].get("camera"),
                   "qpos": arrays.get("replay_qpos"), "qvel": arrays.get("replay_qvel"),
                   "mocap_pos": arrays.get("replay_mocap_pos"), "mocap_quat": arrays.get("replay_mocap_quat"),
                   "ctrl": arrays.get("replay_ctrl")}
     roles = h.get("body_roles")
-    body_roles = dict(map(tuple, roles)) if isinstance(roles, list) else roles
-    rec = EpisodeRecord.build(
+    if isinstance(roles, list):
+        if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in roles):
+            raise fail("body_roles", f"expected a list of [body name, role] pairs, got {roles!r:.80}")
+        roles = dict(map(tuple, roles))
+    meta = h.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise fail("meta", f"expected an object, got {meta!r:.60}")
+    return EpisodeRecord.build(
         source=source, episode_id=h.get("episode_id"), benchmark=h.get("benchmark"), task_id=h.get("task_id"),
-        success=h.get("success"), dt=h.get("dt"), targets=h.get("targets"), body_roles=body_roles,
+        success=h.get("success"), dt=h.get("dt"), targets=h.get("targets"), body_roles=roles,
         t=arrays.get("t"), eef_pos=arrays.get("eef_pos"), pose_bodies=h.get("pose_bodies"),
         body_pos=arrays.get("body_pos"), quat_bodies=h.get("quat_bodies"), body_quat=arrays.get("body_quat"),
         joint_torque=arrays.get("joint_torque"), joint_torque_peak=arrays.get("joint_torque_peak"),
-        gripper_contact=arrays.get("gripper_contact"), contacts=contacts, actions=arrays.get("actions"), meta=h.get("meta") or {},
+        gripper_contact=arrays.get("gripper_contact"), contacts=contacts, actions=arrays.get("actions"), meta=meta or {},
         replay=replay)
-    return rec
 
 
 def resolve_mjcf(rec: EpisodeRecord) -> str:

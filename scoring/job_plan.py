@@ -23,7 +23,7 @@ from scoring.archive import jsonl_spans
 class _Job:
     """A batch of work for one worker: npz/json files, or JSONL lines as byte ranges."""
 
-    items: tuple  # ("file", path, path) or ("span", (path, offset, length), "path:line")
+    items: tuple  # ("file", path, path), ("span", (path, offset, length), "path:line") or ("error", row, path)
 
 
 def _store_relative(source: str, store: str) -> str:
@@ -84,7 +84,11 @@ def _items(paths: list[Path], done_sources: set[str], skipped: list[int], store:
             skipped[0] += 1
             continue
         if path.suffix == ".jsonl":
-            for offset, length, lineno in jsonl_spans(path):
-                yield "span", (str(path), offset, length), f"{path}:{lineno}"
+            try:
+                for offset, length, lineno in jsonl_spans(path):
+                    yield "span", (str(path), offset, length), f"{path}:{lineno}"
+            except OSError as exc:  # unreadable: reported by the worker like any bad item, the rest go on
+                message = f"file {str(path)!r}: cannot read ({exc.strerror}); its remaining lines were not scored"
+                yield "error", {"file": str(path), "episode": None, "field": None, "message": message}, str(path)
         else:
             yield "file", str(path), str(path)

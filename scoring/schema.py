@@ -30,6 +30,7 @@ FORCE_SAMPLINGS = ("control", "substep_peak")
 # is not a rotation (a rotation vector, Euler angles, a scaled quaternion). Signals
 # re-normalise before use, so the tolerance never changes a score.
 QUAT_NORM_TOL = 0.02
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -185,7 +186,15 @@ class _Validator:
             raise self.fail(name, "missing; expected a non-empty string")
         if not isinstance(value, str) or not value:
             raise self.fail(name, f"expected a non-empty string, got {type(value).__name__} {value!r:.60}")
+        self.check_unicode(name, value)
         return value
+
+    def check_unicode(self, name: str, value: str) -> None:
+        """Strings go into Parquet as UTF-8: a lone surrogate (JSON "\\ud800") cannot."""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.fail(name, f"expected valid Unicode text, got {value!r:.60} (a lone surrogate)") from None
 
     def array(self, name: str, value: Any, shape: Sequence[int | None], *, dtype=np.float64,
               finite: bool = True) -> np.ndarray:
@@ -375,8 +384,23 @@ class _Validator:
                 raise self.fail("signal_tags", "expected a list of capability tag strings")
             meta["signal_tags"] = list(tags)
         for key in ("model", "suite", "language"):
-            if meta.get(key) is not None and not isinstance(meta[key], str):
-                raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
+            if meta.get(key) is not None:
+                if not isinstance(meta[key], str):
+                    raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
+                self.check_unicode(key, meta[key])
+        for key in ("seed", "init_state", "success_step"):
+            if meta.get(key) is not None:
+                meta[key] = self.int64(key, meta[key])
+
+    def int64(self, name: str, value: Any) -> int:
+        """An integer the store's int64 columns can hold (an integral float such as 3.0 is taken as 3)."""
+        if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+            value = int(value)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise self.fail(name, f"expected an integer, got {value!r:.40}")
+        if not _INT64_MIN <= int(value) <= _INT64_MAX:
+            raise self.fail(name, f"expected an integer within int64 ({_INT64_MIN}..{_INT64_MAX}), got {value}")
+        return int(value)
 
     def check_sampling(self, meta: dict, contacts: Contacts | None, torque_peak: np.ndarray | None) -> None:
         """`force_sampling`, when given, must be one of FORCE_SAMPLINGS and match the channels present."""

@@ -11,7 +11,9 @@ Columnar (`.npz`) sources are referenced in place (the `trajectory` column holds
 relative to STORE) rather than copied, so a 15k-episode archive is not written twice;
 `copy_trajectories=True` makes the store self-contained. Every file is written
 atomically, and progress is checkpointed into `.parts/` so an interrupted run loses at
-most one checkpoint and resumes where it stopped.
+most one checkpoint and resumes where it stopped. One run writes at a time (`.lock`,
+`scoring.store_lock`); converted trajectories are staged in `trajectories/.staging/` and
+moved into place only once their episode is accepted (not a duplicate id).
 """
 
 from __future__ import annotations
@@ -25,25 +27,23 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.archive import archive_files
+from scoring.archive import list_archive
 from scoring.io import atomic_write_bytes
 from scoring.registry import Registry, load_registry
 from scoring.score import SCORER_VERSION
 from scoring.signals import check_force_sampling
+from scoring.store_lock import store_lock
+from scoring.store_read import (ERRORS, EPISODES, MANIFEST, PARTS, SPEC_RESULTS, _read_manifest,  # noqa: F401
+                                load_store, read_table)
 from scoring.job_plan import _batch_size, _jobs, _store_relative
-from scoring.store_jobs import EPISODE_COLUMNS, SPEC_COLUMNS, _Run, local_engine
+from scoring.store_jobs import (EPISODE_COLUMNS, SPEC_COLUMNS, STAGING, _error_row, _Run, commit_trajectory,
+                                local_engine)
 
-EPISODES = "episodes.parquet"
-SPEC_RESULTS = "spec_results.parquet"
-MANIFEST = "manifest.json"
-ERRORS = "errors.json"
-PARTS = ".parts"
 
 @dataclasses.dataclass(frozen=True)
 class ScoreSummary:
@@ -68,17 +68,6 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- store
-
-def read_table(store: str | os.PathLike, name: str) -> pd.DataFrame:
-    """Loads one of the store's Parquet tables with a clear error when absent or corrupt."""
-    path = Path(store) / name
-    if not path.exists():
-        raise RecordError(f"missing {name}; expected a run store written by `safevla score`", file=str(path))
-    try:
-        return pq.read_table(path).to_pandas()
-    except (pa.ArrowException, OSError) as exc:
-        raise RecordError(f"corrupt Parquet file ({exc})", file=str(path)) from None
-
 
 def _current(episodes: pa.Table, reg: Registry, force_sampling: str = "peak") -> pa.ChunkedArray | pa.Array:
     """Rows scored with this registry, by this scorer version, under this force-sampling option
@@ -115,7 +104,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
                   workers: int = 1, registry: Registry | None = None, registry_path=None,
                   copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
                   batch: int | None = None, synthetic: bool = False, engine: Callable | None = None,
-                  force_sampling: str = "peak") -> ScoreSummary:
+                  force_sampling: str = "peak", wait_for_lock: bool = False) -> ScoreSummary:
     """Scores every episode of the archives into the run store `out`.
 
     `force_sampling` is "peak" (substep peaks where records hold them) or "control" (the
@@ -126,6 +115,8 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     the local engine: a generator yielding each job's `_Batch` in submission order
     (`scoring.ray_score` runs them as Ray tasks); the store it gives is the same.
     `batch` is episodes per job (default: about 8 jobs per worker, see `_batch_size`).
+    One run writes to a store at a time (`scoring.store_lock`): another run raises
+    StoreBusy, or waits for the lock with `wait_for_lock`.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -134,22 +125,37 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         check_force_sampling(force_sampling)
     except ValueError as exc:
         raise SafeVLAError(str(exc)) from None
-    files = archive_files(paths)
+    listing = list_archive(paths)
     reg = registry or load_registry(registry_path)
     store = Path(out)
-    store.mkdir(parents=True, exist_ok=True)
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SafeVLAError(f"cannot create the run store {str(store)!r} ({exc.strerror})") from None
+    with store_lock(store, wait=wait_for_lock):
+        shutil.rmtree(store / STAGING, ignore_errors=True)  # left by a run that was killed
+        return _score_into(store, paths, listing.files, listing.problems, reg, workers=workers,
+                           registry_path=registry_path, copy_trajectories=copy_trajectories, progress=progress,
+                           checkpoint_every=checkpoint_every, batch=batch, synthetic=synthetic, engine=engine,
+                           force_sampling=force_sampling)
+
+
+def _score_into(store: Path, paths: list, files: list[Path], problems: list[RecordError], reg: Registry, *,
+                workers: int, registry_path, copy_trajectories: bool, progress: bool | None, checkpoint_every: int,
+                batch: int | None, synthetic: bool, engine: Callable | None) -> ScoreSummary:
+    """The body of `score_archive`, run while holding the store's lock."""
     old_eps, old_specs = _existing(store)
-    done_ids: set[str] = set()
+    done_ids: dict[str, str] = {}  # episode id -> store-relative source it was scored from
     done_sources: set[str] = set()
     for t in old_eps:
         cur = t.filter(_current(t, reg, force_sampling))
-        done_ids.update(cur["episode_id"].to_pylist())
+        done_ids.update(zip(cur["episode_id"].to_pylist(), cur["source"].to_pylist()))
         done_sources.update(cur["source"].to_pylist())
 
     has_lines = any(p.suffix == ".jsonl" for p in files)
     todo = None if has_lines else sum(_store_relative(str(p), str(store)) not in done_sources for p in files)
     bar = _progress_bar(todo, progress)
-    errors: list[dict] = []
+    errors: list[dict] = [{"file": p.file, "episode": None, "field": None, "message": str(p)} for p in problems]
     seen: dict[str, str] = {}
     skipped = 0
     scored = 0
@@ -179,17 +185,22 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         for res in results:
             errors.extend(res.errors)
             accept = []
-            for eid, src in zip(res.episodes["episode_id"].to_pylist(), res.episodes["source"].to_pylist()):
-                if eid in done_ids:
+            for eid, origin, staged, trajectory, source in zip(
+                    res.episodes["episode_id"].to_pylist(), res.origins, res.staged,
+                    res.episodes["trajectory"].to_pylist(), res.episodes["source"].to_pylist()):
+                earlier = seen.get(eid) or _other_scored_source(store, done_ids.get(eid), source)
+                if earlier is not None:
+                    dup = RecordError(f"duplicate episode_id; already scored from {earlier!r}, this one was "
+                                      "not scored", file=origin, episode=eid, field="episode_id")
+                    errors.append(_error_row(dup, origin))
+                    accept.append(False)
+                elif eid in done_ids:  # the same file, moved with its archive: already scored
                     skipped += 1
                     accept.append(False)
-                elif eid in seen:
-                    errors.append({"file": src, "episode": eid, "field": "episode_id",
-                                   "message": f"duplicate episode_id; already scored from {seen[eid]}"})
-                    accept.append(False)
                 else:
-                    seen[eid] = src
+                    seen[eid] = origin
                     accept.append(True)
+                commit_trajectory(store, staged, trajectory, accept=accept[-1])
             ep_tab, sp_tab = res.episodes, res.specs
             if not all(accept):
                 ep_tab = ep_tab.filter(pa.array(accept, type=pa.bool_()))
@@ -206,11 +217,32 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         results.close()  # stops the engine: pool shut down, queued tasks cancelled
         bar.close()
     skipped += skipped_files[0]
+    shutil.rmtree(store / STAGING, ignore_errors=True)  # only rejected or abandoned items are left there
     # the checkpoints only guard against a crash: consolidate from memory, not by re-reading them
     _consolidate(store, reg, [Path(p) for p in paths], errors, synthetic=synthetic, force_sampling=force_sampling,
                  tables=(old_eps + _concat([ep for ep, _ in fresh]), old_specs + _concat([sp for _, sp in fresh])))
     return ScoreSummary(store=store, scored=scored, skipped=skipped, errors=tuple(errors),
                         total=scored + skipped + len(errors))
+
+
+def _other_scored_source(store: Path, done_source: str | None, source: str) -> str | None:
+    """The path an episode id was already scored from, when that is another file that still exists.
+
+    A source whose file is gone is the same archive, moved; another line of the same JSONL
+    file is the same file, edited: both are skipped as already scored.
+    """
+    if done_source is None:
+        return None
+    path, new_path = _file_of(done_source), _file_of(source)
+    if path == new_path:
+        return None
+    return os.path.normpath(store / path) if os.path.exists(store / path) else None
+
+
+def _file_of(source: str) -> str:
+    """The file part of a store-relative source ("path" or "path:line")."""
+    path, sep, line = source.rpartition(":")
+    return path if sep and line.isdigit() else source
 
 
 class _NoProgress:
@@ -285,30 +317,5 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
     atomic_write_bytes(store / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
-def _read_manifest(store: Path) -> dict:
-    path = store / MANIFEST
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise RecordError(f"corrupt manifest ({exc})", file=str(path)) from None
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-
-
-def load_store(store: str | os.PathLike) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """(manifest, episodes, spec_results) of a run store, validated."""
-    store = Path(store)
-    if not store.is_dir():
-        raise SafeVLAError(f"run store {str(store)!r} does not exist or is not a directory")
-    if not (store / MANIFEST).exists():
-        raise RecordError("missing manifest.json; expected a run store written by `safevla score`",
-                          file=str(store / MANIFEST))
-    manifest = _read_manifest(store)
-    if not isinstance(manifest, dict) or "registry_hash" not in manifest:
-        raise RecordError("expected a JSON object with registry_hash (written by `safevla score`)",
-                          file=str(store / MANIFEST), field="registry_hash")
-    return manifest, read_table(store, EPISODES), read_table(store, SPEC_RESULTS)

@@ -35,6 +35,10 @@ from scoring.score import SCORER_VERSION, EpisodeOutcome, score_outcomes
 from scoring.signals import scored_sampling
 
 TRAJECTORIES = "trajectories"
+# Workers write converted trajectories here under a name unique to their source; the
+# parent moves each into place only once it has accepted the episode (not a duplicate
+# id), so a rejected duplicate never overwrites the accepted episode's trajectory.
+STAGING = os.path.join(TRAJECTORIES, ".staging")
 
 EPISODE_COLUMNS = {
     "episode_id": pa.string(), "model": pa.string(), "benchmark": pa.string(), "suite": pa.string(),
@@ -73,8 +77,13 @@ class _Columns:
         self.force_sampling = force_sampling
         self.episode = {name: [] for name in EPISODE_COLUMNS}
         self.clause = {name: [] for name in _CLAUSE_FIELDS}
+        self.origins: list[str] = []  # each row's source as given (for error messages)
+        self.staged: list[str | None] = []  # each row's staged trajectory, None when referenced in place
 
-    def add(self, rec, out: EpisodeOutcome, *, source: str, trajectory: str) -> None:
+    def add(self, rec, out: EpisodeOutcome, *, source: str, trajectory: str, origin: str,
+            staged: str | None) -> None:
+        self.origins.append(origin)
+        self.staged.append(staged)
         meta = rec.meta
         row = (rec.episode_id, rec.model, rec.benchmark, rec.suite, rec.task_id, _int_or_none(meta.get("seed")),
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
@@ -148,7 +157,21 @@ def _span_buffer() -> bytearray:
 
 
 def _load_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
-    """(record, converted) of one job item; `converted` when it did not come from `.npz`."""
+    """(record, converted) of one job item; `converted` when it did not come from `.npz`.
+
+    Raises RecordError for bad input, and turns any other exception into one too: a
+    reader bug on one odd file must not sink the archive (DESIGN.md, "Bad input").
+    """
+    try:
+        return _read_item(kind, payload, source)
+    except RecordError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported per item; the message asks for a bug report
+        raise RecordError(f"unexpected {type(exc).__name__} while reading ({exc}); this record was skipped, "
+                          "please report it as a bug", file=source) from None
+
+
+def _read_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
     if kind == "span":
         try:
             line = read_span(*payload, into=_span_buffer())
@@ -160,17 +183,35 @@ def _load_item(kind: str, payload, source: str) -> tuple[EpisodeRecord, bool]:
     return load_record(payload), True
 
 
-def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: bool) -> str:
-    """The store-relative path of the episode's columnar record, writing it first if the store keeps one."""
+def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: bool, source: str
+                ) -> tuple[str, str | None]:
+    """(store-relative trajectory path, staged file or None) of the episode's columnar record.
+
+    A record the store keeps (converted from JSON, or copied) is written to the staging
+    area; `commit_trajectory` moves it to the returned path once the episode is accepted.
+    """
     if not (converted or copy):
-        return _relpath(payload, store)
-    dest = Path(store) / TRAJECTORIES / trajectory_name(rec.episode_id)
+        return _relpath(payload, store), None
+    name = trajectory_name(rec.episode_id)
+    dest = Path(store) / TRAJECTORIES / name
+    unique = hashlib.sha1(source.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    staged = Path(store) / STAGING / f"{name[:-4]}.{unique}.npz"
     if converted:
-        atomic_write_bytes(dest, record_to_npz_bytes(_relocated(rec, dest)))
+        atomic_write_bytes(staged, record_to_npz_bytes(_relocated(rec, dest)))
     else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(payload, dest)
-    return os.path.relpath(dest, store)
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(payload, staged)
+    return os.path.relpath(dest, store), str(staged)
+
+
+def commit_trajectory(store: str | os.PathLike, staged: str | None, trajectory: str, *, accept: bool) -> None:
+    """Moves an accepted episode's staged trajectory into place, or drops a rejected one's."""
+    if staged is None:
+        return
+    if accept:
+        os.replace(staged, Path(store) / trajectory)
+    else:
+        Path(staged).unlink(missing_ok=True)
 
 
 def _relocated(rec, dest: Path):
@@ -208,9 +249,25 @@ class _Batch:
     spec_counts: list[int]
     errors: list[dict]
     n_items: int
+    origins: list[str] = dataclasses.field(default_factory=list)  # per row: the source as given
+    staged: list[str | None] = dataclasses.field(default_factory=list)  # per row: see commit_trajectory
 
 
 _LOAD_CHUNK = 64  # items loaded at once: enough to batch numpy calls, few enough to bound memory
+# ...and at most this many bytes of arrays: 64 records near MAX_RECORD_BYTES (crafted, or
+# very long episodes) would otherwise be held at once. Real chunks are ~15 MB.
+_LOAD_BYTES = 256 * 2**20
+
+
+def _record_bytes(rec: EpisodeRecord) -> int:
+    """Bytes of the record's arrays (what holding it costs)."""
+    parts = [rec.eef_pos, rec.body_pos, rec.body_quat, rec.joint_torque, rec.joint_torque_peak, rec.gripper_contact,
+             rec.actions, rec.t]
+    if rec.contacts is not None:
+        parts += [rec.contacts.step, rec.contacts.a, rec.contacts.b, rec.contacts.force, rec.contacts.force_peak]
+    if rec.replay is not None:
+        parts += [rec.replay.qpos, rec.replay.qvel, rec.replay.mocap_pos, rec.replay.mocap_quat, rec.replay.ctrl]
+    return sum(a.nbytes for a in parts if a is not None)
 
 
 def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None,
@@ -219,24 +276,36 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
     columns = _Columns(reg, force_sampling)
     errors = []
     items = job.items
-    for start in range(0, len(items), _LOAD_CHUNK):
-        loaded, chunk_errors = [], {}
+    start = 0
+    while start < len(items):
+        loaded, chunk_errors, held, taken = [], {}, 0, 0
         for k, (kind, payload, source) in enumerate(items[start:start + _LOAD_CHUNK]):
+            taken = k + 1
+            if kind == "error":  # found while planning (an unreadable file)
+                chunk_errors[k] = payload
+                continue
             try:
                 loaded.append((k, *_load_item(kind, payload, source)))
             except RecordError as exc:
                 chunk_errors[k] = _error_row(exc, source)
+                continue
+            held += _record_bytes(loaded[-1][1])
+            if held > _LOAD_BYTES:
+                break
         outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg, force_sampling=force_sampling)
         for (k, rec, converted), out in zip(loaded, outcomes):
             kind, payload, source = items[start + k]
             if isinstance(out, RecordError):
                 chunk_errors[k] = _error_row(out, source)
                 continue
-            columns.add(rec, out, source=_store_relative(source, store),
-                        trajectory=_trajectory(rec, payload, converted, store, copy))
+            trajectory, staged = _trajectory(rec, payload, converted, store, copy, source)
+            columns.add(rec, out, source=_store_relative(source, store), trajectory=trajectory, origin=source,
+                        staged=staged)
         errors.extend(chunk_errors[k] for k in sorted(chunk_errors))
+        start += taken
     episodes, specs = columns.tables()
-    return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items))
+    return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items),
+                  columns.origins, columns.staged)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,6 +2,7 @@
 `scoring.compare`, model choice, the discordant list against `discordant_episodes`, deep
 links, and the side-by-side replay (render tests need EGL)."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ def _no_prewarm(monkeypatch):
 
 
 def app(store, **params) -> AppTest:
+    os.environ["SAFEVLA_STORES"] = str(store)  # the dashboard opens a linked store only if allowed
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["store"] = str(store)
     at.query_params["page"] = "compare"

@@ -72,3 +72,18 @@ def test_missing_path_and_wrong_suffix_are_named(tmp_path):
     (tmp_path / "x.csv").write_text("a")
     with pytest.raises(RecordError, match=r"x\.csv.*expected \.json, \.jsonl, \.npz"):
         list(iter_archive([tmp_path / "x.csv"]))
+
+
+def test_unlistable_items_are_problems_naming_them_and_the_rest_are_listed(tmp_path):
+    import os
+
+    from scoring.archive import list_archive
+    (tmp_path / "a.npz").write_bytes(b"x")
+    odd = tmp_path / os.fsdecode(b"caf\xe9.npz")
+    odd.write_bytes(b"x")
+    listing = list_archive([tmp_path])
+    assert listing.files == [tmp_path / "a.npz"]
+    assert len(listing.problems) == 1 and "caf\\xe9.npz" in listing.problems[0].file
+    assert "not valid UTF-8" in str(listing.problems[0])
+    items = list(iter_archive([tmp_path]))  # iter_archive yields the problem as an error item
+    assert items[0].error is listing.problems[0] or "not valid UTF-8" in str(items[0].error)

@@ -21,9 +21,14 @@ def test_every_subcommand_has_help(command):
 def test_score_then_report(tmp_path, capsys):
     make_archive(tmp_path / "arch", 8, seed=0, n_steps=40, contacts_per_step=3)
     assert main(["score", str(tmp_path / "arch"), "--out", str(tmp_path / "store"), "--no-progress"]) == 0
-    assert "scored 8, skipped 0 already scored, 0 failed" in capsys.readouterr().out
+    assert "scored 8, skipped 0 already scored, refused 0 ->" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "store")]) == 0
     assert (tmp_path / "store" / "report" / "table4_main.tex").exists()
+
+
+def test_dashboard_refuses_an_allow_list_entry_that_is_not_a_store(tmp_path):
+    out = run("dashboard", str(tmp_path), "--stores", str(tmp_path / "nope"), "--headless")
+    assert out.returncode == 2 and "--stores: run store" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_bad_input_exits_non_zero_with_one_line(tmp_path):
@@ -36,13 +41,15 @@ def test_bad_input_exits_non_zero_with_one_line(tmp_path):
     assert out.returncode == 2
 
 
-def test_score_reports_corrupt_episodes_but_exits_zero(tmp_path, appendix_b):
+def test_score_reports_corrupt_episodes_and_exits_3(tmp_path, appendix_b):
     (tmp_path / "good.json").write_text(json.dumps(appendix_b))
     (tmp_path / "bad.json").write_text("{")
     out = run("score", str(tmp_path / "good.json"), str(tmp_path / "bad.json"), "--out", str(tmp_path / "s"),
               "--no-progress")
-    assert out.returncode == 0
+    assert out.returncode == 3  # documented: scored, with refusals
     assert "scored 1" in out.stdout and "bad.json" in out.stderr and "not valid JSON" in out.stderr
+    assert f"refused 1 (listed in {tmp_path / 's' / 'errors.json'})" in out.stdout
+    assert "Traceback" not in out.stderr
 
 
 SCORING_ONLY = """

@@ -58,6 +58,9 @@ NUMBERS = [  # text, expected (None: not a finite double, the caller declines)
     ("1e400", None), ("-1e400", None), ("1E+2", 100.0), ("1e22", 1e22), ("1e23", 1e23), ("5e-22", 5e-22),
     ("0.000000000000000000000000000001", 1e-30),
     ("1.00000000000000000000000000001", 1.0),
+    # not JSON numbers: digits are required before the point, after it and after the exponent
+    ("", None), ("-", None), (".", None), ("1e", None), ("1e+", None), ("1E-", None), ("1.", None),
+    (".5", None), ("-.5", None), ("-e1", None), ("e5", None),
 ]
 
 

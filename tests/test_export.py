@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -228,3 +229,22 @@ def test_cli_bad_input_one_line_cause(tmp_path, capsys, argv, message):
     assert run(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"safevla {argv[0]}: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["absolute", "climbing out"])
+def test_cli_replay_refuses_a_trajectory_outside_the_store(tmp_path, capsys, where):
+    """Issue 15, finding 9: `safevla replay` follows the store's trajectory column only inside the store."""
+    import shutil
+
+    import pandas as pd
+    store = make_store(tmp_path)
+    table = pd.read_parquet(store / "episodes.parquet")
+    row = table.index[table["episode_id"] == "toy-1"][0]
+    outside = tmp_path / "elsewhere.npz"
+    shutil.copyfile(store / table.loc[row, "trajectory"], outside)  # a valid record, outside the store
+    table.loc[row, "trajectory"] = str(outside) if where == "absolute" else os.path.relpath(outside, store)
+    table.to_parquet(store / "episodes.parquet")
+    assert run(["replay", str(store), "toy-1", "--out", str(tmp_path / "c.gif")]) == 2
+    err = capsys.readouterr().err
+    assert "outside the run store and its archive; refused" in err and err.count("\n") == 1
+    assert not (tmp_path / "c.gif").exists()

@@ -58,3 +58,67 @@ def test_truncated_and_foreign_bytes_are_refused():
         read_npz(b"not a zip at all")
     with pytest.raises((ValueError, struct.error)):  # record_from_npz turns both into a RecordError
         read_npz(raw[: len(raw) // 2] + raw[-22:])  # central directory points past the data
+
+
+def _deflated_npz(values: np.ndarray) -> bytearray:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, x=values)
+    return bytearray(buf.getvalue())
+
+
+def _set_sizes(raw: bytearray, *, usize: int | None = None, csize: int | None = None) -> bytearray:
+    """Rewrites the one member's declared sizes in its local and central headers (a lying zip)."""
+    local, central = raw.find(b"PK\x03\x04"), raw.find(b"PK\x01\x02")
+    for at, off in ((local, 18), (central, 20)):
+        if csize is not None:
+            struct.pack_into("<I", raw, at + off, csize)
+        if usize is not None:
+            struct.pack_into("<I", raw, at + off + 4, usize)
+    return raw
+
+
+def test_a_member_inflates_at_most_to_its_declared_size():
+    from scoring.npz_format import NpzTooLarge
+    raw = _deflated_npz(np.zeros(1_000_000))  # 8 MB of zeros, ~8 KB deflated
+    assert read_npz(bytes(raw))["x"].shape == (1_000_000,)
+    with pytest.raises(NpzTooLarge, match="inflates past its declared size of 4,096 bytes"):
+        read_npz(bytes(_set_sizes(raw, usize=4096)))  # declares 4 KB: inflation stops there
+
+
+def test_declared_sizes_are_capped_before_anything_is_inflated(monkeypatch):
+    import scoring.npz_format as npz
+    raw = _deflated_npz(np.zeros(1_000_000))
+    monkeypatch.setattr(npz, "MAX_RECORD_BYTES", 1_000_000)
+    with pytest.raises(npz.NpzTooLarge, match="more than 1,000,000 bytes uncompressed"):
+        npz.read_npz(bytes(raw))
+    monkeypatch.undo()
+    # more than deflate can produce from its compressed size: a lie, refused up front
+    with pytest.raises(npz.NpzTooLarge, match="more than deflate can produce"):
+        npz.read_npz(bytes(_set_sizes(raw, usize=200_000_000)))
+
+
+@pytest.mark.parametrize("case", ["list header", "short member", "unknown dtype", "object dtype"])
+def test_malformed_members_are_value_errors_not_crashes(case):
+    rec = make_record(np.random.default_rng(0), episode_id="e", n_steps=5, contacts_per_step=1)
+    from scoring.io import record_to_npz_bytes
+    raw = bytearray(record_to_npz_bytes(rec))
+    if case == "short member":
+        raw = bytearray(write_npz_stored({"a": np.zeros(3)}))
+        at = raw.find(b"\x93NUMPY")
+        raw[at + 6:at + 8] = b"\xff\xff"  # a header length beyond the member
+    elif case == "unknown dtype":
+        at = raw.find(b"'<f8'")
+        raw[at + 1:at + 4] = b"<q9"
+    elif case == "object dtype":
+        at = raw.find(b"'<f8'")
+        raw[at + 1:at + 4] = b"|O8"
+    if case == "list header":
+        from scoring.errors import RecordError
+        from scoring.io import record_from_npz
+        buf = io.BytesIO()
+        np.savez(buf, __header__=np.frombuffer(b"[1, 2]", np.uint8))
+        with pytest.raises(RecordError, match="expected the header to be a JSON object, got list"):
+            record_from_npz(buf.getvalue(), source="bad.npz")
+        return
+    with pytest.raises(ValueError):
+        read_npz(bytes(raw))

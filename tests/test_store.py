@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -214,3 +215,105 @@ def test_the_store_keeps_how_each_model_was_served(tmp_path):
     for eid in (plain.episode_id, odd.episode_id):  # absent or malformed provenance: nulls, still scored
         row = eps.set_index("episode_id").loc[eid]
         assert row[["policy_adapter", "policy_model_id", "replan_steps", "image_size"]].isna().all()
+
+
+@pytest.mark.parametrize("stop_at", ["manifest.json", "episodes.parquet"])
+def test_a_run_killed_before_its_manifest_says_how_to_complete_it(archive, tmp_path, monkeypatch, stop_at):
+    """Killed after its tables (or mid-run, checkpoints only): the store is incomplete, not unreadable."""
+    import scoring.store as store_mod
+    real = store_mod.atomic_write_bytes
+
+    def killed(path, data):
+        if path.name == stop_at:
+            raise KeyboardInterrupt  # the process dies here
+        return real(path, data)
+    monkeypatch.setattr(store_mod, "atomic_write_bytes", killed)
+    store = tmp_path / "store"
+    with pytest.raises(KeyboardInterrupt):
+        score_archive([archive], store, progress=False, checkpoint_every=5, batch=4)
+    monkeypatch.setattr(store_mod, "atomic_write_bytes", real)
+    command = f"safevla score {archive} --out {store}"
+    with pytest.raises(RecordError, match="incomplete run store.*" + command.replace(".", r"\.")):
+        load_store(store)
+    if stop_at == "manifest.json":  # the tables are all there: the dashboard can open it
+        manifest, eps, _ = load_store(store, allow_incomplete=True)
+        assert manifest["incomplete"] and command in manifest["complete_with"] and len(eps) == 24
+        assert manifest["sources"] == [os.path.relpath(archive, store)]
+    completed = score_archive([archive], store, progress=False)  # the command it names
+    assert completed.scored + completed.skipped == 24
+    assert load_store(store)[0]["n_episodes"] == 24
+
+
+def test_store_roots_confine_paths_to_the_store_and_its_archive(archive, tmp_path):
+    from scoring.store_paths import confined, is_inside, store_roots
+    score_archive([archive], tmp_path / "store", progress=False)
+    manifest, eps, _ = load_store(tmp_path / "store")
+    roots = store_roots(tmp_path / "store", manifest)
+    assert roots == (str((tmp_path / "store").resolve()), str(archive.resolve()))
+    for t in eps["trajectory"]:
+        assert is_inside(tmp_path / "store" / t, roots)
+    (tmp_path / "store" / "escape").symlink_to(tmp_path)
+    for outside in ("/etc/passwd", tmp_path / "store" / ".." / "x.npz", tmp_path / "store" / "escape" / "x.npz",
+                    tmp_path / "store2"):
+        assert not is_inside(outside, roots)
+        with pytest.raises(RecordError, match="outside the run store and its archive; refused"):
+            confined(outside, roots, what="trajectory")
+    # a manifest whose source is the filesystem root does not open everything
+    assert store_roots(tmp_path / "store", {"sources": [os.path.relpath("/", tmp_path / "store")]}) \
+        == (str((tmp_path / "store").resolve()),)
+
+
+def test_an_unforeseen_reader_error_refuses_that_item_only(archive, tmp_path, monkeypatch):
+    """A reader bug on one odd file (anything but RecordError) is that file's refusal, not the run's end."""
+    import scoring.store_jobs as jobs
+    real = jobs._read_item
+
+    def buggy(kind, payload, source):
+        if source.endswith("ep_000005.npz"):
+            raise TypeError("'NoneType' object is not subscriptable")
+        return real(kind, payload, source)
+    monkeypatch.setattr(jobs, "_read_item", buggy)
+    summary = score_archive([archive], tmp_path / "store", progress=False)
+    assert summary.scored == 23 and len(summary.errors) == 1
+    assert "ep_000005.npz" in summary.errors[0]["message"]
+    assert "unexpected TypeError while reading" in summary.errors[0]["message"]
+
+
+def test_re_runs_tell_a_duplicate_from_the_same_episode_moved_or_shifted(tmp_path, appendix_b):
+    lines = [json.dumps({**appendix_b, "episode_id": f"ep/{i}"}) for i in range(3)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    store = tmp_path / "store"
+    assert score_archive([tmp_path / "a.jsonl"], store, progress=False).scored == 3
+    # a line inserted above: the same episodes on other lines of the same file are already scored
+    (tmp_path / "a.jsonl").write_text("\n".join([json.dumps({**appendix_b, "episode_id": "ep/new"}), *lines]) + "\n")
+    again = score_archive([tmp_path / "a.jsonl"], store, progress=False)
+    assert (again.scored, again.skipped, again.errors) == (1, 3, ())
+    # the same id in another file that exists: a duplicate, naming both files
+    (tmp_path / "b.json").write_text(json.dumps({**appendix_b, "episode_id": "ep/1"}))
+    dup = score_archive([tmp_path / "b.json"], store, progress=False)
+    assert dup.scored == 0 and len(dup.errors) == 1
+    assert "b.json" in dup.errors[0]["message"] and "a.jsonl" in dup.errors[0]["message"]
+
+
+def test_a_job_holds_at_most_load_bytes_of_records_at_once(archive, tmp_path, monkeypatch):
+    """Many near-cap records in one job are scored a few at a time, with the same store as one chunk."""
+    import scoring.store_jobs as jobs
+    sizes = []
+    real = jobs.score_outcomes
+
+    def counting(records, **kwargs):
+        sizes.append(sum(jobs._record_bytes(r) for r in records))
+        return real(records, **kwargs)
+    monkeypatch.setattr(jobs, "score_outcomes", counting)
+    one = load_record(sorted(archive.glob("*.npz"))[0])
+    monkeypatch.setattr(jobs, "_LOAD_BYTES", 3 * jobs._record_bytes(one))
+    chunked = score_archive([archive], tmp_path / "chunked", progress=False, batch=24)
+    assert chunked.scored == 24 and len(sizes) >= 6  # 4 records per chunk at most (the 4th crosses the line)
+    assert max(sizes) <= 4 * jobs._record_bytes(one) * 1.1
+    monkeypatch.undo()
+    whole = score_archive([archive], tmp_path / "whole", progress=False, batch=24)
+    assert whole.scored == 24
+    for name in ("episodes.parquet", "spec_results.parquet"):
+        a = pd.read_parquet(tmp_path / "chunked" / name).drop(columns=["trajectory", "source"], errors="ignore")
+        b = pd.read_parquet(tmp_path / "whole" / name).drop(columns=["trajectory", "source"], errors="ignore")
+        pd.testing.assert_frame_equal(a, b)

@@ -148,7 +148,7 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
         clip = C.render_button_ui(
             "Render clip", key="clip_go", tag=(c.key, i, rng, c.items), what="the clip", type="primary",
             render=lambda progress: C.render_service().clip(
-                C.episode_record(c.data, i), C.violations(c.data, c.key, i, c.items), step_range=rng,
+                C.replay_record(c.data, i), C.violations(c.data, c.key, i, c.items), step_range=rng,
                 progress=lambda done, total: progress(done / max(total, 1), f"Rendering frame {done}/{total} …")))
         if clip is not None:
             st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)

@@ -166,7 +166,7 @@ def _triptych(c: C.Ctx, chosen: list[str], fmt: str, progress) -> tuple[str, byt
     for eid in chosen:
         i = c.data.index_of(eid)
         ep = c.v.frame.iloc[i]
-        items.append((C.episode_record(c.data, i), C.violations(c.data, c.key, i, c.items),
+        items.append((C.replay_record(c.data, i), C.violations(c.data, c.key, i, c.items),
                       f"{ep['model']} · {ep['suite']} · {ep['task_id']}"))
     return fmt, C.render_service().triptych(items, fmt=fmt, progress=lambda done, total: progress(
         done / max(total, 1), f"Rendering panel {done}/{total} …"))
@@ -178,7 +178,7 @@ def _clips(c: C.Ctx, chosen: list[str], progress) -> dict[str, bytes]:
     for n, eid in enumerate(chosen):
         i = c.data.index_of(eid)
         out[eid] = C.render_service().clip(
-            C.episode_record(c.data, i), C.violations(c.data, c.key, i, c.items),
+            C.replay_record(c.data, i), C.violations(c.data, c.key, i, c.items),
             progress=lambda done, total, n=n: progress((n + done / max(total, 1)) / len(chosen),
                                                        f"Clip {n + 1}/{len(chosen)}: frame {done}/{total}"))
     return out
