@@ -142,7 +142,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
 
 def _score_into(store: Path, paths: list, files: list[Path], problems: list[RecordError], reg: Registry, *,
                 workers: int, registry_path, copy_trajectories: bool, progress: bool | None, checkpoint_every: int,
-                batch: int | None, synthetic: bool, engine: Callable | None) -> ScoreSummary:
+                batch: int | None, synthetic: bool, engine: Callable | None, force_sampling: str) -> ScoreSummary:
     """The body of `score_archive`, run while holding the store's lock."""
     old_eps, old_specs = _existing(store)
     done_ids: dict[str, str] = {}  # episode id -> store-relative source it was scored from
