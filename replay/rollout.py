@@ -115,10 +115,14 @@ def episode_path(archive: str | os.PathLike, suite: str, task: int, model: str, 
     return Path(archive) / suite / f"task_{task}" / model / f"ep_{k:03d}.npz"
 
 
+def mjcf_name(xml: str) -> str:
+    """The archive-relative name of a scene: one file per distinct content."""
+    return f"models/{hashlib.sha256(xml.encode()).hexdigest()[:16]}.xml"
+
+
 def store_mjcf(archive: str | os.PathLike, xml: str) -> Path:
     """Writes the scene XML once per distinct content; returns its path."""
-    digest = hashlib.sha256(xml.encode()).hexdigest()[:16]
-    path = Path(archive) / "models" / f"{digest}.xml"
+    path = Path(archive) / mjcf_name(xml)
     if not path.exists():
         atomic_write_bytes(path, xml.encode())
     return path
