@@ -79,8 +79,8 @@ class RayStartCluster:
 
     def _start(self, argv: list[str], name: str, *, wrap: list[str] | None = None) -> None:
         log = Path(self.tmp) / f"{name}.log"
-        argv = [*argv, "--include-dashboard", "false", "--disable-usage-stats", "--block"] if "--head" in argv \
-            else [*argv, "--disable-usage-stats", "--block"]
+        argv = [*argv, *(["--include-dashboard", "false"] if "--head" in argv else []), "--disable-usage-stats",
+                "--block"]
         # a wrapper ends in a shell script prefix ("... && exec "): the command completes it
         cmd = argv if not wrap else [*wrap[:-1], wrap[-1] + " ".join(shlex.quote(a) for a in argv)]
         with open(log, "wb") as fh:
@@ -96,7 +96,8 @@ class RayStartCluster:
             time.sleep(0.5)
 
     def add_node(self, *, num_cpus: int = 1, private_dir: str | os.PathLike | None = None) -> None:
-        argv = [RAY, "start", "--address", self.address, "--num-cpus", str(num_cpus)]
+        # a joining node, like a driver, sends the head's token only in token mode
+        argv = ["env", "RAY_AUTH_MODE=token", RAY, "start", "--address", self.address, "--num-cpus", str(num_cpus)]
         name = f"node{len(self.procs)}"
         if private_dir is None:
             self._start(argv, name)
