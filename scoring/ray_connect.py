@@ -6,12 +6,12 @@ Two traps this module closes (issue 20):
   `ray start` names (`/tmp/ray/ray_current_cluster`); when that head is dead, it waits
   for it for good. Without `--address` we pass `address="local"`, which always starts
   a private instance, and stop it at the end.
-- `ray start --head` (Ray >= 2.5x) enables token authentication and keeps the token in
+- `ray start --head` (Ray 2.60) enables token authentication and keeps the token in
   `~/.ray/auth_token`, but a driver given an explicit address does not send it unless
-  `RAY_AUTH_MODE=token` is set. When the mode is unset and a token is at hand
-  (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`) we turn token mode on
-  with Ray's own helper; a cluster started with `RAY_AUTH_MODE=disabled` accepts such a
-  driver too.
+  `RAY_AUTH_MODE=token` is set. When the mode is unset we ask the head without a token
+  (one GCS call); if it refuses and a token is at hand (`RAY_AUTH_TOKEN`,
+  `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`) we turn token mode on with Ray's own
+  helper, and if no token is at hand we say what to set.
 
 A wrong address fails in seconds with one line (a TCP probe before `ray.init`, which
 would otherwise retry for minutes), and so does a cluster whose nodes cannot import the
@@ -48,18 +48,40 @@ def token_available() -> bool:
     return Path(path).is_file() if path else (Path.home() / ".ray" / "auth_token").is_file()
 
 
-def use_token_if_available() -> bool:
-    """Turns on token mode for this process when RAY_AUTH_MODE is unset and a token exists."""
+def cluster_wants_token(address: str) -> bool:
+    """True when the head at `address` rejects a client without a token (asked without one, in ms)."""
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # a Ray without token authentication
+        return False
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        return True
+    except Exception:  # noqa: BLE001 - anything else is ray.init's to report
+        return False
+    return False
+
+
+def use_token_if_needed(address: str) -> bool:
+    """Turns on token mode for this process when RAY_AUTH_MODE is unset and the cluster wants a token.
+
+    Only then: a driver in token mode cannot take results from the workers of a cluster
+    started without authentication (seen with `ray.cluster_utils.Cluster`).
+    """
     mode = os.environ.get("RAY_AUTH_MODE")
     if mode is not None:
         return mode.lower() == "token"
+    if not cluster_wants_token(address):
+        return False
     if not token_available():
-        return False
-    try:  # Ray's own switch: it also refreshes Ray's cached config, which the variable alone does not
-        from ray._private.authentication.authentication_token_setup import \
-            maybe_enable_token_auth_if_token_available
-    except ImportError:  # a Ray without token authentication
-        return False
+        raise SafeVLAError(
+            f"the Ray cluster at {address} uses token authentication and no token is set here; copy the "
+            "head's token (`ray get-auth-token` there) to ~/.ray/auth_token or RAY_AUTH_TOKEN, and set "
+            "RAY_AUTH_MODE=token")
+    # Ray's own switch: it also refreshes Ray's cached config, which the variable alone does not
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
     return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
 
 
@@ -97,7 +119,7 @@ def connect(address: str | None = None, *, modules: tuple[str, ...] = ("scoring"
     if address and address not in ("local", "auto"):
         kwargs.pop("num_cpus", None)
         check_reachable(address)
-        use_token_if_available()
+        use_token_if_needed(address)
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ray.exceptions.RayError) as exc:

@@ -158,13 +158,25 @@ def test_a_node_lost_mid_rollout_and_mid_scoring_loses_and_duplicates_nothing(tm
         keep = cluster.add_node(num_cpus=2)
         doomed = cluster.add_node(num_cpus=2)
         cluster.wait_for_nodes()
-        doomed_label = doomed.node_id[:6]
-        removed = []
+        removed = {}
+
+        def env_workers_by_node() -> dict[str, list[str]]:
+            import ray._private.state as state
+            out: dict[str, list[str]] = {}
+            for actor_id, info in state.actors().items():
+                if info["ActorClassName"] == "EnvWorker" and info["State"] == "ALIVE":
+                    out.setdefault(info["Address"]["NodeID"], []).append(actor_id)
+            return out
 
         def lose_a_node(outcome, workers):
-            if not removed:  # the other worker is mid-episode (or building its env) there
+            import ray._private.state as state
+            if removed:  # later episodes: where is the lost node's worker now?
+                removed["victim"] = state.actors()[removed["actors"][0]]
+            else:  # the other worker is mid-episode (or building its env) on the other node
+                placed = env_workers_by_node()
+                assert set(placed) == {keep.node_id, doomed.node_id}  # SPREAD: one worker per node
+                removed["actors"] = placed[doomed.node_id]
                 cluster.remove_node(doomed)
-                removed.append(outcome.node)
 
         kw = {"policy_spec": "careful", "archive": str(tmp_path / "archive"), "seed": 0, "max_steps": 5,
               "model": MODEL}
@@ -175,9 +187,11 @@ def test_a_node_lost_mid_rollout_and_mid_scoring_loses_and_duplicates_nothing(tm
         assert sorted(keys) == [(0, k) for k in range(4)]  # every episode exactly once
         files = sorted((tmp_path / "archive").rglob("ep_*.npz"))
         assert [f.name for f in files] == [f"ep_{k:03d}.npz" for k in range(4)]
-        nodes = {o.node.split("/")[1] for o in res.outcomes}
-        assert doomed_label in nodes and keep.node_id[:6] in nodes  # both nodes worked
+        restarted = removed["victim"]
+        assert restarted["NumRestarts"] >= 1  # the lost node's worker came back on the other node
+        assert restarted["Address"]["NodeID"] == keep.node_id
         assert set(res.node_stats) == {o.node for o in res.outcomes}
+        assert sum(n["episodes"] for n in res.node_stats.values()) == 4
 
         # scoring: a fresh node to lose, removed after the first batch of many
         doomed = cluster.add_node(num_cpus=1)
