@@ -84,24 +84,31 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
 
     from replay import ray_engine
     from replay.policies import load_policy
-    from replay.ray_transport import land, plant_marker, remove_marker
+    from replay.ray_transport import NOWHERE, land, land_uri, plant_marker, remove_marker
     from replay.rollout import episode_path
+    from scoring.uri import existing, is_uri, join, open_uri
     ray = ray_engine._ray()
     kw, episodes = _check_jobs(jobs)
     name, _ = load_policy(kw["policy_spec"])
     model = kw.get("model") or name
     archive, seed, max_steps = kw["archive"], int(kw.get("seed", 0)), kw.get("max_steps")
-    done = [e for e in episodes if episode_path(archive, e[0], e[1], model, e[2]).exists()]
+    if is_uri(archive):  # object storage every node reaches: records go there through the driver
+        filesystem, root = open_uri(archive)
+        there = existing(filesystem, [join(root, episode_path("", *e[:2], model, e[2])) for e in episodes])
+        done = [e for e in episodes if join(root, episode_path("", *e[:2], model, e[2])) in there]
+    else:
+        filesystem = root = None
+        done = [e for e in episodes if episode_path(archive, e[0], e[1], model, e[2]).exists()]
     done_set = set(done)
     todo = [e for e in episodes if e not in done_set]
     outcomes = [ray_engine.EpisodeOutcome(str(episode_path(archive, s, t, model, k)), s, t, k, None, 0, True, "-",
                                           0, 0, 0) for s, t, k in done]
     t_start = time.perf_counter()
-    marker = plant_marker(archive) if todo else None
+    marker = None if not todo else NOWHERE if filesystem is not None else plant_marker(archive)
     started = False
     server = wlist = None
     try:
-        started = ray_engine.ensure_ray(address)
+        started = ray_engine.ensure_ray(address) if todo else False
         n = max(1, min(int(workers), len(todo) or 1))
         if todo:
             server = ray_engine.policy_server_actor(kw["policy_spec"], options=server_options, max_batch=max_batch,
@@ -147,7 +154,10 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
                         continue
                     key = (out.suite, out.task, out.episode)
                     if out.shipped is not None:
-                        land(archive, out.shipped)
+                        if filesystem is not None:
+                            land_uri(filesystem, root, out.shipped)
+                        else:
+                            land(archive, out.shipped)
                         out = dataclasses.replace(out, shipped=True)  # the bytes are written; keep the fact
                     if key in recorded:  # an episode Ray re-ran after its first result arrived
                         submit(i)

@@ -6,16 +6,18 @@ Three kinds of process take part:
   reuses it for every episode of the same task; it receives episodes as
   `(suite, task, k)` and runs them through the same `replay.rollout.run_episode` as the
   local engine, so the records are the same. Each finished episode is written
-  atomically into the archive (shared storage), and an episode whose file exists is
-  skipped, so a resumed or retried run never records an episode twice.
+  atomically into the archive when the worker sees it (shared storage), or shipped back
+  to the driver with its result when it does not (`replay.ray_transport`); an episode
+  whose file exists is skipped, so a resumed or retried run never records an episode twice.
 - **The policy server** (`PolicyServer`, a threaded actor). Every env worker calls it once
   per control step. Requests that queue up while a batch is computed are answered
   together by one batched call (optionally waiting `max_wait_s` for every open episode to
   ask), the way one GPU VLA is shared by many simulators. Policy state is kept per worker
   and per episode (a session id), so batching never mixes episodes.
-- **The driver** (`run_jobs_ray`): hands episodes to free workers (a worker keeps its
-  task while that task has episodes left), shows a tqdm bar, and prints a per-worker
-  throughput summary and the server's batching figures.
+- **The driver** (`replay.ray_driver.run_jobs_ray`, re-exported here): hands episodes
+  to free workers (a worker keeps its task while that task has episodes left), writes
+  shipped records, shows a tqdm bar with per-node counts, and prints a per-node and
+  per-worker summary and the server's batching figures.
 
 Failures use Ray's own retry options: env workers and the server are restarted
 (`max_restarts`); an episode call that died with its worker is re-run on the

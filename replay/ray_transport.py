@@ -7,6 +7,8 @@ not (a cloud node with its own disk, a KubeRay pod) records into memory and retu
 episode's `.npz` bytes and its scene XML with the outcome; the driver writes them into
 `--out`. Each worker decides for itself when it starts, so a worker restarted on
 another node decides again: records never land where the driver cannot read them.
+When `--out` is a storage URI (`s3://`, `gs://`) every record is shipped and the driver
+puts it into the bucket through pyarrow (`land_uri`).
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ def plant_marker(archive: str | os.PathLike) -> Marker:
     return Marker(str(path), token)
 
 
+NOWHERE = Marker("", "")  # for a storage URI: no worker writes in place, every record is shipped
+
+
 def remove_marker(marker: Marker | None) -> None:
-    if marker is not None:
+    if marker is not None and marker.path:
         Path(marker.path).unlink(missing_ok=True)
 
 
 def sees_driver_files(marker: Marker | None) -> bool:
     """True when this process reads the driver's marker: the archive is shared storage."""
-    if marker is None:
+    if marker is None or not marker.path:
         return False
     try:
         return Path(marker.path).read_text() == marker.token
@@ -62,6 +67,20 @@ class ShippedEpisode:
     relpath: str                          # e.g. libero_spatial/task_0/m/ep_000.npz
     data: bytes                           # the compressed .npz, as save_record writes it
     scenes: tuple[tuple[str, bytes], ...]  # (models/<digest>.xml, XML) the record names
+
+
+def land_uri(filesystem, root: str, shipped: ShippedEpisode) -> bool:
+    """`land` into a storage URI's filesystem (pyarrow): scenes first, the episode unless present."""
+    from scoring.uri import existing, join, write_bytes
+    names = [join(root, name) for name, _ in shipped.scenes]
+    have = existing(filesystem, [*names, join(root, shipped.relpath)])
+    for path, (_, xml) in zip(names, shipped.scenes):
+        if path not in have:
+            write_bytes(filesystem, path, xml)
+    if join(root, shipped.relpath) in have:
+        return False
+    write_bytes(filesystem, join(root, shipped.relpath), shipped.data)
+    return True
 
 
 def land(archive: str | os.PathLike, shipped: ShippedEpisode) -> bool:

@@ -218,6 +218,9 @@ def run_rollout(args) -> int:
     if args.max_steps is not None and args.max_steps < 1:
         raise SafeVLAError(f"--max-steps expects a positive integer, got {args.max_steps}")
     tasks = parse_tasks(args.tasks)
+    from scoring.uri import is_uri
+    if is_uri(args.out) and getattr(args, "engine", "local") != "ray":
+        raise SafeVLAError(f"--out {args.out}: a storage URI needs --engine ray (the local engine writes a directory)")
     try:
         from replay.hosts.libero import libero_task
         infos = [libero_task(args.suite, t) for t in tasks]

@@ -7,8 +7,11 @@ and writes the store exactly as for the local engine. The Parquet tables are the
 ones `--engine local` writes (the manifest differs only in its timestamps).
 
 Paths: tasks run in the driver's working directory when it exists on the node (so
-relative archive paths mean the same files); on a cluster give absolute paths on shared
-storage. Failed tasks are retried by Ray (`max_retries`). Ray is imported lazily.
+relative archive paths mean the same files). When some node cannot see the driver's
+store, every job carries its items' bytes instead (`scoring.ray_ship`) and the driver
+writes what the tasks wrote; the tables are the same. Failed tasks are retried by Ray
+(`max_retries`), on another node if theirs is lost. Ray is imported lazily, and
+connecting is `scoring.ray_connect`'s.
 """
 
 from __future__ import annotations

