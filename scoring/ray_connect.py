@@ -20,6 +20,7 @@ project. Ray is imported lazily.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
@@ -56,12 +57,26 @@ def cluster_wants_token(address: str) -> bool:
     except ImportError:  # a Ray without token authentication
         return False
     try:
-        GcsClient(address=address)
+        with _quiet_stderr():  # Ray's C++ client logs the refusal it is asked to detect
+            GcsClient(address=address)
     except AuthenticationError:
         return True
     except Exception:  # noqa: BLE001 - anything else is ray.init's to report
         return False
     return False
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 to /dev/null for the block (C++ logging bypasses sys.stderr)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def use_token_if_needed(address: str) -> bool:
