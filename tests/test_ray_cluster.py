@@ -125,6 +125,15 @@ def test_documented_form_on_a_node_without_the_drivers_filesystem(tmp_path):
         score_archive(out, scratch / "local_store", progress=False)
         for name in ("episodes.parquet", "spec_results.parquet"):
             assert filecmp.cmp(store / name, scratch / "local_store" / name, shallow=False), name
+        # a machine without the head's token is told what to set, in one line
+        no_token = {**env, "HOME": str(scratch / "home")}
+        no_token.pop("RAY_AUTH_TOKEN", None)
+        no_token.pop("RAY_AUTH_TOKEN_PATH", None)
+        res = safevla("score", str(out), "--out", str(scratch / "store2"), "--engine", "ray",
+                      "--address", cluster.address, env=no_token, timeout=120)
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        assert last_line(res.stderr).startswith(f"safevla score: the Ray cluster at {cluster.address} uses token "
+                                                "authentication and no token is set here")
         # a cluster whose nodes lack a module gets one line, not a traceback
         code = ("import sys\nfrom scoring.errors import SafeVLAError\nfrom scoring.ray_connect import connect\n"
                 f"try:\n    connect({cluster.address!r}, modules=('scoring', 'safevla_not_installed'))\n"
