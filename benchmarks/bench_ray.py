@@ -51,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", default="libero_spatial")
     p.add_argument("--task", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=None, help="horizon override (default: the suite's)")
+    p.add_argument("--transport", action="store_true",
+                   help="only measure records written in place against records shipped to the driver")
     args = p.parse_args(argv)
     with contextlib.redirect_stdout(sys.stderr):  # LIBERO and Ray print to stdout
-        out = measure(args)
+        out = measure_transport(args) if args.transport else measure(args)
     print(json.dumps(out))
     return 0
 
@@ -85,13 +87,13 @@ class LocalPath:
         return time.perf_counter() - t0, n
 
 
-def ray_pool(n_workers, suite, task, archive, max_steps, spec="careful"):
+def ray_pool(n_workers, suite, task, archive, max_steps, spec="careful", marker=None):
     import ray
     from replay import ray_engine
     server = ray_engine.policy_server_actor(spec)
     name = ray.get(server.name.remote())
     workers = ray_engine.env_worker_actors(n_workers, name, archive=archive, policy_spec=spec, seed=0,
-                                           max_steps=max_steps, model="scripted-careful")
+                                           max_steps=max_steps, model="scripted-careful", marker=marker)
     t0 = time.perf_counter()
     ray.get([w.prepare.remote(suite, task) for w in workers])
     return server, workers, time.perf_counter() - t0
@@ -186,6 +188,47 @@ def busy_others() -> list[str]:
         pid, cpu, cmd = line.split(None, 2)
         if float(cpu) > 20 and int(pid) != os.getpid():
             out.append(f"{cmd[:60]} ({cpu}%)")
+    return out
+
+
+def measure_transport(args) -> dict:
+    """In place (shared filesystem) against shipped to the driver (no shared filesystem).
+
+    One worker each, the same episodes run alternately, so machine load hits both alike.
+    A shipped episode's time runs from dispatch to the driver having written it.
+    """
+    import ray
+    from replay.ray_transport import NOWHERE, land
+    episodes = list(range(args.episodes))
+    tmp = Path(tempfile.mkdtemp(prefix="bench_ray_transport_"))
+    out: dict = {"bench": "ray_transport", "suite": args.suite, "task": args.task, "episodes": args.episodes,
+                 "max_steps": args.max_steps, "ray_version": ray.__version__, "busy_other_procs": busy_others()}
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        # the server handles stay referenced: an actor nobody holds is collected
+        server1, (in_place,), _ = ray_pool(1, args.suite, args.task, str(tmp / "in_place"), args.max_steps)
+        server2, (shipped,), _ = ray_pool(1, args.suite, args.task, str(tmp / "shipped"), args.max_steps,
+                                          marker=NOWHERE)
+        t_place = t_ship = 0.0
+        sent = 0
+        for k in episodes:
+            t0 = time.perf_counter()
+            ray.get(in_place.run.remote(args.suite, args.task, k))
+            t_place += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            o = ray.get(shipped.run.remote(args.suite, args.task, k))
+            land(tmp / "shipped", o.shipped)
+            t_ship += time.perf_counter() - t0
+            sent += len(o.shipped.data) + sum(len(x) for _, x in o.shipped.scenes)
+        same = all(filecmp.cmp(p, tmp / "shipped" / p.relative_to(tmp / "in_place"), shallow=False)
+                   for p in (tmp / "in_place").rglob("*") if p.is_file())
+    finally:
+        ray.shutdown()
+    n = len(episodes)
+    out.update(in_place_s_per_episode=round(t_place / n, 3), shipped_s_per_episode=round(t_ship / n, 3),
+               ship_overhead=round(t_ship / t_place - 1, 4), shipped_kb_per_episode=round(sent / n / 1e3, 1),
+               archives_identical=same)
     return out
 
 

@@ -6,16 +6,18 @@ Three kinds of process take part:
   reuses it for every episode of the same task; it receives episodes as
   `(suite, task, k)` and runs them through the same `replay.rollout.run_episode` as the
   local engine, so the records are the same. Each finished episode is written
-  atomically into the archive (shared storage), and an episode whose file exists is
-  skipped, so a resumed or retried run never records an episode twice.
+  atomically into the archive when the worker sees it (shared storage), or shipped back
+  to the driver with its result when it does not (`replay.ray_transport`); an episode
+  whose file exists is skipped, so a resumed or retried run never records an episode twice.
 - **The policy server** (`PolicyServer`, a threaded actor). Every env worker calls it once
   per control step. Requests that queue up while a batch is computed are answered
   together by one batched call (optionally waiting `max_wait_s` for every open episode to
   ask), the way one GPU VLA is shared by many simulators. Policy state is kept per worker
   and per episode (a session id), so batching never mixes episodes.
-- **The driver** (`run_jobs_ray`): hands episodes to free workers (a worker keeps its
-  task while that task has episodes left), shows a tqdm bar, and prints a per-worker
-  throughput summary and the server's batching figures.
+- **The driver** (`replay.ray_driver.run_jobs_ray`, re-exported here): hands episodes
+  to free workers (a worker keeps its task while that task has episodes left), writes
+  shipped records, shows a tqdm bar with per-node counts, and prints a per-node and
+  per-worker summary and the server's batching figures.
 
 Failures use Ray's own retry options: env workers and the server are restarted
 (`max_restarts`); an episode call that died with its worker is re-run on the
@@ -35,18 +37,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import threading
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scoring.errors import SafeVLAError
 
 ENV_WORKER_RESTARTS = 3
 EPISODE_RETRIES = 3
@@ -54,28 +53,17 @@ BATCH_WAIT_S = 0.05  # longest wait for a full batch (batched policies)
 
 
 def _ray():
-    try:
-        import ray
-    except ImportError as exc:
-        raise SafeVLAError(f"--engine ray needs Ray ({exc}); pip install 'safevla-bench[ray]'") from None
-    return ray
+    from scoring.ray_connect import ray_module
+    return ray_module()
 
 
 def ensure_ray(address: str | None = None, **init_kwargs: Any) -> bool:
-    """Connects to (or starts) Ray unless it is already up; returns True if this call started it."""
-    ray = _ray()
-    if ray.is_initialized():
-        return False
-    kwargs = {"include_dashboard": False, "log_to_driver": True, **init_kwargs}
-    if address:
-        kwargs.pop("num_cpus", None)
-        ray.init(address=address, **kwargs)
-    else:
-        # Ray runs workers at nice 15 by default; env workers are the whole job here, so
-        # give them normal priority like the local engine's processes
-        os.environ.setdefault("RAY_worker_niceness", "0")
-        ray.init(**kwargs)
-    return True
+    """Connects to the cluster at `address` or starts a private local instance (`scoring.ray_connect`).
+
+    Returns True if this call started Ray. Every node must import the rollout code.
+    """
+    from scoring.ray_connect import connect
+    return connect(address, modules=("scoring", "replay.rollout", "replay.hosts.libero"), **init_kwargs)
 
 
 # ----------------------------------------------------------------------------- policy server
@@ -373,6 +361,8 @@ class EpisodeOutcome:
     build_s: float       # env build time charged to this episode (0 when reused)
     policy_wait_s: float  # time spent waiting for the policy server
     pid: int = 0          # the worker process (a restarted worker has a new one)
+    node: str = ""        # 'IP/node id' of the node that ran it
+    shipped: Any = None   # a ShippedEpisode when the worker cannot see the archive (the driver writes it)
     timing_s: dict | None = None  # simulation, rendering and policy seconds (replay.rollout)
 
 
@@ -381,10 +371,11 @@ class EnvWorker:
 
     def __init__(self, worker: str, server: str, *, archive: str, policy_spec: str, seed: int,
                  max_steps: int | None, model: str, cwd: str | None = None, host_options: dict | None = None,
-                 provenance: dict | None = None):
+                 provenance: dict | None = None, marker=None):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)  # a relative --out means the same place as on the driver
         import ray
+        from replay.ray_transport import node_label, sees_driver_files
         # the server by name, so a restarted worker finds it without object-store arguments
         self.worker, self.server = worker, ray.get_actor(server)
         self.archive, self.policy_spec, self.seed = archive, policy_spec, int(seed)
@@ -392,6 +383,13 @@ class EnvWorker:
         self.host_options, self.provenance = dict(host_options or {}), provenance
         self.host = None
         self.key: tuple[str, int] | None = None
+        self.node = node_label()
+        # decided here, on the node this (possibly restarted) worker runs on
+        self.shared = marker is None or sees_driver_files(marker)
+
+    def where(self) -> tuple[str, bool]:
+        """(node, writes in place) of this worker."""
+        return self.node, self.shared
 
     def pid(self) -> int:
         return os.getpid()
@@ -412,15 +410,23 @@ class EnvWorker:
     def run(self, suite: str, task: int, k: int) -> EpisodeOutcome:
         from replay.rollout import episode_path, run_episode, store_mjcf
         from scoring.io import save_record
+        from replay.rollout import mjcf_name
+        from replay.ray_transport import ShippedEpisode
+        from scoring.io import record_to_npz_bytes
         t0 = time.perf_counter()
         path = episode_path(self.archive, suite, task, self.model, k)
-        if path.exists():  # done by an earlier run, or by this call before a crash
-            return EpisodeOutcome(str(path), suite, task, k, None, 0, True, self.worker, 0.0, 0.0, 0.0, os.getpid())
+        if self.shared and path.exists():  # done by an earlier run, or by this call before a crash
+            return EpisodeOutcome(str(path), suite, task, k, None, 0, True, self.worker, 0.0, 0.0, 0.0, os.getpid(),
+                                  self.node)
         build = self.prepare(suite, task)
         archive = self.archive
+        scenes: dict[str, bytes] = {}
 
         def stored(xml: str, where: Path = path.parent) -> str:
-            return os.path.relpath(store_mjcf(archive, xml), where)
+            if self.shared:
+                return os.path.relpath(store_mjcf(archive, xml), where)
+            scenes[mjcf_name(xml)] = xml.encode()  # shipped with the record; the same relative name
+            return os.path.relpath(Path(archive) / mjcf_name(xml), where)
         policy = RemotePolicy(self.server, self.worker)
         policy.label = f"{suite}/{task}/{k}"
         try:
@@ -428,9 +434,14 @@ class EnvWorker:
                                               max_steps=self.max_steps, mjcf=stored, provenance=self.provenance)
         finally:
             policy.close()
-        save_record(rec, path, compress=True)
+        shipped = None
+        if self.shared:
+            save_record(rec, path, compress=True)
+        else:
+            shipped = ShippedEpisode(os.path.relpath(path, archive), record_to_npz_bytes(rec, compress=True),
+                                     tuple(sorted(scenes.items())))
         return EpisodeOutcome(str(path), suite, task, k, bool(success), int(steps), False, self.worker,
-                              time.perf_counter() - t0, build, policy.wait_s, os.getpid(),
+                              time.perf_counter() - t0, build, policy.wait_s, os.getpid(), self.node, shipped,
                               timing_s=rec.meta.get("timing_s"))
 
     def close(self) -> None:
@@ -441,147 +452,20 @@ class EnvWorker:
 
 def env_worker_actors(n: int, server: str, *, archive: str, policy_spec: str, seed: int, max_steps: int | None,
                       model: str, options: dict | None = None, host_options: dict | None = None,
-                      provenance: dict | None = None) -> list:
+                      provenance: dict | None = None, marker=None) -> list:
+    """`n` env workers, spread over the nodes (so losing one node loses as few as possible)."""
     ray = _ray()
-    opts = {"num_cpus": 1, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": EPISODE_RETRIES}
+    opts = {"num_cpus": 1, "max_restarts": ENV_WORKER_RESTARTS, "max_task_retries": EPISODE_RETRIES,
+            "scheduling_strategy": "SPREAD"}
     opts.update(options or {})
     cls = ray.remote(EnvWorker)
     return [cls.options(**opts).remote(f"w{i}", server, archive=archive, policy_spec=policy_spec, seed=seed,
                                        max_steps=max_steps, model=model, cwd=os.getcwd(),
-                                       host_options=host_options, provenance=provenance)
+                                       host_options=host_options, provenance=provenance, marker=marker)
             for i in range(n)]
 
 
 # ----------------------------------------------------------------------------- driver
-
-@dataclasses.dataclass
-class RayRolloutResult:
-    outcomes: list[EpisodeOutcome]
-    worker_stats: dict[str, dict]
-    server_stats: dict
-    wall_s: float
-
-
-def _check_jobs(jobs: Sequence[tuple]) -> tuple[dict, list[tuple[str, int, int]]]:
-    kw = None
-    episodes = []
-    for suite, task, eps, kwargs in jobs:
-        if kw is None:
-            kw = dict(kwargs)
-        elif dict(kwargs) != kw:
-            raise SafeVLAError("--engine ray runs one policy and one archive per invocation")
-        episodes.extend((suite, int(task), int(k)) for k in eps)
-    return kw or {}, episodes
-
-
-def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = None, progress: bool = True,
-                 on_result: Callable[[EpisodeOutcome, list], None] | None = None,
-                 server_options: dict | None = None, worker_options: dict | None = None,
-                 max_batch: int = 64, max_wait_s: float | None = None, summary: bool = True) -> RayRolloutResult:
-    """Runs the same (suite, task, episodes, run_task kwargs) jobs as `rollout.run_jobs`, on Ray.
-
-    `on_result(outcome, workers)` is called on the driver after every episode (tests use
-    it to kill a worker mid-run). Episodes already in the archive are skipped.
-    """
-    ray = _ray()
-    from tqdm import tqdm
-    from replay.policies import load_policy
-    from replay.observations import requested_spec
-    from replay.policies import describe_policy
-    kw, episodes = _check_jobs(jobs)
-    policy_options = kw.get("policy_options") or {}
-    name, factory = load_policy(kw["policy_spec"], **policy_options)
-    model = kw.get("model") or name
-    observations = kw.get("observations") or requested_spec(factory)
-    provenance = describe_policy(kw["policy_spec"], factory, observations)
-    archive, seed, max_steps = kw["archive"], int(kw.get("seed", 0)), kw.get("max_steps")
-    from replay.rollout import episode_path
-    done = [e for e in episodes if episode_path(archive, e[0], e[1], model, e[2]).exists()]
-    done_set = set(done)
-    todo = [e for e in episodes if e not in done_set]
-    outcomes = [EpisodeOutcome(str(episode_path(archive, s, t, model, k)), s, t, k, None, 0, True, "-", 0, 0, 0)
-                for s, t, k in done]
-    t_start = time.perf_counter()
-    started = ensure_ray(address)
-    server = wlist = None
-    try:
-        # more workers than tasks is fine: a worker without a task of its own joins the
-        # task with the most episodes left (and builds its own env for it)
-        n = max(1, min(int(workers), len(todo) or 1))
-        if todo:
-            server = policy_server_actor(kw["policy_spec"], options=server_options, max_batch=max_batch,
-                                         max_wait_s=max_wait_s, max_concurrency=max(64, 2 * n + 8),
-                                         policy_options=policy_options)
-            server_name = ray.get(server.name.remote())
-            wlist = env_worker_actors(n, server_name, archive=archive, policy_spec=kw["policy_spec"],
-                                      seed=seed, max_steps=max_steps, model=model, options=worker_options,
-                                      host_options=observations.host_options(), provenance=provenance)
-            # one task per worker at a time; tasks with more episodes go first
-            remaining: dict[tuple[str, int], list[int]] = defaultdict(list)
-            for s, t, k in todo:
-                remaining[(s, t)].append(k)
-            current: dict[int, tuple[str, int] | None] = {i: None for i in range(len(wlist))}
-            inflight: dict[Any, int] = {}
-
-            def next_for(i: int):
-                key = current[i]
-                if key is None or not remaining.get(key):
-                    busy = {current[j] for j in current if j != i}
-                    free = [k for k, v in remaining.items() if v and k not in busy]
-                    pool = free or [k for k, v in remaining.items() if v]
-                    if not pool:
-                        return None
-                    key = max(pool, key=lambda k: len(remaining[k]))
-                    current[i] = key
-                k = remaining[key].pop(0)
-                return key[0], key[1], k
-
-            def submit(i: int) -> None:
-                job = next_for(i)
-                if job is not None:
-                    # a lost policy server surfaces in the worker as an actor error: Ray
-                    # retries the episode (the server restarts under the same name)
-                    inflight[wlist[i].run.options(retry_exceptions=[ray.exceptions.RayActorError,
-                                                                    ray.exceptions.ActorUnavailableError])
-                             .remote(*job)] = i
-
-            for i in range(len(wlist)):
-                submit(i)
-            with tqdm(total=len(episodes), initial=len(done), unit="ep", disable=not progress,
-                      desc="rollout (ray)") as bar:
-                while inflight:
-                    ready, _ = ray.wait(list(inflight), num_returns=1)
-                    i = inflight.pop(ready[0])
-                    try:
-                        out = ray.get(ready[0])
-                    except ray.exceptions.RayTaskError as exc:
-                        raise _plain_cause(exc) from None
-                    outcomes.append(out)
-                    bar.update(1)
-                    if on_result is not None:
-                        on_result(out, wlist)
-                    submit(i)
-        stats = ray.get(server.stats.remote()) if server is not None else {}
-    finally:
-        for actor in (wlist or []):
-            try:
-                ray.kill(actor)
-            except Exception:  # noqa: BLE001 - best-effort cleanup
-                pass
-        if server is not None:
-            try:
-                ray.kill(server)
-            except Exception:  # noqa: BLE001
-                pass
-        if started:
-            ray.shutdown()
-    wall = time.perf_counter() - t_start
-    per = worker_summary(outcomes)
-    result = RayRolloutResult(outcomes, per, stats, wall)
-    if summary:
-        print_summary(result, total=len(episodes), file=sys.stderr)
-    return result
-
 
 def _plain_cause(exc: BaseException) -> BaseException:
     """Our own errors (e.g. a policy server that is down) without Ray's remote traceback around them,
@@ -592,37 +476,5 @@ def _plain_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def worker_summary(outcomes: Sequence[EpisodeOutcome]) -> dict[str, dict]:
-    per: dict[str, dict] = {}
-    for o in outcomes:
-        if o.skipped:
-            continue
-        w = per.setdefault(o.worker, {"episodes": 0, "steps": 0, "busy_s": 0.0, "build_s": 0.0,
-                                      "policy_wait_s": 0.0})
-        w["episodes"] += 1
-        w["steps"] += o.steps
-        w["busy_s"] += o.seconds
-        w["build_s"] += o.build_s
-        w["policy_wait_s"] += o.policy_wait_s
-    for w in per.values():
-        run = max(w["busy_s"] - w["build_s"], 1e-9)
-        w["episodes_per_s"] = w["episodes"] / max(w["busy_s"], 1e-9)
-        w["steps_per_s"] = w["steps"] / run
-    return dict(sorted(per.items()))
-
-
-def print_summary(result: RayRolloutResult, *, total: int, file=sys.stderr) -> None:
-    from replay.rollout import summary_line, time_split
-
-    ran = sum(not o.skipped for o in result.outcomes)
-    print(f"{summary_line(result.outcomes, total, result.wall_s)} ({ran / max(result.wall_s, 1e-9):.2f} episodes/s)"
-          f"{time_split(result.outcomes)}",
-          file=file)
-    for name, w in result.worker_stats.items():
-        print(f"  worker {name}: {w['episodes']} episodes, {w['steps']} steps, {w['episodes_per_s']:.2f} ep/s, "
-              f"{w['steps_per_s']:.0f} steps/s (env build {w['build_s']:.0f} s, policy wait "
-              f"{w['policy_wait_s']:.1f} s)", file=file)
-    s = result.server_stats
-    if s:
-        print(f"  policy server: {s['requests']} requests in {s['batches']} batches, mean batch "
-              f"{s['mean_batch']:.2f}, {s['requests_per_s']:.0f} requests/s", file=file)
+# the driver lives in its own module; these names stay importable from here
+from replay.ray_driver import RayRolloutResult, print_summary, run_jobs_ray, worker_summary  # noqa: E402,F401

@@ -162,10 +162,14 @@ def episode_path(archive: str | os.PathLike, suite: str, task: int, model: str, 
     return Path(archive) / suite / f"task_{task}" / model / f"ep_{k:03d}.npz"
 
 
+def mjcf_name(xml: str) -> str:
+    """The archive-relative name of a scene: one file per distinct content."""
+    return f"models/{hashlib.sha256(xml.encode()).hexdigest()[:16]}.xml"
+
+
 def store_mjcf(archive: str | os.PathLike, xml: str) -> Path:
     """Writes the scene XML once per distinct content; returns its path."""
-    digest = hashlib.sha256(xml.encode()).hexdigest()[:16]
-    path = Path(archive) / "models" / f"{digest}.xml"
+    path = Path(archive) / mjcf_name(xml)
     if not path.exists():
         atomic_write_bytes(path, xml.encode())
     return path
@@ -293,6 +297,9 @@ def run_rollout(args) -> int:
     if args.max_steps is not None and args.max_steps < 1:
         raise SafeVLAError(f"--max-steps expects a positive integer, got {args.max_steps}")
     tasks = parse_tasks(args.tasks)
+    from scoring.uri import is_uri
+    if is_uri(args.out) and getattr(args, "engine", "local") != "ray":
+        raise SafeVLAError(f"--out {args.out}: a storage URI needs --engine ray (the local engine writes a directory)")
     try:
         from replay.hosts.libero import libero_task
         infos = [libero_task(args.suite, t) for t in tasks]

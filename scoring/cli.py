@@ -59,6 +59,11 @@ def run_score(args) -> int:
     from scoring.store import score_archive
     if args.workers < 1:
         raise SafeVLAError(f"--workers expects a positive integer, got {args.workers}")
+    from scoring.uri import is_uri
+    for where in (*args.archives, args.out):
+        if is_uri(where):  # docs/cluster.md: rollouts write to URIs; scoring reads local or mounted paths
+            raise SafeVLAError(f"{where}: safevla score reads archives and writes stores on a local or mounted "
+                               "path; copy the archive down first (e.g. `aws s3 sync`)")
     if getattr(args, "engine", "local") == "ray":
         from scoring.ray_score import score_archive_ray  # Ray stays optional: imported only here
         summary = score_archive_ray(args.archives, args.out, address=args.address, registry_path=args.registry,
