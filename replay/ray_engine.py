@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from scoring.errors import SafeVLAError
+
 
 ENV_WORKER_RESTARTS = 3
 EPISODE_RETRIES = 3
