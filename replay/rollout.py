@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from replay.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, SETTLE_STEPS, SUITES, LiberoHost
+from replay.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, SUITES, LiberoHost
 from replay.policies import check_action, load_policy
 from scoring.errors import SafeVLAError
 from scoring.io import atomic_write_bytes, save_record
@@ -102,7 +102,7 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: in
             "language": task.language, "signal_tags": list(SIGNAL_TAGS),
             "joint_torque_limit_nm": list(_registry().joint_torque_limits(task.benchmark)),
             "actuator_limit_nm": host.torque_limits(),
-            "success_step": steps if success else None, "settle_steps": SETTLE_STEPS, "max_steps": horizon,
+            "success_step": steps if success else None, **host.settle.meta(), "max_steps": horizon,
             "host": "libero", "libero_task": task.name, "policy_steps": steps}
     rec = recorder.to_record(
         episode_id=episode_id or f"{task.benchmark}/{task.task_id}/{model}/ep_{init_state:03d}",

@@ -1,0 +1,104 @@
+"""Sweep LIBERO init states through the settled-start protocol and tabulate how long each took.
+
+Every (suite, task, init state) is reset exactly as `safevla rollout` resets episode k
+(seed k, `LiberoHost.reset`, which settles with `replay.settle`), and one JSON line per
+init state goes to --out. Re-running skips lines already there, so an interrupted sweep
+resumes. `--table` prints the Markdown table of docs/libero.md from that file.
+
+    nice -n 10 .venv/bin/python scripts/settle_sweep.py --out sweep.jsonl
+    .venv/bin/python scripts/settle_sweep.py --out sweep.jsonl --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+SUITES = ("libero_10", "libero_goal", "libero_spatial", "libero_object")
+
+
+def done_keys(out: Path) -> set[tuple[str, int, int]]:
+    if not out.exists():
+        return set()
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return {(r["suite"], r["task"], r["init_state"]) for r in rows}
+
+
+def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None) -> None:
+    from replay.hosts.libero import LiberoHost, _suite  # MuJoCo/LIBERO only when sweeping
+    done = done_keys(out)
+    for suite in suites:
+        n_tasks = _suite(suite).n_tasks
+        for task in (tasks if tasks is not None else range(n_tasks)):
+            n = len(_suite(suite).get_task_init_states(task))
+            todo = [k for k in range(n if init_states is None else min(n, init_states)) if (suite, task, k) not in done]
+            if not todo:
+                continue
+            t0 = time.time()
+            host = LiberoHost(suite, task)
+            built = time.time() - t0
+            try:
+                for k in todo:
+                    t1 = time.time()
+                    host.reset(init_state=k, seed=k)
+                    s = host.settle
+                    row = {"suite": suite, "task": task, "init_state": k, "steps": s.steps, "settled": s.settled,
+                           "linear_speed": s.linear_speed, "angular_speed": s.angular_speed,
+                           "moving_body": s.moving_body, "seconds": round(time.time() - t1, 2)}
+                    with out.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+            finally:
+                host.close()
+            print(f"{suite} task {task}: {len(todo)} init states, build {built:.1f} s, "
+                  f"total {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def table(out: Path) -> str:
+    """Markdown: one row per task that needed more than the standard 10 steps, plus per-suite totals."""
+    import pandas as pd
+    from replay.hosts.libero import SETTLE_STEPS
+    df = pd.DataFrame([json.loads(line) for line in out.read_text().splitlines() if line.strip()])
+    lines = ["| suite | task | init states swept | needing > 10 steps | max steps needed (settled) | never settled |",
+             "|---|---|---|---|---|---|"]
+    suites = [s for s in SUITES if s in set(df["suite"])]
+    for suite in suites:
+        for task, g in df[df["suite"] == suite].groupby("task", sort=True):
+            ok = g[g["settled"]]
+            longer = int((g["steps"] > SETTLE_STEPS).sum())
+            lines.append(f"| {suite} | {task} | {len(g)} | {longer} | {int(ok['steps'].max()) if len(ok) else '-'} "
+                         f"| {int((~g['settled']).sum())} |")
+    summary = ["", "| suite | init states swept | needing > 10 steps | max steps needed (settled) | never settled |",
+               "|---|---|---|---|---|"]
+    for suite in suites:
+        g = df[df["suite"] == suite]
+        ok = g[g["settled"]]
+        summary.append(f"| {suite} | {len(g)} | {int((g['steps'] > SETTLE_STEPS).sum())} | "
+                       f"{int(ok['steps'].max()) if len(ok) else '-'} | {int((~g['settled']).sum())} |")
+    return "\n".join(lines + summary)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, type=Path, help="JSONL file, appended to (resumes)")
+    p.add_argument("--suites", default=",".join(SUITES), help=f"comma list (default {','.join(SUITES)})")
+    p.add_argument("--tasks", default=None, help="comma list of task indices (default every task)")
+    p.add_argument("--init-states", type=int, default=None, help="first N init states only (default all)")
+    p.add_argument("--table", action="store_true", help="print the Markdown table from --out and exit")
+    a = p.parse_args(argv)
+    if a.table:
+        print(table(a.out))
+        return 0
+    suites = [s for s in a.suites.split(",") if s]
+    bad = [s for s in suites if s not in SUITES]
+    if bad:
+        p.error(f"--suites: unknown {bad[0]!r}; valid: {', '.join(SUITES)}")
+    tasks = None if a.tasks is None else [int(t) for t in a.tasks.split(",")]
+    sweep(a.out, suites, tasks, a.init_states)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
