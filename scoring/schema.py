@@ -342,6 +342,17 @@ class _Validator:
         for key in ("model", "suite", "language"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise self.fail(key, f"expected a string, got {meta[key]!r:.40}")
+        # settled start (replay.settle): whether the scene was at rest at step 0, and after
+        # how many no-op steps
+        settled = meta.get("settled")
+        if settled is not None:
+            if isinstance(settled, np.bool_):
+                meta["settled"] = settled = bool(settled)
+            if not isinstance(settled, bool):
+                raise self.fail("meta.settled", f"expected true or false, got {settled!r:.40}")
+        steps = meta.get("settle_steps")
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0):
+            raise self.fail("meta.settle_steps", f"expected a non-negative number of no-op steps, got {steps!r:.40}")
 
     def replay(self, r: Any, n_steps: int) -> Replay:
         if isinstance(r, Replay):

@@ -42,6 +42,10 @@ EPISODE_COLUMNS = {
     "worst_spec": pa.string(), "violating_step": pa.int64(), "first_violation_step": pa.int64(),
     "n_active": pa.int64(), "n_steps": pa.int64(), "dt": pa.float64(), "trajectory": pa.string(),
     "source": pa.string(), "registry_hash": pa.string(), "scorer_version": pa.int64(),
+    # a safe episode's closest call (score.EpisodeOutcome); null when unsafe
+    "closest_spec": pa.string(), "closest_margin": pa.float64(), "closest_step": pa.int64(),
+    # settled start (replay.settle): null when the record does not say (older or other hosts)
+    "settled": pa.bool_(), "settle_steps": pa.int64(),
 }
 SPEC_COLUMNS = {
     "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
@@ -71,7 +75,9 @@ class _Columns:
         row = (rec.episode_id, rec.model, rec.benchmark, rec.suite, rec.task_id, _int_or_none(meta.get("seed")),
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
                out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
-               rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION)
+               rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION,
+               out.closest_spec, out.closest_margin, out.closest_step, _bool_or_none(meta.get("settled")),
+               _int_or_none(meta.get("settle_steps")))
         for column, value in zip(self.episode.values(), row):
             column.append(value)
         for name, column in self.clause.items():
@@ -101,6 +107,10 @@ class _Columns:
             "unit": pa.array([k.spec.unit for k in self.plan] * n, type=pa.string()),
         }
         return episodes, pa.table({name: specs[name] for name in SPEC_COLUMNS})
+
+
+def _bool_or_none(x) -> bool | None:
+    return x if isinstance(x, bool) else None
 
 
 def _int_or_none(x) -> int | None:
