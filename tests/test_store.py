@@ -152,15 +152,16 @@ def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archi
     import scoring.store_jobs as jobs_mod
     out = tmp_path / "store"
     score_archive([archive], out, progress=False)
-    monkeypatch.setattr(store_mod, "SCORER_VERSION", 2)
-    monkeypatch.setattr(jobs_mod, "SCORER_VERSION", 2)
+    new = store_mod.SCORER_VERSION + 1
+    monkeypatch.setattr(store_mod, "SCORER_VERSION", new)
+    monkeypatch.setattr(jobs_mod, "SCORER_VERSION", new)
     again = score_archive([archive], out, progress=False)
     assert (again.scored, again.skipped) == (24, 0)
     manifest, eps, _ = load_store(out)
-    assert len(eps) == 24 and set(eps["scorer_version"]) == {2} and manifest["scorer_version"] == 2
+    assert len(eps) == 24 and set(eps["scorer_version"]) == {new} and manifest["scorer_version"] == new
     # a store written before scorer versions existed has no such column: every row is stale
     table = pq.read_table(out / "episodes.parquet")
     pq.write_table(table.drop_columns(["scorer_version"]), out / "episodes.parquet")
     third = score_archive([archive], out, progress=False)
-    assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {2}
+    assert (third.scored, third.skipped) == (24, 0) and set(load_store(out)[1]["scorer_version"]) == {new}
 
