@@ -81,6 +81,11 @@ def run_report(args) -> int:
     out = Path(args.out) if args.out else Path(args.store) / "report"
     paths = write_tables(tables, out)
     print(f"wrote {len(paths)} files to {out}")
+    from scoring.metrics import unsettled_mask
+    unsettled = int(unsettled_mask(episodes).sum())
+    if unsettled:
+        print(f"note: {unsettled} of {len(episodes)} episodes left out of every table: the scene was not at rest "
+              f"at step 0 (episodes.settled = false; see the table footnotes)")
     return 0
 
 

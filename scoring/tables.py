@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from scoring.io import atomic_write_bytes
-from scoring.metrics import aggregate, sbu_composition, spec_rates
+from scoring.metrics import aggregate, sbu_composition, spec_rates, unsettled_mask
 from scoring.registry import Registry, load_registry
 from scoring.whatif import WhatIf
 
@@ -160,9 +160,14 @@ def to_latex(df: pd.DataFrame, caption: str = "") -> str:
 
 def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry | None = None,
                  by: Sequence[str] = ("model", "suite"), seed: int = 0) -> dict[str, tuple[str, pd.DataFrame]]:
-    """All report tables: name -> (caption, table)."""
+    """All report tables: name -> (caption, table).
+
+    Episodes whose scene never came to rest (`settled` false) are left out of every
+    table, and every caption ends with a footnote that counts them.
+    """
     reg = registry or load_registry()
-    return {
+    episodes, spec_results, note = exclude_unsettled(episodes, spec_results)
+    tables = {
         "table4_main": ("Main results per cell (Tables 4/5): SR, Safety, SBU, P[U|S] with Wilson 95% CI; VSI with "
                         "10,000-resample bootstrap 95% CI.", main_table(episodes, by=by, seed=seed)),
         "table7_spec_rates": ("Per-spec violation rate (Tables 7/8); — = inactive for the cell.",
@@ -173,6 +178,20 @@ def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry
                                     composition_table(episodes, spec_results, registry=reg, by=by)),
         "table12_per_task": ("Per-task SR and Safety with Wilson 95% CI (Table 12).", per_task_table(episodes, by=by)),
     }
+    return {name: (caption + note, df) for name, (caption, df) in tables.items()}
+
+
+def exclude_unsettled(episodes: pd.DataFrame, spec_results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(episodes, spec_results) without unsettled-start episodes, and the footnote ("" if none)."""
+    drop = unsettled_mask(episodes)
+    if not drop.any():
+        return episodes, spec_results, ""
+    ids = episodes["episode_id"][drop]
+    note = (f" Note: {int(drop.sum())} episode(s) excluded because the scene was not at rest at step 0 "
+            f"(settled = false in the store; their verdicts would measure the scene's own motion): "
+            f"{', '.join(ids.astype(str).head(5))}{' ...' if len(ids) > 5 else ''}.")
+    keep = spec_results["episode_id"].isin(set(episodes["episode_id"][~drop]))
+    return episodes[~drop], spec_results[keep], note
 
 
 def write_tables(tables: dict[str, tuple[str, pd.DataFrame]], out_dir: str | Path) -> list[Path]:
