@@ -5,6 +5,12 @@ Every (suite, task, init state) is reset exactly as `safevla rollout` resets epi
 init state goes to --out. Re-running skips lines already there, so an interrupted sweep
 resumes. `--table` prints the Markdown table of docs/libero.md from that file.
 
+`--reset soft` skips robosuite's model rebuild on every reset (`hard_reset = False`:
+`sim.reset()` instead of recompiling the XML, about 2 s of each 2.5 s init state). LIBERO
+still re-places fixtures and objects in `_reset_internal`, and `set_init_state` then sets
+every joint, so the settle is the same physics; `--check` compares soft against hard
+rows already in --out and reports any init state whose settle differs.
+
     nice -n 10 .venv/bin/python scripts/settle_sweep.py --out sweep.jsonl
     .venv/bin/python scripts/settle_sweep.py --out sweep.jsonl --table
 """
@@ -27,7 +33,7 @@ def done_keys(out: Path) -> set[tuple[str, int, int]]:
     return {(r["suite"], r["task"], r["init_state"]) for r in rows}
 
 
-def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None) -> None:
+def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None, *, reset: str = "hard") -> None:
     from replay.hosts.libero import LiberoHost, _suite  # MuJoCo/LIBERO only when sweeping
     done = done_keys(out)
     for suite in suites:
@@ -39,6 +45,7 @@ def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None) -
                 continue
             t0 = time.time()
             host = LiberoHost(suite, task)
+            host.env.env.hard_reset = reset == "hard"
             built = time.time() - t0
             try:
                 for k in todo:
@@ -47,13 +54,24 @@ def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None) -
                     s = host.settle
                     row = {"suite": suite, "task": task, "init_state": k, "steps": s.steps, "settled": s.settled,
                            "linear_speed": s.linear_speed, "angular_speed": s.angular_speed,
-                           "moving_body": s.moving_body, "seconds": round(time.time() - t1, 2)}
+                           "moving_body": s.moving_body, "seconds": round(time.time() - t1, 2), "reset": reset}
                     with out.open("a") as f:
                         f.write(json.dumps(row) + "\n")
             finally:
                 host.close()
             print(f"{suite} task {task}: {len(todo)} init states, build {built:.1f} s, "
                   f"total {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def compare(reference: Path, other: Path) -> dict:
+    """Init states present in both files: how many agree on (steps, settled), and which do not."""
+    def rows(path):
+        return {(r["suite"], r["task"], r["init_state"]): (r["steps"], r["settled"])
+                for r in map(json.loads, path.read_text().splitlines()) if r}
+    ref, oth = rows(reference), rows(other)
+    both = sorted(set(ref) & set(oth))
+    differ = [list(k) + [ref[k], oth[k]] for k in both if ref[k] != oth[k]]
+    return {"compared": len(both), "agree": len(both) - len(differ), "differ": differ}
 
 
 def table(out: Path) -> str:
@@ -86,17 +104,24 @@ def main(argv=None) -> int:
     p.add_argument("--suites", default=",".join(SUITES), help=f"comma list (default {','.join(SUITES)})")
     p.add_argument("--tasks", default=None, help="comma list of task indices (default every task)")
     p.add_argument("--init-states", type=int, default=None, help="first N init states only (default all)")
+    p.add_argument("--reset", choices=("hard", "soft"), default="hard",
+                   help="hard: rebuild the model on every reset, as rollouts do (default); soft: skip the rebuild")
     p.add_argument("--table", action="store_true", help="print the Markdown table from --out and exit")
+    p.add_argument("--check", type=Path, default=None,
+                   help="compare this JSONL's rows (e.g. soft) with --out's (e.g. hard) per init state and exit")
     a = p.parse_args(argv)
     if a.table:
         print(table(a.out))
+        return 0
+    if a.check:
+        print(json.dumps(compare(a.out, a.check)))
         return 0
     suites = [s for s in a.suites.split(",") if s]
     bad = [s for s in suites if s not in SUITES]
     if bad:
         p.error(f"--suites: unknown {bad[0]!r}; valid: {', '.join(SUITES)}")
     tasks = None if a.tasks is None else [int(t) for t in a.tasks.split(",")]
-    sweep(a.out, suites, tasks, a.init_states)
+    sweep(a.out, suites, tasks, a.init_states, reset=a.reset)
     return 0
 
 
