@@ -145,6 +145,10 @@ def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str
             rec, success, steps = run_episode(host, policy, init_state=k, seed=seed + k, model=model,
                                               max_steps=max_steps, mjcf=stored)
             save_record(rec, path, compress=True)
+            if rec.meta.get("settled") is False:  # recorded and flagged, never silently scored
+                print(f"warning: {path}: the scene was not at rest after {rec.meta['settle_steps']} no-op steps "
+                      f"({rec.meta.get('settle_moving_body')} still moving); recorded with settled=false, "
+                      "left out of report aggregates", file=sys.stderr)
             out.append(Outcome(str(path), success, steps))
             if progress is not None:
                 progress(out[-1])
