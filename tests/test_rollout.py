@@ -162,8 +162,16 @@ def test_all_zero_actions_on_libero_10_task_0_are_safe():
     try:
         rec, success, steps = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
                                                   model="zeros", max_steps=60)
+        # with a cap below what the cartons need, the record says the scene never came to rest
+        from replay.settle import SettleCriterion
+        host.settle_criterion = SettleCriterion(max_steps=12)
+        early, _, _ = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
+                                          model="zeros", max_steps=3)
     finally:
         host.close()
+    assert early.meta["settled"] is False and early.meta["settle_steps"] == 12
+    assert early.meta["settle_moving_body"] in ("ketchup_1_main", "orange_juice_1_main", "milk_1_main")
+    assert early.meta["settle_linear_speed"] > 0.002
     assert not success and steps == 60
     assert rec.meta["settled"] is True and rec.meta["settle_steps"] > 10  # the standard 10 were not enough
     res = score_episode(rec)
