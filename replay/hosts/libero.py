@@ -1,6 +1,7 @@
 """LIBERO host adapter: builds LIBERO envs, derives body roles, runs recorded episodes.
 
-The protocol follows LIBERO's standard evaluation and never changes it:
+The protocol follows LIBERO's standard evaluation, extended only where it leaves the
+scene moving:
 - `env.seed(seed)`, `env.reset()`, `env.set_init_state(init_states[k])`, then
   `SETTLE_STEPS` no-op steps (zero motion, gripper open) so objects come to rest. Where
   the scene still moves then, no-op steps continue until every free body rests
