@@ -404,7 +404,7 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     ep = v.frame.loc[mask]
     keep = [c for c in TABLE_COLUMNS if c in ep.columns]
     df = ep[keep].copy()
-    if "settled" in ep.columns:  # a visible marker on scenes that never came to rest
+    if unsettled_mask(v.frame).any():  # a visible marker on scenes that never came to rest
         df.insert(1, "scene", np.where(unsettled_mask(ep), UNSETTLED_MARK, ""))
     if "closest_spec" in ep.columns:
         df.insert(df.columns.get_loc("violating_step") + 1 if "violating_step" in df else len(df.columns),
