@@ -66,12 +66,15 @@ def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None, *
 def compare(reference: Path, other: Path) -> dict:
     """Init states present in both files: how many agree on (steps, settled), and which do not."""
     def rows(path):
-        return {(r["suite"], r["task"], r["init_state"]): (r["steps"], r["settled"])
-                for r in map(json.loads, path.read_text().splitlines()) if r}
+        return {(r["suite"], r["task"], r["init_state"]): r for r in map(json.loads, path.read_text().splitlines())}
     ref, oth = rows(reference), rows(other)
     both = sorted(set(ref) & set(oth))
-    differ = [list(k) + [ref[k], oth[k]] for k in both if ref[k] != oth[k]]
-    return {"compared": len(both), "agree": len(both) - len(differ), "differ": differ}
+    key = lambda r: (r["steps"], r["settled"])  # noqa: E731
+    differ = [list(k) + [key(ref[k]), key(oth[k])] for k in both if key(ref[k]) != key(oth[k])]
+    same_speeds = sum(ref[k]["linear_speed"] == oth[k]["linear_speed"] and
+                      ref[k]["angular_speed"] == oth[k]["angular_speed"] for k in both)
+    return {"compared": len(both), "agree": len(both) - len(differ), "bit_identical_final_speeds": same_speeds,
+            "differ": differ}
 
 
 def table(out: Path) -> str:
