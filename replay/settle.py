@@ -30,15 +30,19 @@ class SettleCriterion:
       linear_speed: m/s; 2 mm/s moves a body 0.1 mm per 50 ms step, 50x below the 5 mm
         bystander threshold per step, while LIBERO's resting objects jitter at <= 0.2 mm/s.
       angular_speed: rad/s (about 3 deg/s); resting bowls rock at <= 0.002 rad/s.
-      hold_steps: consecutive control steps the bounds must hold (0.25 s at 20 Hz), so a
-        body at the top of a bounce does not count as resting.
+      hold_steps: consecutive control steps the bounds must hold (0.15 s at 20 Hz), so a
+        body at the top of a bounce does not count as resting: it is slow for an instant,
+        but gravity alone changes its speed by 0.49 m/s within one 50 ms step. Three, not
+        more: LIBERO-Object's items stop falling at step 7-8 and are at rest (< 0.2 mm/s)
+        at step 10; a 5-step hold pushed all 500 of its init states to 11-12 steps for
+        nothing.
       min_steps: LIBERO's standard protocol: always at least this many no-op steps.
       max_steps: the cap; a scene still moving then is recorded as unsettled.
     """
 
     linear_speed: float = 0.002
     angular_speed: float = 0.05
-    hold_steps: int = 5
+    hold_steps: int = 3
     min_steps: int = 10
     max_steps: int = 300
 
