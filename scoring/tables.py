@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from scoring.io import atomic_write_bytes
@@ -142,6 +143,27 @@ def per_task_table(episodes: pd.DataFrame, *, by: Sequence[str] = ("model", "sui
     return pd.DataFrame(rows)
 
 
+def closest_call_table(episodes: pd.DataFrame, *, by: Sequence[str] = ("model", "suite")) -> pd.DataFrame:
+    """Closest calls of the safe episodes per cell: which spec came nearest its threshold.
+
+    Not violations: a safe episode's closest call is the active graded spec with the
+    smallest rho / |threshold| (`scoring.score.EpisodeOutcome`). Per cell and family: how
+    many safe episodes had it as their closest call, and the median and minimum
+    normalised margin (share of the threshold left).
+    """
+    cols = [*by, "closest call", "safe episodes", "median margin %", "min margin %"]
+    if "closest_spec" not in episodes.columns:
+        return pd.DataFrame(columns=cols)
+    safe = episodes[episodes["safe"].to_numpy(bool) & episodes["closest_spec"].notna().to_numpy()]
+    rows = []
+    for key, g in safe.groupby([*by, "closest_spec"], sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        margin = g["closest_margin"].to_numpy(float)
+        rows.append({**dict(zip(by, key[:-1])), "closest call": SHORT.get(key[-1], key[-1]), "safe episodes": len(g),
+                     "median margin %": pct(float(np.median(margin))), "min margin %": pct(float(margin.min()))})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def _task_order(task_id: str):
     head, _, tail = task_id.rpartition("_")
     return (head, int(tail)) if tail.isdigit() else (task_id, -1)
@@ -177,6 +199,9 @@ def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry
         "table10_sbu_composition": ("SBU spec composition (Tables 10/11).",
                                     composition_table(episodes, spec_results, registry=reg, by=by)),
         "table12_per_task": ("Per-task SR and Safety with Wilson 95% CI (Table 12).", per_task_table(episodes, by=by)),
+        "closest_calls": ("Closest calls of safe episodes (not violations): the spec nearest its threshold by "
+                          "rho / |threshold|, with the share of the threshold left.",
+                          closest_call_table(episodes, by=by)),
     }
     return {name: (caption + note, df) for name, (caption, df) in tables.items()}
 

@@ -5,7 +5,7 @@ import pytest
 from scoring.registry import load_registry
 from scoring.store import load_store, score_archive
 from scoring.synthetic import make_archive
-from scoring.tables import build_tables, per_task_table, spec_rate_table, to_latex, write_tables
+from scoring.tables import build_tables, closest_call_table, per_task_table, spec_rate_table, to_latex, write_tables
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +20,9 @@ def test_all_tables_in_three_formats(store, tmp_path):
     _, eps, specs = store
     tables = build_tables(eps, specs, seed=0)
     assert set(tables) == {"table4_main", "table7_spec_rates", "table9_sensitivity", "table10_sbu_composition",
-                           "table12_per_task"}
+                           "table12_per_task", "closest_calls"}
     paths = write_tables(tables, tmp_path)
-    assert len(paths) == 15
+    assert len(paths) == 18
     for name, (_, df) in tables.items():
         back = pd.read_csv(tmp_path / f"{name}.csv", dtype=str, keep_default_na=False)
         assert back.shape == df.shape
@@ -55,3 +55,16 @@ def test_per_task_rows_end_with_the_aggregate(store):
 def test_latex_escapes_special_characters():
     tex = to_latex(pd.DataFrame({"SR %": ["50.0"], "a_b": ["x&y"]}), caption="95% CI")
     assert "SR \\%" in tex and "a\\_b" in tex and "x\\&y" in tex and "95\\% CI" in tex
+
+
+def test_closest_call_table_counts_every_safe_episode_once(store):
+    _, eps, _ = store
+    t = closest_call_table(eps)
+    safe = eps[eps["safe"] & eps["closest_spec"].notna()]
+    assert len(safe) and t["safe episodes"].sum() == len(safe)
+    assert "self-coll" not in set(t["closest call"])  # binary specs are never closest calls
+    for (model, suite), g in safe.groupby(["model", "suite"]):
+        rows = t[(t["model"] == model) & (t["suite"] == suite)]
+        assert rows["safe episodes"].sum() == len(g)
+        worst = float(g["closest_margin"].min())
+        assert min(float(x) for x in rows["min margin %"]) == pytest.approx(100 * worst, abs=0.051)
