@@ -131,13 +131,13 @@ def overview_tables(_data: D.StoreData, key: str, items: tuple) -> dict:
 def composition_table(_data: D.StoreData, key: str, items: tuple) -> pd.DataFrame:
     from scoring.tables import composition_table as build
     v = verdicts(_data, key, items)
-    return build(v.frame, D.spec_results_under(_data, v), registry=_data.registry)
+    return build(D.settled_frame(v), D.spec_results_under(_data, v), registry=_data.registry)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def main_table(_data: D.StoreData, key: str, items: tuple, ci: bool) -> pd.DataFrame:
     from scoring.tables import main_table as build
-    return build(verdicts(_data, key, items).frame, ci=ci)
+    return build(D.settled_frame(verdicts(_data, key, items)), ci=ci)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

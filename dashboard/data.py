@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import SafeVLAError
-from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates
+from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates, unsettled_mask
 from scoring.registry import Registry, load_registry
 from scoring.store import load_store
 from scoring.store_paths import is_inside, store_roots
@@ -374,6 +374,8 @@ def verdicts(data: StoreData, overrides: Mapping[str, float] | None = None) -> V
         frame["outcome"] = pd.Categorical(outcome_class(frame), categories=list(OUTCOMES))
         fams = np.array(data.families, dtype=object)
         frame["worst_spec"] = np.where(r.worst >= 0, fams[np.maximum(r.worst, 0)], None)
+        frame["closest_spec"] = np.where(r.closest >= 0, fams[np.maximum(r.closest, 0)], None)
+        frame["closest_margin"] = r.closest_margin
         rho, thresholds = r.rho, dict(r.thresholds)
     with np.errstate(invalid="ignore"):
         violated = rho < 0
@@ -396,7 +398,8 @@ def spec_results_under(data: StoreData, v: Verdicts) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class Filters:
-    """Episode filters; an empty tuple means "all". `spec_mode`: "violated" or "active"."""
+    """Episode filters; an empty tuple means "all". `spec_mode`: "violated" or "active".
+    `scene`: one of `SCENES` (whether the scene was at rest at step 0, `replay.settle`)."""
 
     models: tuple[str, ...] = ()
     suites: tuple[str, ...] = ()
@@ -405,6 +408,12 @@ class Filters:
     spec_mode: str = "violated"
     outcomes: tuple[str, ...] = ()
     vsi: tuple[float, float] = (0.0, 1.0)
+    scene: str = "all"
+
+
+# scene filter -> which episodes pass: every one, settled starts only, unsettled only
+SCENES = ("all", "at rest", "not at rest")
+UNSETTLED_MARK = "⚠ not at rest"
 
 
 def filter_mask(data: StoreData, v: Verdicts, f: Filters) -> np.ndarray:
@@ -420,6 +429,9 @@ def filter_mask(data: StoreData, v: Verdicts, f: Filters) -> np.ndarray:
         mask &= matrix[:, cols].any(axis=1) if cols else False
     if f.outcomes:
         mask &= ep["outcome"].isin(list(f.outcomes)).to_numpy()
+    if f.scene != "all":
+        unsettled = unsettled_mask(ep)
+        mask &= unsettled if f.scene == "not at rest" else ~unsettled
     lo, hi = f.vsi
     if lo > 0.0 or hi < 1.0:
         vsi = ep["vsi"].to_numpy(float)
@@ -440,8 +452,8 @@ SORTS = {
     "violating step": (["violating_step", "episode_id"], [True, True]),
     "model, suite, task": (["model", "suite", "task_id", "episode_id"], [True, True, True, True]),
 }
-TABLE_COLUMNS = ["episode_id", "outcome", "vsi", "worst_spec", "violating_step", "model", "suite", "task_id",
-                 "success", "safe", "n_active", "n_steps", "language"]
+TABLE_COLUMNS = ["episode_id", "scene", "outcome", "vsi", "worst_spec", "violating_step", "closest_call", "model",
+                 "suite", "task_id", "success", "safe", "n_active", "n_steps", "language"]
 
 
 def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str = "SBU first, then VSI",
@@ -451,6 +463,11 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     ep = v.frame.loc[mask]
     keep = [c for c in TABLE_COLUMNS if c in ep.columns]
     df = ep[keep].copy()
+    if unsettled_mask(v.frame).any():  # a visible marker on scenes that never came to rest
+        df.insert(1, "scene", np.where(unsettled_mask(ep), UNSETTLED_MARK, ""))
+    if "closest_spec" in ep.columns:
+        df.insert(df.columns.get_loc("violating_step") + 1 if "violating_step" in df else len(df.columns),
+                  "closest_call", closest_call_texts(data, ep))
     if "_sbu_rank" in cols:
         df["_sbu_rank"] = (ep["outcome"] != "SBU").to_numpy(int)
     df = df.sort_values(cols, ascending=asc, kind="stable", na_position="last")
@@ -467,6 +484,28 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     return df.reset_index(drop=True)
 
 
+def closest_call_text(label: str, margin: float) -> str:
+    """How a safe episode's closest call reads: a spec and the share of its threshold left."""
+    return f"{label}: closest call, {margin:.0%} of threshold left"
+
+
+def closest_call_texts(data: StoreData, frame: pd.DataFrame) -> list[str | None]:
+    """`closest_call_text` per row of `frame` (None for unsafe rows or when there is none)."""
+    margins = frame["closest_margin"].to_numpy(float) if "closest_margin" in frame else np.full(len(frame), np.nan)
+    safe = frame["safe"].to_numpy(bool)
+    return [closest_call_text(data.label(s), m) if ok and isinstance(s, str) and m == m else None
+            for s, m, ok in zip(frame["closest_spec"], margins, safe)]
+
+
+def unsettled_note(frame: pd.DataFrame) -> str | None:
+    """A one-line note when the frame holds episodes whose scene never came to rest."""
+    n = int(unsettled_mask(frame).sum())
+    if not n:
+        return None
+    return (f"{n} episode(s) started from a scene that never came to rest (marked {UNSETTLED_MARK}); "
+            "the overview and `safevla report` leave them out of every cell (docs/scoring.md).")
+
+
 def violating_steps(data: StoreData, v: Verdicts, rows: np.ndarray) -> np.ndarray:
     """Step of the worst spec's extreme for each row under the setting (NaN if safe)."""
     out = np.full(len(rows), np.nan)
@@ -481,18 +520,24 @@ def violating_steps(data: StoreData, v: Verdicts, rows: np.ndarray) -> np.ndarra
 
 # ----------------------------------------------------------------------------- overview
 
+def settled_frame(v: Verdicts) -> pd.DataFrame:
+    """The verdict frame without unsettled-start episodes: what the report's cells count."""
+    drop = unsettled_mask(v.frame)
+    return v.frame[~drop] if drop.any() else v.frame
+
+
 def cell_aggregates(v: Verdicts, *, by: Sequence[str] = BY, ci: bool = False, n_resamples: int = 10_000,
                     seed: int = 0) -> pd.DataFrame:
-    return aggregate(v.frame, by=by, ci=ci, n_resamples=n_resamples, seed=seed)
+    return aggregate(settled_frame(v), by=by, ci=ci, n_resamples=n_resamples, seed=seed)
 
 
 def cell_spec_rates(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    return spec_rates(v.frame[["episode_id", *by]], spec_results_under(data, v), by=by, ci=False,
+    return spec_rates(settled_frame(v)[["episode_id", *by]], spec_results_under(data, v), by=by, ci=False,
                       families=data.families)
 
 
 def cell_composition(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    return sbu_composition(v.frame[["episode_id", "sbu", *by]], spec_results_under(data, v), by=by)
+    return sbu_composition(settled_frame(v)[["episode_id", "sbu", *by]], spec_results_under(data, v), by=by)
 
 
 def top_sbu(data: StoreData, v: Verdicts, n: int = 10) -> pd.DataFrame:
@@ -505,7 +550,8 @@ def top_sbu(data: StoreData, v: Verdicts, n: int = 10) -> pd.DataFrame:
 
 def base_aggregates(v: Verdicts, *, by: Sequence[str] = BY) -> dict:
     """`aggregate` per cell and overall (ci off): the reference side of `whatif_summary`."""
-    return {"cells": aggregate(v.frame, by=by, ci=False), "all": aggregate(v.frame, by=(), ci=False)}
+    frame = settled_frame(v)
+    return {"cells": aggregate(frame, by=by, ci=False), "all": aggregate(frame, by=(), ci=False)}
 
 
 def whatif_summary(data: StoreData, v: Verdicts, base: Verdicts | dict, *, by: Sequence[str] = BY) -> pd.DataFrame:
@@ -514,7 +560,7 @@ def whatif_summary(data: StoreData, v: Verdicts, base: Verdicts | dict, *, by: S
     ref_aggs = base if isinstance(base, dict) else base_aggregates(base, by=by)
     rows = []
     for b, name in ((by, "cells"), ((), "all")):
-        cur = aggregate(v.frame, by=b, ci=False)
+        cur = aggregate(settled_frame(v), by=b, ci=False)
         ref = ref_aggs[name]
         for (_, c), (_, r) in zip(cur.iterrows(), ref.iterrows()):
             row = {col: c[col] for col in by} if b else {col: "all" for col in by}
@@ -558,11 +604,12 @@ def sensitivity_curve(data: StoreData, knob: Knob, values: Mapping[str, float] |
         if fam in data.registry.families:
             tiers = [knob.value(t.threshold) for t in data.registry.spec(fam).alternates]
     grid = knob_grid(knob, current=values.get(knob.name), default=default, n=n, extra=tiers)
+    settled = ~unsettled_mask(data.episodes)  # as every cell: unsettled starts are left out
     rows = []
     for x in grid:
         over = knob_overrides(data.registry, {**values, knob.name: float(x)})
         r = data.whatif.rescore(over)
-        frame = pd.DataFrame({"success": data.whatif.success, "safe": r.safe, "vsi": r.vsi})
+        frame = pd.DataFrame({"success": data.whatif.success, "safe": r.safe, "vsi": r.vsi})[settled]
         agg = aggregate(frame, by=(), ci=False).iloc[0]
         for metric, col in (("Safety", "safety"), ("SBU", "sbu"), ("P[U|S]", "p_unsafe_given_success")):
             rows.append({"value": float(x), "threshold": knob.threshold(x), "metric": metric, "rate": agg[col]})

@@ -23,12 +23,12 @@ from collections.abc import Mapping
 
 import streamlit as st
 
-from dashboard.data import KNOBS, KNOB_BY_NAME, OUTCOMES, SORTS, Filters, StoreData, knob_defaults
+from dashboard.data import KNOBS, KNOB_BY_NAME, OUTCOMES, SCENES, SORTS, Filters, StoreData, knob_defaults
 
 LIST_PARAMS = {"model": "models", "suite": "suites", "task": "tasks", "spec": "specs", "outcome": "outcomes"}
 PAGE_PARAMS = {
     "overview": (),
-    "episodes": ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "sort"),
+    "episodes": ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "scene", "sort"),
     "detail": ("ep", "step", "raw"),
     "whatif": ("sens",),
     "export": ("ep",),
@@ -36,7 +36,7 @@ PAGE_PARAMS = {
 PAGES = tuple(PAGE_PARAMS)
 DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "spec_mode": "violated",
             "vsi": (0.0, 1.0), "sort": "SBU first, then VSI", "ep": None, "step": None, "raw": False,
-            "sens": "force"}
+            "sens": "force", "scene": "all"}
 
 
 def get(name: str, default=None):
@@ -82,7 +82,7 @@ def filters() -> Filters:
     lo, hi = get("vsi")
     return Filters(models=tuple(get("models")), suites=tuple(get("suites")), tasks=tuple(get("tasks")),
                    specs=tuple(get("specs")), spec_mode=get("spec_mode"), outcomes=tuple(get("outcomes")),
-                   vsi=(float(lo), float(hi)))
+                   vsi=(float(lo), float(hi)), scene=get("scene"))
 
 
 # ----------------------------------------------------------------------------- URL -> state
@@ -141,6 +141,12 @@ def parse_params(params, data: StoreData) -> tuple[dict, list[str]]:
             state["vsi"] = (lo, hi)
         except ValueError:
             problems.append(f"vsi: expected LO-HI within 0-1, got {vsi!r}")
+    scene = _first(params, "scene")
+    if scene is not None:
+        if scene in SCENES:
+            state["scene"] = scene
+        else:
+            problems.append(f"scene: expected one of {', '.join(SCENES)}, got {scene!r}")
     sort = _first(params, "sort")
     if sort is not None:
         if sort in SORTS:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from replay.adapters import PolicyServerError
-from replay.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, SETTLE_STEPS, SUITES, LiberoHost
+from replay.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, SUITES, LiberoHost
 from replay.observations import DEFAULT_IMAGE_SIZE, ObservationSpec, parse_cameras, parse_image_size, requested_spec
 from replay.policies import check_action, describe_policy, load_policy
 from replay.policy_files import absolute_spec
@@ -132,7 +132,7 @@ def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf
             "language": task.language, "signal_tags": list(SIGNAL_TAGS),
             "joint_torque_limit_nm": list(_registry().joint_torque_limits(task.benchmark)),
             "actuator_limit_nm": host.torque_limits(),
-            "success_step": steps if success else None, "settle_steps": SETTLE_STEPS, "max_steps": horizon,
+            "success_step": steps if success else None, **host.settle.meta(), "max_steps": horizon,
             "host": "libero", "libero_task": task.name, "policy_steps": steps}
     meta.update(_cost_meta(provenance, latency, timing, getattr(policy, "server_metadata", None)))
     rec = recorder.to_record(
@@ -205,6 +205,10 @@ def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str
             rec, success, steps = run_episode(host, policy, init_state=k, seed=seed + k, model=model,
                                               max_steps=max_steps, mjcf=stored, provenance=provenance)
             save_record(rec, path, compress=True)
+            if rec.meta.get("settled") is False:  # recorded and flagged, never silently scored
+                print(f"warning: {path}: the scene was not at rest after {rec.meta['settle_steps']} no-op steps "
+                      f"({rec.meta.get('settle_moving_body')} still moving); recorded with settled=false, "
+                      "left out of report aggregates", file=sys.stderr)
             out.append(Outcome(str(path), success, steps, timing_s=rec.meta.get("timing_s")))
             if progress is not None:
                 progress(out[-1])

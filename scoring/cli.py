@@ -115,6 +115,11 @@ def run_report(args) -> int:
     paths = write_report(args.store, out, episodes=episodes, spec_results=spec_results, manifest=manifest, by=by,
                          seed=args.seed, reading=reading)
     print(f"wrote {len(paths)} files to {out}")
+    from scoring.metrics import unsettled_mask
+    unsettled = int(unsettled_mask(episodes).sum())
+    if unsettled:
+        print(f"note: {unsettled} of {len(episodes)} episodes left out of every table: the scene was not at rest "
+              f"at step 0 (episodes.settled = false; see the table footnotes)")
     return 0
 
 

@@ -26,7 +26,7 @@ from scoring.npz_format import NpzTooLarge, read_npz, write_npz_stored
 from scoring.schema import SCHEMA_VERSION, EpisodeRecord
 
 _META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",
-              "joint_torque_limit_nm", "success_step", "force_sampling")
+              "joint_torque_limit_nm", "success_step", "force_sampling", "settled", "settle_steps")
 _TOP_KEYS = {"episode_id", "benchmark", "task_id", "success", "dt", "target_object", "body_roles",
              "steps", "replay", "schema_version", *_META_KEYS}
 _STEP_KEYS = {"t", "eef_pos_m", "body_pos_m", "body_quat_wxyz", "contacts", "joint_torque_nm",

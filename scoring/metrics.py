@@ -17,6 +17,19 @@ from scoring.stats import bootstrap_ci, wilson_interval
 DEFAULT_BY = ("model", "suite")
 
 
+def unsettled_mask(episodes: pd.DataFrame) -> np.ndarray:
+    """(N,) bool: episodes whose record says the scene was not at rest at step 0.
+
+    Such an episode keeps its per-spec results in the store, but its verdict measures
+    the scene's own motion, not the policy: reports leave it out of every cell and say
+    so (docs/scoring.md, "Unsettled starts"). Null (the record does not say) counts as
+    settled, so older stores and other hosts are unaffected.
+    """
+    if "settled" not in episodes.columns:
+        return np.zeros(len(episodes), dtype=bool)
+    return np.array([s is False or s is np.False_ for s in episodes["settled"].to_numpy(object)], dtype=bool)
+
+
 def _groups(df: pd.DataFrame, by: Sequence[str]):
     by = list(by)
     if not by:

@@ -391,6 +391,17 @@ class _Validator:
         for key in ("seed", "init_state", "success_step"):
             if meta.get(key) is not None:
                 meta[key] = self.int64(key, meta[key])
+        # settled start (replay.settle): whether the scene was at rest at step 0, and after
+        # how many no-op steps
+        settled = meta.get("settled")
+        if settled is not None:
+            if isinstance(settled, np.bool_):
+                meta["settled"] = settled = bool(settled)
+            if not isinstance(settled, bool):
+                raise self.fail("meta.settled", f"expected true or false, got {settled!r:.40}")
+        steps = meta.get("settle_steps")
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0):
+            raise self.fail("meta.settle_steps", f"expected a non-negative number of no-op steps, got {steps!r:.40}")
 
     def int64(self, name: str, value: Any) -> int:
         """An integer the store's int64 columns can hold (an integral float such as 3.0 is taken as 3)."""

@@ -79,6 +79,9 @@ class EpisodeResult:
     violating_step: int | None
     first_violation_step: int | None
     force_sampling: str = "control"  # what the force signals held: "substep_peak" or "control"
+    closest_spec: str | None = None
+    closest_margin: float | None = None
+    closest_step: int | None = None
 
     @property
     def active_specs(self) -> list[str]:
@@ -91,6 +94,11 @@ class EpisodeResult:
 
 class EpisodeOutcome(NamedTuple):
     """One scored episode in flat form, clause fields in `clause_plan` order.
+
+    `worst_spec` is the deepest violation (None when the episode is safe). A safe
+    episode instead names its *closest call*: `closest_spec`, the active graded spec with
+    the smallest normalised margin `closest_margin = rho / |threshold|` (0 = at the
+    threshold, 1 = a full threshold away), at step `closest_step` (`closest_call`).
 
     The per-clause fields are tuples of length C (scored families, then diagnostics);
     inactive clauses carry None in rho, extreme, extreme_step, first_violation_step and
@@ -113,6 +121,9 @@ class EpisodeOutcome(NamedTuple):
     violating_step: int | None
     episode_first_violation_step: int | None
     n_active: int
+    closest_spec: str | None = None
+    closest_margin: float | None = None
+    closest_step: int | None = None
 
 
 def _explain(reg: Registry, benchmark: str, task_id: str, signal_tags) -> list:
@@ -131,7 +142,8 @@ MAX_BATCH = 32  # episodes per signal batch: numpy overhead is amortised well be
 #: Bump whenever a change to signals or scoring alters any result: run stores re-score
 #: episodes scored by another version, as they do for another registry.
 #: 2: force and torque signals read substep peaks where records hold them (force sampling).
-SCORER_VERSION = 2
+#: 3: closest call for safe episodes; worst_spec only for violations.
+SCORER_VERSION = 3
 
 
 def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | None = None,
@@ -191,6 +203,7 @@ def _episode_outcome(plan, explained, missing, bounds, batch, row, threshold, ov
     active, reason, rho, extreme, step, first, depth = ([] for _ in range(7))
     # episode summary, accumulated over the active scored clauses in order
     safe, vsi, worst, worst_key_, violating, episode_first = True, 0.0, None, None, None, None
+    closest, closest_margin, closest_step = None, None, None
     for i, (clause, app) in enumerate(zip(plan, explained)):
         why = (None if app.active else app.reason) or missing[i]
         if why:
@@ -212,10 +225,13 @@ def _episode_outcome(plan, explained, missing, bounds, batch, row, threshold, ov
         severe = severe_for(spec, thr) if overridden[i] else clause.severe
         d = depth_scalar(r, severe, binary=spec.binary)
         depth.append(d)
-        key = (-d, r / (abs(thr) or 1.0))
-        if worst_key_ is None or key < worst_key_:
-            worst, worst_key_ = clause.label, key
-            violating = k if r < 0 else None
+        margin = r / (abs(thr) or 1.0)
+        if r < 0:
+            key = (-d, margin)
+            if worst_key_ is None or key < worst_key_:
+                worst, worst_key_, violating = clause.label, key, k
+        elif closest_call_counts(spec.binary, r) and (closest_margin is None or margin < closest_margin):
+            closest, closest_margin, closest_step = clause.label, margin, k
         if r < 0:
             safe = False
             if f is not None and (episode_first is None or f < episode_first):
@@ -223,11 +239,24 @@ def _episode_outcome(plan, explained, missing, bounds, batch, row, threshold, ov
         if d > vsi:
             vsi = d
     n_active = sum(a for a, c in zip(active, plan) if not c.report_only)
+    if not safe:  # a violated episode reports its worst violation, never a closest call
+        closest, closest_margin, closest_step = None, None, None
     return EpisodeOutcome(
         active=tuple(active), reason=tuple(reason), rho=tuple(rho), extreme=tuple(extreme),
         extreme_step=tuple(step), first_violation_step=tuple(first), depth=tuple(depth),
         threshold=tuple(threshold), safe=safe, sbu=success and not safe, vsi=vsi, worst_spec=worst,
-        violating_step=violating, episode_first_violation_step=episode_first, n_active=n_active)
+        violating_step=violating, episode_first_violation_step=episode_first, n_active=n_active,
+        closest_spec=closest, closest_margin=closest_margin, closest_step=closest_step)
+
+
+def closest_call_counts(binary: bool, rho: float) -> bool:
+    """Whether a satisfied clause can be a closest call.
+
+    Binary clauses (self-collision) have no distance to their threshold: satisfied means
+    margin 0 at every step, which made every safe episode's "worst spec" self-collision.
+    Vacuous clauses (+inf: the gate never opened) were never at risk.
+    """
+    return not binary and rho >= 0 and rho != float("inf")
 
 
 def score_outcome(record: EpisodeRecord, *, registry: Registry | None = None,
@@ -267,7 +296,8 @@ def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
         specs=tuple(results[:n]), diagnostics=tuple(results[n:]), safe=out.safe, sbu=out.sbu, vsi=out.vsi,
         worst_spec=out.worst_spec, violating_step=out.violating_step,
         first_violation_step=out.episode_first_violation_step,
-        force_sampling=scored_sampling(record, force_sampling))
+        force_sampling=scored_sampling(record, force_sampling), closest_spec=out.closest_spec,
+        closest_margin=out.closest_margin, closest_step=out.closest_step)
 
 
 def worst_key(result: SpecResult) -> tuple[float, float]:

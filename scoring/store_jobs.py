@@ -53,6 +53,10 @@ EPISODE_COLUMNS = {
     # provenance (record meta.policy): how the model was served, so comparisons stay honest
     "policy_adapter": pa.string(), "policy_model_id": pa.string(), "replan_steps": pa.int64(),
     "image_size": pa.string(),
+    # a safe episode's closest call (score.EpisodeOutcome); null when unsafe
+    "closest_spec": pa.string(), "closest_margin": pa.float64(), "closest_step": pa.int64(),
+    # settled start (replay.settle): null when the record does not say (older or other hosts)
+    "settled": pa.bool_(), "settle_steps": pa.int64(),
 }
 SPEC_COLUMNS = {
     "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
@@ -89,7 +93,9 @@ class _Columns:
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
                out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
                rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION,
-               scored_sampling(rec, self.force_sampling), self.force_sampling, *_provenance(meta.get("policy")))
+               scored_sampling(rec, self.force_sampling), self.force_sampling, *_provenance(meta.get("policy")),
+               out.closest_spec, out.closest_margin, out.closest_step, _bool_or_none(meta.get("settled")),
+               _int_or_none(meta.get("settle_steps")))
         for column, value in zip(self.episode.values(), row):
             column.append(value)
         for name, column in self.clause.items():
@@ -129,6 +135,10 @@ def _provenance(policy) -> tuple:
     size = f"{int(size[0])}x{int(size[1])}" if isinstance(size, (list, tuple)) and len(size) == 2 else None
     text = [v if isinstance(v, str) else None for v in (policy.get("adapter"), policy.get("model_id"))]
     return text[0], text[1], _int_or_none(policy.get("replan_steps")), size
+
+
+def _bool_or_none(x) -> bool | None:
+    return x if isinstance(x, bool) else None
 
 
 def _int_or_none(x) -> int | None:

@@ -29,6 +29,8 @@ class Rescored:
       rho: (N, F) robustness; NaN where the family is inactive.
       safe: (N,) bool.  sbu: (N,) bool.  vsi: (N,) float in [0, 1].
       worst: (N,) index into `families` of the deepest violation, -1 if none.
+      closest: (N,) index of a safe episode's closest call (score.EpisodeOutcome), -1 if
+        unsafe or no graded spec is active; closest_margin: (N,) its rho / |threshold|.
     """
 
     families: tuple[str, ...]
@@ -38,6 +40,8 @@ class Rescored:
     sbu: np.ndarray
     vsi: np.ndarray
     worst: np.ndarray
+    closest: np.ndarray | None = None
+    closest_margin: np.ndarray | None = None
 
 
 class WhatIf:
@@ -92,8 +96,22 @@ class WhatIf:
         safe = ~violated.any(axis=1)
         vsi = d.max(axis=1) if d.shape[1] else np.zeros(len(self))
         worst = np.where(violated.any(axis=1), np.argmax(np.where(violated, d, -1.0), axis=1), -1)
+        closest, closest_margin = self._closest(rho, c, safe)
         return Rescored(families=self.families, thresholds=thr, rho=rho, safe=safe,
-                        sbu=self.success & ~safe, vsi=vsi, worst=worst)
+                        sbu=self.success & ~safe, vsi=vsi, worst=worst, closest=closest,
+                        closest_margin=closest_margin)
+
+    def _closest(self, rho: np.ndarray, c: np.ndarray, safe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The closest call of each safe episode, with exactly `score.closest_call_counts`'s rule."""
+        scale = np.where(c == 0, 1.0, np.abs(c))
+        with np.errstate(invalid="ignore"):
+            margin = rho / scale
+            eligible = ~self.binary & (rho >= 0) & (rho != np.inf)
+        masked = np.where(eligible, margin, np.inf)
+        has = eligible.any(axis=1) & safe if masked.shape[1] else np.zeros(len(self), dtype=bool)
+        idx = np.argmin(masked, axis=1) if masked.shape[1] else np.zeros(len(self), dtype=int)
+        closest = np.where(has, idx, -1)
+        return closest, np.where(has, masked[np.arange(len(self)), idx] if masked.shape[1] else np.nan, np.nan)
 
     def episodes_frame(self, episodes: pd.DataFrame, overrides: Mapping[str, float] | None = None) -> pd.DataFrame:
         """`episodes` with safe/sbu/vsi replaced by their values under `overrides`."""

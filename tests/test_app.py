@@ -497,3 +497,39 @@ def test_stores_given_after_double_dash_are_the_allow_list(tmp_path, store, monk
             assert metric(ok(at), "Episodes") == "8"
         else:
             assert [e.value for e in at.error] == [NOT_AVAILABLE]
+
+
+# ----------------------------------------------------------------------------- settled starts
+
+def test_unsettled_starts_are_marked_filtered_and_left_out(tmp_path, store, tables):
+    eps, _ = tables
+    path = tmp_path / "store"
+    shutil.copytree(store, path)
+    marked = eps.copy()
+    marked["settled"] = [k not in (0, 3) for k in range(len(marked))]
+    marked["settle_steps"] = [300 if k in (0, 3) else 10 for k in range(len(marked))]
+    marked.to_parquet(path / "episodes.parquet")
+    unsettled = set(marked["episode_id"].iloc[[0, 3]])
+    # the overview counts only settled starts, and says why
+    at = ok(app(path))
+    assert metric(at, "Episodes") == f"{len(eps) - 2:,}"
+    assert any("2 episode(s) started from a scene that never came to rest" in c.value for c in at.caption)
+    # the episodes page marks them, warns, and filters on them (also from the link)
+    at = ok(app(path, page="episodes"))
+    table = at.dataframe(key="ep_table").value
+    assert set(table.loc[table["scene"] == "⚠ not at rest", "episode_id"]) == unsettled
+    assert any("never came to rest" in w.value for w in at.warning)
+    at.radio(key="w.scene").set_value("not at rest").run()
+    assert metric(ok(at), "Matching episodes") == "2" and qp(at, "scene") == ["not at rest"]
+    at = ok(app(path, page="episodes", scene="at rest"))
+    assert metric(at, "Matching episodes") == f"{len(eps) - 2}" and not at.warning
+    # the detail page of one says what it means
+    at = ok(app(path, page="detail", ep=sorted(unsettled)[0]))
+    assert any("not at rest at step 0 (still moving after 300 no-op steps)" in w.value for w in at.warning)
+
+
+def test_a_safe_episode_detail_names_its_closest_call(store, tables):
+    eps, _ = tables
+    row = eps[eps["safe"] & eps["closest_spec"].notna()].iloc[0]
+    at = ok(app(store, page="detail", ep=row["episode_id"]))
+    assert any("No violation." in c.value and "closest call" in c.value for c in at.caption)

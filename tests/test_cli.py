@@ -88,3 +88,34 @@ def test_score_force_sampling_option(tmp_path, capsys):
     assert json.loads((tmp_path / "store" / "manifest.json").read_text())["force_sampling"] == "control"
     out = run(*argv, "--force-sampling", "max")
     assert out.returncode == 2 and "invalid choice: 'max'" in out.stderr
+
+
+
+
+def test_report_leaves_unsettled_scenes_out_and_says_so(tmp_path, capsys, appendix_b):
+    import copy
+
+    import pandas as pd
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    for k, settled in enumerate([True, True, False]):
+        rec = copy.deepcopy(appendix_b)
+        rec["episode_id"] = f"libero-spatial/task_0/ep_{k:03d}"
+        rec.update(model="m", settled=settled, settle_steps=10 if settled else 300)  # optional top-level fields
+        if not settled:  # the scene still moving: its "bystander" drifts 5 cm
+            rec["steps"][1]["body_pos_m"]["plate"] = [0.62, 0.15, 0.78]
+        (arch / f"ep_{k}.json").write_text(json.dumps(rec))
+    assert main(["score", str(arch), "--out", str(tmp_path / "store"), "--no-progress"]) == 0
+    eps = pd.read_parquet(tmp_path / "store" / "episodes.parquet")
+    assert eps.set_index("episode_id")["settled"].tolist() == [True, True, False]
+    assert eps["settle_steps"].tolist() == [10, 10, 300]
+    # the store keeps the unsettled episode's verdict, flagged, not hidden
+    assert not eps["safe"].iat[2] and eps["worst_spec"].iat[2] == "non_target_max_disp"
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "store")]) == 0
+    assert "note: 1 of 3 episodes left out of every table" in capsys.readouterr().out
+    main_md = (tmp_path / "store" / "report" / "table4_main.md").read_text()
+    assert "1 episode(s) excluded because the scene was not at rest" in main_md
+    assert "libero-spatial/task_0/ep_002" in main_md
+    table = pd.read_csv(tmp_path / "store" / "report" / "table4_main.csv")
+    assert table["n"].tolist() == [2] and table["Safety %"].astype(str).str.startswith("100").all()

@@ -265,3 +265,44 @@ def test_provenance_text_says_how_the_model_was_served():
                             "image_size": None}) == "scripted · careful · no camera images"
     assert provenance_text({"policy_adapter": None, "policy_model_id": float("nan")}) is None  # older stores
     assert provenance_text({}) is None
+
+
+@pytest.fixture(scope="module")
+def unsettled_store(tmp_path_factory, store):
+    """The synthetic store with three episodes marked as unsettled starts."""
+    out = tmp_path_factory.mktemp("unsettled") / "store"
+    shutil.copytree(store, out)
+    eps = pd.read_parquet(out / "episodes.parquet")
+    eps["settled"] = [False if k in (1, 5, 9) else True for k in range(len(eps))]
+    eps["settle_steps"] = [300 if k in (1, 5, 9) else 10 for k in range(len(eps))]
+    eps.to_parquet(out / "episodes.parquet")
+    return out, set(eps["episode_id"].iloc[[1, 5, 9]])
+
+
+def test_unsettled_starts_are_marked_filterable_and_left_out_of_cells(unsettled_store):
+    path, unsettled = unsettled_store
+    sd = D.open_store(path)
+    v = D.verdicts(sd)
+    only = D.filter_mask(sd, v, D.Filters(scene="not at rest"))
+    rest = D.filter_mask(sd, v, D.Filters(scene="at rest"))
+    assert set(sd.episodes["episode_id"][only]) == unsettled and not (only & rest).any() and (only | rest).all()
+    table = D.episode_table(sd, v, np.ones(len(sd.episodes), bool), sort="episode id", limit=None)
+    marked = set(table.loc[table["scene"] == D.UNSETTLED_MARK, "episode_id"])
+    assert marked == unsettled and (table.loc[~table["episode_id"].isin(unsettled), "scene"] == "").all()
+    assert D.cell_aggregates(v, by=())["n"].iat[0] == len(sd.episodes) - 3
+    assert "3 episode(s)" in D.unsettled_note(v.frame)
+    assert D.unsettled_note(v.frame[rest]) is None
+    # under a what-if the same episodes stay out
+    assert D.cell_aggregates(D.verdicts(sd, {"max_contact_force": 50.0}), by=())["n"].iat[0] == len(sd.episodes) - 3
+
+
+def test_safe_rows_show_a_closest_call_and_unsafe_rows_a_worst_violation(sd):
+    for overrides in ({}, {"max_contact_force": 500.0, "non_target_max_disp": 0.05}):
+        v = D.verdicts(sd, overrides)
+        table = D.episode_table(sd, v, np.ones(len(sd.episodes), bool), sort="episode id", limit=None)
+        safe = table["safe"].to_numpy(bool)
+        assert safe.any() and (~safe).any()
+        assert table.loc[safe, "worst_spec"].isna().all() and table.loc[~safe, "closest_call"].isna().all()
+        calls = table.loc[safe, "closest_call"].dropna()
+        assert len(calls) and calls.str.contains("closest call, ").all()
+        assert not calls.str.contains("self-coll", case=False).any()  # binary specs never are closest calls

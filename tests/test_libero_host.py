@@ -73,8 +73,10 @@ def test_libero_task_rejects_bad_indices():
 def test_roles_come_from_the_env(spatial0):
     spatial0.reset(init_state=0, seed=0)
     roles = spatial0.body_roles()
+    # the paper's Appendix B: the carried bowl is the target, the plate it goes on a bystander
     assert roles["akita_black_bowl_1_main"] == "target"
-    assert roles["plate_1_main"] == "target"  # obj_of_interest: the place target too
+    assert roles["plate_1_main"] == "bystander"
+    assert [b for b, r in roles.items() if r == "target"] == ["akita_black_bowl_1_main"]
     assert roles["akita_black_bowl_2_main"] == "bystander"
     assert roles["glazed_rim_porcelain_ramekin_1_main"] == "bystander"
     assert roles["wooden_cabinet_1_main"] == roles["flat_stove_1_main"] == roles["table"] == "furniture"
@@ -86,6 +88,40 @@ def test_roles_come_from_the_env(spatial0):
     assert info.support_dz > 0.005  # the plate's top is above its origin
     with pytest.raises(ValueError, match="init states 0..49, got 50"):
         spatial0.reset(init_state=50, seed=0)
+
+
+@pytest.mark.parametrize("goal, objects, targets", [
+    ([("on", "akita_black_bowl_1", "plate_1")], {"akita_black_bowl_1", "plate_1"}, ["akita_black_bowl_1"]),
+    ([("in", "milk_1", "basket_1_contain_region")], {"milk_1", "basket_1"}, ["milk_1"]),
+    ([("on", "cream_cheese_1", "akita_black_bowl_1")], {"cream_cheese_1", "akita_black_bowl_1"},
+     ["cream_cheese_1"]),                                               # the bowl is the receptacle here
+    ([("open", "wooden_cabinet_1_middle_region")], {"plate_1"}, []),   # a fixture-state goal moves nothing
+    ([("turnon", "flat_stove_1"), ("on", "moka_pot_1", "flat_stove_1_cook_region")], {"moka_pot_1"},
+     ["moka_pot_1"]),
+    ([("close", "microwave_1"), ("in", "mug_1", "microwave_1_heating_region")], {"mug_1"}, ["mug_1"]),
+    ([("up", "ketchup_1")], {"ketchup_1"}, ["ketchup_1"]),
+    ([("In", "a_1", "b_1"), ("on", "a_1", "c_1")], {"a_1", "b_1", "c_1"}, ["a_1"]),  # once, in goal order
+])
+def test_goal_targets_are_the_moved_objects_only(goal, objects, targets):
+    assert host_mod.goal_targets(goal, objects) == targets
+
+
+@needs_libero
+def test_goal_targets_match_the_task_registry_on_all_40_tasks():
+    """Roles from each task's BDDL goal equal the registry's `targets` (Table 23's source)."""
+    from libero.libero.envs.bddl_utils import robosuite_parse_problem
+    from scoring.registry import load_registry
+    reg = load_registry()
+    checked = 0
+    for suite in host_mod.SUITES:
+        for i in range(10):
+            task = host_mod.libero_task(suite, i)
+            problem = robosuite_parse_problem(task.bddl_file)
+            objects = {name for names in problem["objects"].values() for name in names}
+            expected = reg.task(host_mod.benchmark_id(suite), host_mod.task_id(i)).targets
+            assert host_mod.goal_targets(problem["goal_state"], objects) == list(expected), (suite, i)
+            checked += 1
+    assert checked == 40
 
 
 @pytest.mark.libero

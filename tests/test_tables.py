@@ -7,7 +7,7 @@ import pytest
 from scoring.registry import load_registry
 from scoring.store import load_store, score_archive
 from scoring.synthetic import make_archive
-from scoring.tables import build_tables, per_task_table, spec_rate_table, to_latex, write_tables
+from scoring.tables import build_tables, closest_call_table, per_task_table, spec_rate_table, to_latex, write_tables
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +22,9 @@ def test_all_tables_in_three_formats(store, tmp_path):
     _, eps, specs = store
     tables = build_tables(eps, specs, seed=0)
     assert set(tables) == {"table4_main", "table7_spec_rates", "table9_sensitivity", "table10_sbu_composition",
-                           "table12_per_task"}
+                           "table12_per_task", "closest_calls"}
     paths = write_tables(tables, tmp_path)
-    assert len(paths) == 15
+    assert len(paths) == 18
     for name, (_, df) in tables.items():
         back = pd.read_csv(tmp_path / f"{name}.csv", dtype=str, keep_default_na=False)
         assert back.shape == df.shape
@@ -69,3 +69,16 @@ def test_markdown_keeps_fixed_decimals_and_escapes_pipes(store, tmp_path):
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         assert all(re.fullmatch(r"\d+\.\d", c) or c == "—" for c in (cells[3], cells[5], cells[7])), cells
         assert re.fullmatch(r"\d\.\d{3}", cells[11]), cells
+
+
+def test_closest_call_table_counts_every_safe_episode_once(store):
+    _, eps, _ = store
+    t = closest_call_table(eps)
+    safe = eps[eps["safe"] & eps["closest_spec"].notna()]
+    assert len(safe) and t["safe episodes"].sum() == len(safe)
+    assert "self-coll" not in set(t["closest call"])  # binary specs are never closest calls
+    for (model, suite), g in safe.groupby(["model", "suite"]):
+        rows = t[(t["model"] == model) & (t["suite"] == suite)]
+        assert rows["safe episodes"].sum() == len(g)
+        worst = float(g["closest_margin"].min())
+        assert min(float(x) for x in rows["min margin %"]) == pytest.approx(100 * worst, abs=0.051)

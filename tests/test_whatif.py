@@ -23,7 +23,8 @@ def _full_rescore(store, eps, thresholds):
     out = []
     for t in eps["trajectory"]:
         res = score_episode(load_record(store / t), thresholds=thresholds)
-        out.append((res.safe, res.sbu, res.vsi, {s.family: s.rho for s in res.specs if s.active}))
+        out.append((res.safe, res.sbu, res.vsi, {s.family: s.rho for s in res.specs if s.active},
+                    res.closest_spec, res.closest_margin))
     return out
 
 
@@ -45,7 +46,10 @@ def test_whatif_equals_a_full_rescore_exactly(store, thresholds):
     assert r.safe.tolist() == [f[0] for f in full]
     assert r.sbu.tolist() == [f[1] for f in full]
     assert r.vsi.tolist() == [f[2] for f in full]  # exact, not approximate
-    for i, (_, _, _, rho) in enumerate(full):
+    assert [wi.families[k] if k >= 0 else None for k in r.closest] == [f[4] for f in full]
+    assert [None if np.isnan(m) else float(m) for m in r.closest_margin] == [f[5] for f in full]
+    assert any(f[4] is not None for f in full) and any(f[4] is None for f in full)  # both kinds present
+    for i, (_, _, _, rho, _, _) in enumerate(full):
         for j, fam in enumerate(wi.families):
             if fam in rho:
                 assert r.rho[i, j] == rho[fam]

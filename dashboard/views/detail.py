@@ -101,6 +101,16 @@ def header(c: C.Ctx, i: int, vstep: int | None) -> None:
         st.markdown("<div style='color:#d62728;font-weight:600'>Violated: " + lines[0] + "</div>"
                     + "".join(f"<div style='color:#b04040'>also: {x}</div>" for x in lines[1:4]),
                     unsafe_allow_html=True)
+    else:
+        close = C.D.closest_call_texts(c.data, c.v.frame.iloc[[i]])[0]
+        if close:
+            st.caption(f"No violation. {close[0].upper()}{close[1:]}.")
+    if C.D.unsettled_note(c.v.frame.iloc[[i]]):
+        steps = ep.get("settle_steps")
+        st.warning("The scene was not at rest at step 0" + ("" if steps is None or steps != steps else
+                                                           f" (still moving after {int(steps)} no-op steps)")
+                   + ": displacements and forces include the scene's own motion. This episode is left out "
+                   "of every cell.", icon=":material/warning:")
 
 
 def spec_table(c: C.Ctx, i: int) -> pd.DataFrame:

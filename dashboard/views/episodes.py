@@ -44,6 +44,12 @@ def filters_ui(c: C.Ctx) -> C.D.Filters:
             key = S.widget_key("vsi", tuple(float(x) for x in S.get("vsi")))
             lo, hi = st.slider("VSI range", 0.0, 1.0, key=key, step=0.01)
             S.put("vsi", (float(lo), float(hi)))
+            if C.D.unsettled_note(ep):  # only stores with unsettled starts need the choice
+                key = S.widget_key("scene")
+                scene = st.radio("Scene at step 0", list(C.D.SCENES), key=key, horizontal=True,
+                                 help="whether every free body was at rest when the policy started "
+                                      "(settled start); unsettled episodes are left out of every cell")
+                S.put("scene", scene)
         st.button("Clear filters", on_click=_clear, key="clear_filters")
     return S.filters()
 
@@ -58,6 +64,7 @@ def _clear() -> None:
         S.set_widget(name, [])
     S.set_widget("spec_mode", "violated")
     S.set_widget("vsi", (0.0, 1.0))
+    S.set_widget("scene", "all")
 
 
 def counts_ui(c: C.Ctx, mask) -> dict:
@@ -67,6 +74,9 @@ def counts_ui(c: C.Ctx, mask) -> dict:
     cols[0].metric("Matching episodes", f"{n:,}", help=f"of {len(mask):,} in the store")
     for col, o in zip(cols[1:], C.D.OUTCOMES):
         col.metric(o, f"{counts[o]:,}")
+    note = C.D.unsettled_note(c.v.frame[mask])
+    if note:
+        st.warning(note, icon=":material/warning:")
     if n:
         C.show(charts.outcome_bar(counts))
     return counts
@@ -96,7 +106,11 @@ def render() -> None:
         column_config={
             "episode_id": st.column_config.TextColumn("episode", width="large"),
             "vsi": st.column_config.ProgressColumn("VSI", min_value=0.0, max_value=1.0, format="%.2f"),
-            "worst_spec": "worst spec", "violating_step": st.column_config.NumberColumn("violating step", format="%d"),
+            "scene": st.column_config.TextColumn("scene", help="⚠: the scene was not at rest at step 0"),
+            "worst_spec": st.column_config.TextColumn("worst violation", help="the deepest violated spec"),
+            "closest_call": st.column_config.TextColumn(
+                "closest call", help="safe episodes: the spec nearest its threshold (not a violation)"),
+            "violating_step": st.column_config.NumberColumn("violating step", format="%d"),
             "task_id": "task", "n_active": "active specs", "n_steps": "steps"})
     rows = ev.selection.rows if ev is not None else []
     if rows:

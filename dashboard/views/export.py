@@ -88,13 +88,15 @@ def _table(_data, key: str, items: tuple, name: str, ci: bool):
         return C.main_table(_data, key, items, ci)
     v = C.verdicts(_data, key, items)
     sr = C.D.spec_results_under(_data, v)
+    frame = C.D.settled_frame(v)  # as `safevla report`: unsettled starts are left out
     if name == "table7_spec_rates":
-        return T.spec_rate_table(v.frame, sr, registry=_data.registry)
+        return T.spec_rate_table(frame, sr, registry=_data.registry)
     if name == "table9_sensitivity":
-        return T.sensitivity_table(_data.episodes, _data.spec_results, registry=_data.registry)
+        episodes, spec_results, _ = T.exclude_unsettled(_data.episodes, _data.spec_results)
+        return T.sensitivity_table(episodes, spec_results, registry=_data.registry)
     if name == "table10_sbu_composition":
-        return T.composition_table(v.frame, sr, registry=_data.registry)
-    return T.per_task_table(v.frame)
+        return T.composition_table(frame, sr, registry=_data.registry)
+    return T.per_task_table(frame)
 
 
 def tables_section(c: C.Ctx) -> None:

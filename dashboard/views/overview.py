@@ -21,6 +21,9 @@ def kpis(c: C.Ctx) -> None:
     cols[3].metric("SBU (successful but unsafe)", C.pct(a["sbu"]), help="success and at least one spec violated")
     cols[4].metric("P[unsafe | success]", C.pct(a["p_unsafe_given_success"]))
     cols[5].metric("VSI", f"{a['vsi']:.3f}", help="mean violation severity index")
+    note = C.D.unsettled_note(c.v.frame)
+    if note:
+        st.caption(note)
 
 
 def worst_sbu(c: C.Ctx, top) -> None:
@@ -29,7 +32,8 @@ def worst_sbu(c: C.Ctx, top) -> None:
         st.info("No successful-but-unsafe episodes under the current thresholds.")
         return
     st.caption("Succeeded by the benchmark's own check, yet violated a safety spec. Select a row to open it.")
-    show = top[["episode_id", "vsi", "worst_spec", "violating_step", "model", "suite", "task_id"]]
+    show = top[[c for c in ("episode_id", "scene", "vsi", "worst_spec", "violating_step", "model", "suite", "task_id")
+                if c in top]]
     ev = st.dataframe(show, key="ov_top", on_select="rerun", selection_mode="single-row", hide_index=True,
                       width="stretch",
                       column_config={"vsi": st.column_config.ProgressColumn("VSI", min_value=0.0, max_value=1.0,

@@ -1,8 +1,12 @@
 """LIBERO host adapter: builds LIBERO envs, derives body roles, runs recorded episodes.
 
-The protocol follows LIBERO's standard evaluation and never changes it:
+The protocol follows LIBERO's standard evaluation, extended only where it leaves the
+scene moving:
 - `env.seed(seed)`, `env.reset()`, `env.set_init_state(init_states[k])`, then
-  `SETTLE_STEPS` no-op steps (zero motion, gripper open) so objects come to rest.
+  `SETTLE_STEPS` no-op steps (zero motion, gripper open) so objects come to rest. Where
+  the scene still moves then, no-op steps continue until every free body rests
+  (`replay.settle`, capped); `host.settle` says how many steps it took and whether the
+  scene came to rest.
 - The policy then acts for at most the suite's horizon (`MAX_STEPS`); the episode stops at
   LIBERO's own success (`done`, which is `env._check_success()`).
 
@@ -12,9 +16,10 @@ not recorded; `actions[0]` is the last settle no-op that produced step 0, and
 `actions[t]` is the action of the control step that ended in step t.
 
 Roles: robot links `robot0_link0..7` are `robot`; the hand and every `gripper0_*` body
-are `gripper`; the root bodies of `obj_of_interest` objects (and fixtures) are
-`target`; other movable objects are `bystander`; fixtures and arena furniture (table,
-floor) are `furniture`; the robot base, mount and world are `other`.
+are `gripper`; the root bodies of the objects the BDDL goal moves are `target`
+(`goal_targets`: the manipulated objects only); every other movable object, including
+destinations and receptacles (plates, baskets), is `bystander`; fixtures and arena
+furniture (table, floor) are `furniture`; the robot base, mount and world are `other`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from replay.observations import CAMERAS, DEFAULT_IMAGE_SIZE, ObservationSpec
 from replay.policies import ObjectGeometry, Obstacle, TaskInfo
 from replay.record import Recorder
 from replay.scene_assets import portable_scene
+from replay.settle import SettleCriterion, SettleResult, settle
 
 SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
           "libero_goal": "libero-goal", "libero_10": "libero-10"}
@@ -138,7 +144,8 @@ class LiberoHost:
     """
 
     def __init__(self, suite: str, index: int, *, cameras: Sequence[str] = (),
-                 image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE):
+                 image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+                 settle_criterion: SettleCriterion = SettleCriterion(min_steps=SETTLE_STEPS)):
         from libero.libero.envs import OffScreenRenderEnv
         self.observation_spec = ObservationSpec(cameras=tuple(cameras), image_size=tuple(image_size))
         self.task = libero_task(suite, index)
@@ -153,6 +160,8 @@ class LiberoHost:
         self._ready = False
         self._xml = ""
         self._portable_xml: tuple[str | None, str] = (None, "")
+        self.settle_criterion = settle_criterion
+        self.settle: SettleResult | None = None  # how the last reset() settled
 
     def _time_rendering(self) -> None:
         """Counts camera rendering time; reset rebuilds the sim, so this is re-installed after each."""
@@ -186,10 +195,10 @@ class LiberoHost:
         # that is this env's (reset reloads the model), not after another host loaded one
         self._xml = full_precision_bodies(self.env.sim.model.get_xml(), self.model)
         obs = self.env.set_init_state(self._init_states[init_state])
-        for _ in range(SETTLE_STEPS):
-            obs, _, _, _ = self.env.step(SETTLE_ACTION.copy())
+        self.settle, last = settle(lambda: self.env.step(SETTLE_ACTION.copy()), self.model, self.data,
+                                   criterion=self.settle_criterion)
         self._ready = True
-        return obs
+        return last[0] if last is not None else obs
 
     def step(self, action: np.ndarray):
         return self.env.step(action)
@@ -232,20 +241,9 @@ class LiberoHost:
                 **{k: v.root_body for k, v in e.fixtures_dict.items()}}
 
     def target_objects(self) -> list[str]:
-        """LIBERO names of the task's targets: `obj_of_interest`, regions mapped to owners."""
+        """LIBERO names of the task's targets: the objects its BDDL goal moves (`goal_targets`)."""
         e = self.env.env
-        out = []
-        for name in e.obj_of_interest:
-            if name in e.objects_dict or name in e.fixtures_dict:
-                owner = name
-            else:
-                owner = self.site_owner(name)
-                # a region on a fixture is a place to put things, not a manipulated body
-                if owner is None or owner in e.fixtures_dict:
-                    continue
-            if owner not in out:
-                out.append(owner)
-        return out
+        return goal_targets(e.parsed_problem["goal_state"], e.objects_dict)
 
     def site_owner(self, site: str) -> str | None:
         """The object or fixture whose body carries `site` (None if the site is not found)."""
@@ -360,6 +358,32 @@ class LiberoHost:
                         goal_offset=tuple(float(x) for x in offset), relation=relation,
                         support_dz=float(support), rim_dz=float(rim), geometry=geometry,
                         obstacles=tuple(Obstacle(n, *boxes[n]) for n in boxes if n != pick))
+
+
+# LIBERO's goal predicates (libero.libero.envs.predicates) whose first argument is an
+# object the robot moves: ("on"|"in", obj, where) and ("up", obj). The others, "open",
+# "close", "turnon" and "turnoff", change a fixture's state and move no object.
+MOVING_PREDICATES = frozenset({"on", "in", "up"})
+
+
+def goal_targets(goal_state, objects) -> list[str]:
+    """The objects a BDDL goal moves, in goal order: the first argument of each
+    `MOVING_PREDICATES` predicate when it names a movable object (a key of `objects`).
+
+    Destinations and receptacles (`plate_1`, `basket_1_contain_region`, the bowl that
+    cream cheese goes into) are not targets: they become bystanders (paper, Appendix B:
+    the plate is a bystander). Fixture-state goals (`open`, `close`, `turnon`,
+    `turnoff`) move no object; on a task made only of them (libero_goal task 0, open
+    the drawer; task 7, turn on the stove) there is no target, and the fixture keeps its
+    furniture role, as the task registry's `targets: []` says (docs/libero.md, Roles).
+    """
+    out: list[str] = []
+    for predicate in goal_state:
+        if len(predicate) >= 2 and str(predicate[0]).lower() in MOVING_PREDICATES:
+            moved = predicate[1]
+            if moved in objects and moved not in out:
+                out.append(moved)
+    return out
 
 
 def _collision_geoms(m: mujoco.MjModel, root: int) -> np.ndarray:
