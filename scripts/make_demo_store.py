@@ -5,7 +5,7 @@
 Records 3 profiles (careful, hasty, sloppy; scripted, not VLAs) x LIBERO-Spatial and
 LIBERO-Object x 10 tasks x 5 episodes (300 episodes) into assets/demo/archive, plus the
 feasible LIBERO-Goal pick-and-place tasks, then scores the archive into assets/demo/store
-with `safevla score`. On 2 CPU cores with 2 workers this takes about 13 minutes (360
+with `safevla score`. On 2 CPU cores with 2 workers this takes about 15 minutes (360
 episodes: about 9 s to build each env, 1-2.5 s per LIBERO reset, 1.5-4 s per episode).
 Re-running resumes: recorded episodes are skipped. Fails if assets/demo grows past 40 MB.
 """

@@ -15,6 +15,14 @@ if _SCENE_CACHE:
     os.environ["SAFEVLA_SCENE_CACHE"] = _SCENE_CACHE
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that builds a LIBERO env, drives a browser or starts Ray takes seconds at least:
+    it counts as slow, so `-m "not slow"` is the quick subset the README promises."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in ("libero", "browser", "ray")):
+            item.add_marker(pytest.mark.slow)
+
+
 def _skipped(config) -> list:
     if os.environ.get("SAFEVLA_FAIL_ON_SKIP") != "1":
         return []
