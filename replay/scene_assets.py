@@ -102,31 +102,29 @@ def portable_scene(xml: str, *, origin: str = "the scene") -> str:
     Raises SceneAssetError for an absolute path inside no registered root (the record would not
     replay anywhere else): register the root in assets/asset_roots.yaml, or keep the file next to the scene.
     """
-    root = _parse(xml, origin)
-    for el, attr, ref in _references(root):
-        if not Path(ref).is_absolute():
-            continue
-        portable = portable_reference(ref)
-        if portable is None:
-            raise SceneAssetError(f"{el.tag} file {ref!r} in {origin} lies outside every registered asset root "
-                                  f"({', '.join(root_names())}); add its package to {ROOTS_FILE}")
-        el.set(attr, portable)
-    return _serialize(root)
+    return _reroot(xml, origin, portable_reference,
+                   f"lies outside every registered asset root ({', '.join(root_names())}); add its package to "
+                   f"{ROOTS_FILE}")[0]
 
 
 def migrate_scene(xml: str, *, origin: str = "the scene") -> tuple[str, int]:
     """Rewrites a scene recorded before portable names: returns (new xml, number of paths rewritten).
 
     Raises SceneAssetError for an absolute path that passes through no registered root."""
+    return _reroot(xml, origin, legacy_reference,
+                   f"passes through no registered asset root ({', '.join(root_names())}); it cannot be re-rooted")
+
+
+def _reroot(xml: str, origin: str, name_of, why: str) -> tuple[str, int]:
+    """Every absolute asset path replaced by `name_of(path)` (a package:// name, or None to refuse)."""
     root = _parse(xml, origin)
     n = 0
     for el, attr, ref in _references(root):
         if ref.startswith(SCHEME) or not PurePosixPath(ref).is_absolute():
             continue
-        new = legacy_reference(ref)
+        new = name_of(ref)
         if new is None:
-            raise SceneAssetError(f"{el.tag} file {ref!r} in {origin} passes through no registered asset root "
-                                  f"({', '.join(root_names())}); it cannot be re-rooted")
+            raise SceneAssetError(f"{el.tag} file {ref!r} in {origin} {why}")
         el.set(attr, new)
         n += 1
     return (_serialize(root), n) if n else (xml, 0)
