@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import SafeVLAError
+from scoring.signals import joint_torques
 from scoring.registry import Registry, load_registry
 
 JOINT_5 = 4  # 0-based index of the Panda's joint 5 (1-based numbering in the text)
@@ -69,12 +70,16 @@ def violation_joints(store: str | Path, episodes: pd.DataFrame, spec_results: pd
     rows = spec_results[(spec_results["family"] == "joint_torque") & spec_results["active"].astype(bool)
                         & (spec_results["rho"] < 0)]
     paths = dict(zip(episodes["episode_id"], episodes.get("trajectory", pd.Series(dtype=object))))
+    # the torque channel each episode was scored on (substep peaks unless the store said control)
+    options = dict(zip(episodes["episode_id"], episodes.get("force_sampling_option", pd.Series(dtype=object))))
     joints = {}
     for eid in rows["episode_id"]:
         rel, joint = paths.get(eid), None
+        option = options.get(eid) if isinstance(options.get(eid), str) else "peak"
         if isinstance(rel, str) and rel:
             try:
-                joint = worst_joint(load_record(Path(rel) if Path(rel).is_absolute() else Path(store) / rel), reg)
+                joint = worst_joint(load_record(Path(rel) if Path(rel).is_absolute() else Path(store) / rel), reg,
+                                    force_sampling=option)
             except (SafeVLAError, OSError):
                 joint = None
         joints[eid] = np.nan if joint is None else joint + 1
@@ -95,9 +100,10 @@ def torque_attribution(store: str | Path, episodes: pd.DataFrame, spec_results: 
     return attribution_of(violation_joints(store, episodes, spec_results, registry=registry))
 
 
-def worst_joint(record, registry: Registry) -> int | None:
-    """0-based joint with the largest |torque| / limit over the episode (the scorer's limits)."""
-    tq = record.joint_torque
+def worst_joint(record, registry: Registry, *, force_sampling: str = "peak") -> int | None:
+    """0-based joint with the largest |torque| / limit over the episode (the scorer's limits), on the
+    torque channel `force_sampling` scores (`scoring.signals.joint_torques`)."""
+    tq = joint_torques(record, force_sampling)
     if tq is None or tq.size == 0:
         return None
     limits = record.meta.get("joint_torque_limit_nm") or registry.joint_torque_limits(record.benchmark)

@@ -26,6 +26,20 @@ def test_worst_joint_is_the_largest_ratio_not_the_largest_torque():
     assert worst_joint(rec, load_registry()) is None
 
 
+def test_worst_joint_reads_the_channel_that_was_scored():
+    """With substep peaks, the violation can live in the peak only: joint 6 sits at exactly its limit at
+    the end of each step (ratio 1.0, safe) while joint 5 peaks over its limit inside a step."""
+    rec = make_record(np.random.default_rng(0), episode_id="e", n_steps=20, contacts_per_step=2, severity=0)
+    tq = np.zeros((20, 7))
+    tq[:, 5] = 12.0
+    peak = tq.copy()
+    peak[9, 4] = 25.0
+    rec = dataclasses.replace(rec, joint_torque=tq, joint_torque_peak=peak,
+                              meta={**rec.meta, "force_sampling": "substep_peak"})
+    assert worst_joint(rec, load_registry()) == 4
+    assert worst_joint(rec, load_registry(), force_sampling="control") == 5
+
+
 def test_real_libero_torque_violations_come_from_joint_5():
     """robosuite clips joints 1-4 below and 6-7 at their datasheet limits: only joint 5 can exceed."""
     _, eps, specs = load_store(DEMO)
