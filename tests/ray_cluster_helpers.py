@@ -73,6 +73,10 @@ class RayStartCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, "RAY_TMPDIR": self.tmp, **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
+        # a fresh shell, as in docs/cluster.md: an earlier in-process `safevla ... --address` may have
+        # switched this process to token mode (Ray's helper sets RAY_AUTH_MODE=token in os.environ),
+        # and `ray start --head` in token mode neither announces nor behaves like the default
+        self.env.pop("RAY_AUTH_MODE", None)
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
         self._start([RAY, "start", "--head", "--port", str(self.port), "--num-cpus", str(head_cpus)], "head")

@@ -119,7 +119,7 @@ def test_documented_form_on_a_node_without_the_drivers_filesystem(tmp_path):
         res = safevla("score", str(out), "--out", str(store), "--engine", "ray", "--address", cluster.address,
                       "--no-progress", env=env)
         assert res.returncode == 0, res.stderr[-3000:]
-        assert "scored 2, skipped 0 already scored, 0 failed" in res.stdout
+        assert "scored 2, skipped 0 already scored, refused 0" in res.stdout
         # the same tables as scoring in place, here
         from scoring.store import score_archive
         score_archive(out, scratch / "local_store", progress=False)
