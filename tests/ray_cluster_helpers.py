@@ -17,20 +17,16 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from net_helpers import free_port  # noqa: F401  (re-exported for the Ray tests)
+
 RAY = str(Path(sys.executable).with_name("ray"))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def session_pids(sid: int) -> list[int]:

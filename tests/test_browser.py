@@ -9,7 +9,6 @@ threshold slider and sees the table change, downloads a PNG chart, and saves scr
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,11 +29,8 @@ if not Path(CHROMIUM).exists():
 pytest.importorskip("streamlit")
 sync_api = pytest.importorskip("playwright.sync_api")
 
+from net_helpers import free_port  # noqa: E402
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +55,7 @@ def shots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(store, tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
     env = {**os.environ, "MUJOCO_GL": "egl"}
     proc = subprocess.Popen(

@@ -4,7 +4,6 @@ SIGTERM or Ctrl-C leaves nothing listening."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from net_helpers import free_port
+
 pytest.importorskip("streamlit")
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening(port: int) -> list[str]:

@@ -11,6 +11,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from net_helpers import free_port
 from replay.adapters import PolicyServerError
 from replay.adapters.msgpack_numpy import packb, unpackb
 from replay.adapters.openpi import OpenPIPolicy, openpi_factory
@@ -200,12 +201,6 @@ def test_the_spec_validates_address_and_options():
         openpi_factory("h:1", replan_steps=0)
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.parametrize("mode, message", [
     ("down", "is not reachable"),
@@ -216,7 +211,7 @@ def _free_port() -> int:
 ])
 def test_server_faults_are_clear_errors_that_name_the_server(mode, message):
     srv = None if mode == "down" else OpenPIServer(mode, delay=2.0)
-    port = _free_port() if srv is None else srv.port
+    port = free_port() if srv is None else srv.port
     policy = OpenPIPolicy(f"127.0.0.1:{port}", replan_steps=5, timeout_s=0.5)
     try:
         with pytest.raises(PolicyServerError, match=f"policy server ws://127.0.0.1:{port}.*{message}"):
