@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from scoring.compare import BY_CHOICES, Comparison, compare_models, discordant_episodes
+from scoring.compare_verdict import pair_result, verdict
 from scoring.errors import SafeVLAError
 from scoring.io import atomic_write_bytes
 from scoring.ranking import HIGHER_IS_BETTER, LABELS, METRICS
@@ -38,6 +39,9 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for VSI (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--unpaired", action="store_true",
+                   help="compare the models as independent samples (two-proportion score test, Newcombe interval, "
+                        "two-sample bootstrap for VSI), for models run on different init states, seeds or tasks")
     p.set_defaults(func=run_compare)
     return p
 
@@ -51,8 +55,16 @@ def run_compare(args) -> int:
     _, episodes, _ = load_store(args.store)
     if episodes.empty:
         raise SafeVLAError(f"run store {args.store!r} has no scored episodes")
-    cmp = compare_models(episodes, args.models, by=by, alpha=args.alpha, n_resamples=args.resamples, seed=args.seed)
     out = Path(args.out) if args.out else Path(args.store) / "compare"
+    if getattr(args, "unpaired", False):
+        return _run_unpaired(args, episodes, out)
+    try:
+            cmp = compare_models(episodes, args.models, by=by, alpha=args.alpha, n_resamples=args.resamples,
+                             seed=args.seed)
+    except SafeVLAError as exc:
+        if "is shared by all of" in str(exc):
+            raise SafeVLAError(f"{exc} (--unpaired compares them as independent samples)") from exc
+        raise
     paths = write_tables(comparison_tables(cmp), out)
     for name, frame in (("compare_discordant", discordant_table(cmp)), ("compare_unpaired", cmp.unpaired)):
         path = out / f"{name}.csv"
@@ -62,8 +74,48 @@ def run_compare(args) -> int:
           f"(paired on {', '.join(cmp.pairing.key_columns)}); {len(cmp.unpaired)} unpaired key(s)")
     for note in cmp.notes:
         print(f"note: {note}")
+    _print_verdicts(cmp.pairs, cmp.models)
     print(f"wrote {len(paths)} files to {out}")
     return 0
+
+
+def _print_verdicts(pairs: pd.DataFrame, models) -> None:
+    """The Safety verdict of every pair, in one sentence each (`scoring.compare_verdict`)."""
+    for i, a in enumerate(models):
+        for b in models[i + 1:]:
+            print(f"verdict: {verdict(pair_result(pairs, a, b, 'safety'))}")
+
+
+def _run_unpaired(args, episodes: pd.DataFrame, out: Path) -> int:
+    from scoring.compare_unpaired import compare_unpaired
+
+    pairs = compare_unpaired(episodes, args.models, alpha=args.alpha, n_resamples=args.resamples, seed=args.seed)
+    paths = write_tables({"compare_unpaired_pairs": unpaired_table(pairs, n_resamples=args.resamples,
+                                                                   seed=args.seed, alpha=args.alpha)}, out)
+    models = list(dict.fromkeys([*pairs["model_a"], *pairs["model_b"]]))
+    counts = ", ".join(f"{m} {n}" for m, n in episodes[episodes["model"].isin(models)]["model"]
+                       .value_counts().reindex(models).items())
+    print(f"compared {', '.join(models)} as independent samples, unpaired (episodes: {counts})")
+    _print_verdicts(pairs, models)
+    print(f"wrote {len(paths)} files to {out}")
+    return 0
+
+
+def unpaired_table(pairs: pd.DataFrame, *, n_resamples: int, seed: int, alpha: float) -> tuple[str, pd.DataFrame]:
+    """(caption, display table) of `scoring.compare_unpaired.compare_unpaired`'s result."""
+    table = pd.DataFrame({
+        "metric": pairs["metric"].map(_label), "model A": pairs["model_a"], "model B": pairs["model_b"],
+        "n A": pairs["n_a"], "n B": pairs["n_b"],
+        "A": [_value(k, v) for k, v in zip(pairs["metric"], pairs["value_a"])],
+        "B": [_value(k, v) for k, v in zip(pairs["metric"], pairs["value_b"])],
+        "A - B": [_value(k, v) for k, v in zip(pairs["metric"], pairs["diff"])],
+        "95% CI": [_interval(k, lo, hi) for k, lo, hi in zip(pairs["metric"], pairs["diff_lo"], pairs["diff_hi"])],
+        "test": pairs["test"], "p": pairs["p_value"].map(_p), "p (Holm)": pairs["p_holm"].map(_p),
+        "significant": pairs["significant"].map({True: "yes", False: "no"})})
+    caption = (f"Unpaired differences (independent samples, no shared keys): two-proportion score test with Newcombe "
+               f"95% CI (SR, Safety, SBU; percent), two-sample bootstrap ({n_resamples} resamples, seed {seed}) for "
+               f"VSI; Holm over pairs per metric, alpha {alpha:g}.")
+    return caption, table
 
 
 def _p(p: float) -> str:
