@@ -89,20 +89,20 @@ def test_page_renders_the_comparison(store, eps):
     tau = cmp.agreement.set_index("group").loc["overall", "tau"]
     assert metric(at, "Kendall tau (SR vs Safety)") == ("—" if np.isnan(tau) else f"{tau:.3f}")
     pairs = table(at, "cmp_pairs")
-    assert len(pairs) == 6 * 4  # overall: every pair of 4 models x SR, Safety, SBU, VSI
+    assert len(pairs) == 4  # overall, the chosen pair (A = policy-a, B = policy-b) x SR, Safety, SBU, VSI
+    assert set(pairs["model A"]) == {"policy-a"} and set(pairs["model B"]) == {"policy-b"}
     # each row carries its 2x2 table; the counts equal scoring's
-    want = cmp.pairs[(cmp.pairs["group"] == "overall") & (cmp.pairs["metric"] == "safety")]
-    got = pairs[pairs["metric"].str.startswith("Safety")]
-    assert got["b: only A"].astype(int).tolist() == want["only_a"].astype(int).tolist()
-    assert got["c: only B"].astype(int).tolist() == want["only_b"].astype(int).tolist()
+    want = cmp.pairs[(cmp.pairs["group"] == "overall") & (cmp.pairs["metric"] == "safety")].iloc[0]
+    got = pairs[pairs["metric"].str.startswith("Safety")].iloc[0]
+    assert (int(got["b: only A"]), int(got["c: only B"])) == (int(want["only_a"]), int(want["only_b"]))
     ranking = table(at, "cmp_ranking")
-    assert set(ranking["model"]) == set(MODELS) and "Safety tier" in ranking.columns
+    assert set(ranking["model"]) == {"policy-a", "policy-b"} and "Safety tier" in ranking.columns
     assert qp(at, "a") == "policy-a" and qp(at, "b") == "policy-b"
 
 
 def test_choosing_models_changes_the_tables(store, eps):
     at = ok(app(store))
-    assert len(table(at, "cmp_pairs")) == 24
+    assert len(table(at, "cmp_pairs")) == 4
     at.multiselect(key="w.cmp_models").set_value(["policy-b", "policy-d"]).run()
     ok(at)
     pairs = table(at, "cmp_pairs")
@@ -147,11 +147,69 @@ def test_whatif_thresholds_rescore_the_comparison(store, eps):
     assert qp(at, "disp") == "100"
 
 
-def test_unpaired_store_says_why(tmp_path):
+def verdicts_shown(at) -> list[str]:
+    """The headline verdict and the three verdict captions under it."""
+    head = [m.value.removeprefix("#### ") for m in at.markdown if m.value.startswith("#### ")]
+    return head + [c.value for c in at.caption if "difference between" in c.value or " than " in c.value]
+
+
+def test_verdict_sentence_equals_scoring(store, eps):
+    from scoring.compare_verdict import pair_result, verdict
+
+    at = ok(app(store))
+    cmp = compare_models(eps, MODELS)
+    shown = verdicts_shown(at)
+    assert shown[0] == verdict(pair_result(cmp.pairs, "policy-a", "policy-b", "safety"))
+    for m in ("sr", "sbu", "vsi"):
+        assert verdict(pair_result(cmp.pairs, "policy-a", "policy-b", m)) in shown
+    # the verdict comes before the tables and the methods text after the verdict, before the tables
+    def kind(e):
+        if e.type == "markdown" and e.value.startswith("#### "):
+            return "verdict"
+        return "methods" if e.type == "markdown" and e.value.startswith("**Methods") else e.type
+
+    kinds = [kind(e) for e in at.main if getattr(e, "type", None) in ("markdown", "dataframe")]
+    assert kinds.index("verdict") < kinds.index("methods") < kinds.index("dataframe")
+    # swapping A and B names the same better model with the same numbers
+    at.selectbox(key="w.cmp_a").set_value("policy-b").run()
+    at.selectbox(key="w.cmp_b").set_value("policy-a").run()
+    ok(at)
+    assert verdicts_shown(at)[0] == verdict(pair_result(cmp.pairs, "policy-b", "policy-a", "safety"))
+    assert set(table(at, "cmp_pairs")["model A"]) == {"policy-a"}  # stored orientation, filtered to the pair
+
+
+def test_forest_frame_matches_the_pairs(eps):
+    from dashboard.forest import forest_chart, forest_frame
+
+    cmp = compare_models(eps, MODELS, n_resamples=500)
+    f = forest_frame(cmp.pairs, "policy-b", "policy-a", groups=cmp.groups)
+    assert len(f) == 4 * len(cmp.groups)
+    row = cmp.pairs[(cmp.pairs.group == "overall") & (cmp.pairs.metric == "safety") & (cmp.pairs.model_a == "policy-a")
+                    & (cmp.pairs.model_b == "policy-b")].iloc[0]
+    got = f[(f.metric == "Safety") & (f.group == "overall")].iloc[0]
+    # B - A stored as A - B: negated, interval turned round, in percentage points
+    assert (got["diff"], got["lo"], got["hi"]) == pytest.approx((-100 * row["diff"], -100 * row.diff_hi,
+                                                                 -100 * row.diff_lo))
+    spec = forest_chart(f, "policy-b", "policy-a").to_dict()
+    assert len(spec["vconcat"]) == 2  # rates (pp) and VSI each in its own panel
+    assert all(layer["mark"]["type"] == "rule" for layer in [p["layer"][0] for p in spec["vconcat"]])  # zero line
+
+
+def test_unpaired_store_offers_an_unpaired_comparison(tmp_path):
+    from dashboard import data as D
+    from scoring.compare_unpaired import compare_unpaired
+    from scoring.compare_verdict import pair_result, verdict
+
     store = make_store(tmp_path / "unpaired", 16, paired=False)  # every record drew its own seed
-    at = app(store)
-    assert not at.exception
-    assert any("cannot be compared on paired keys" in i.value for i in at.info)
+    at = ok(app(store))
+    assert any("No paired comparison" in w.value and "unpaired" in w.value for w in at.warning)
+    assert any(m.value.startswith("**Methods (unpaired)") for m in at.markdown)
+    frame = D.verdicts(D.open_store(store)).frame
+    pairs = compare_unpaired(frame, MODELS)
+    assert verdicts_shown(at)[0] == verdict(pair_result(pairs, "policy-a", "policy-b", "safety"))
+    assert "unpaired" in verdicts_shown(at)[0]
+    shown = [d.value for d in at.dataframe if "n A" in d.value.columns][0]
+    assert len(shown) == 4 and set(shown["test"]) == {"two-proportion score test", "two-sample bootstrap"}
 
 
 @pytest.mark.skipif(not (DEMO / "manifest.json").exists(), reason="no bundled demo store")
