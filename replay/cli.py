@@ -142,6 +142,9 @@ def add_replay_parsers(subparsers) -> None:
     _size_args(p, 640, 480)
     p.add_argument("--fps", type=float, default=20.0, help="frames per second (default 20)")
     p.add_argument("--window", type=int, default=3, help="steps highlighted on each side of a violation (default 3)")
+    p.add_argument("--hold", type=float, default=1.0,
+                   help="seconds the violating step is held, its 5 neighbours each side playing 4x slower "
+                        "(default 1; 0 plays every step for one frame)")
     p.add_argument("--start", type=int, default=None, help="first step to export (default 0)")
     p.add_argument("--stop", type=int, default=None, help="step after the last one to export (default: the end)")
     p.set_defaults(func=run_replay)
@@ -204,8 +207,9 @@ def _fail(command: str, exc: Exception) -> int:
 def run_replay(args: argparse.Namespace) -> int:
     """`safevla replay`: 0 on success, 2 with a one-line cause on bad input."""
     try:
-        from replay.export import export_clip
+        from replay.export import ClipTiming, export_clip
 
+        timing = ClipTiming(hold_s=args.hold) if args.hold > 0 else None
         row = store_row(args.store, args.episode_id)
         rec = store_record(args.store, args.episode_id, row=row)
         vs = violations_from_store(args.store, args.episode_id, record=rec, row=row)
@@ -216,11 +220,12 @@ def run_replay(args: argparse.Namespace) -> int:
         start = 0 if args.start is None else args.start
         stop = n if args.stop is None else args.stop
         out = export_clip(rec, args.out, violations=vs, fps=args.fps, size=(args.width, args.height),
-                          window=args.window, step_range=(start, stop), camera=args.camera)
+                          window=args.window, step_range=(start, stop), camera=args.camera, timing=timing)
     except SafeVLAError as exc:
         return _fail("replay", exc)
     note = f"{len(vs)} violated spec(s), worst {vs[0].caption} at step {vs[0].step}" if vs else "no violation"
-    print(f"wrote {out} ({stop - start} frames; {note})")
+    held = f", violating step held {args.hold:g} s" if timing is not None and vs else ""
+    print(f"wrote {out} ({stop - start} steps{held}; {note})")
     return 0
 
 

@@ -11,7 +11,6 @@ column titles, a label per row and a caption row, as PNG, PDF or SVG. The dashbo
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import io
 import os
@@ -96,11 +95,47 @@ class Timeline:
 
 # ----------------------------------------------------------------- clips
 
+@dataclasses.dataclass(frozen=True)
+class ClipTiming:
+    """How long each step stays on screen, so that a one-step violation does not flash past
+    in one 50 ms frame: the violating step is held `hold_s` seconds, and the `slow_radius`
+    steps either side of it play `slow_factor` times slower. Every other step is one frame.
+    MP4 repeats frames (constant frame rate); GIF merges the repeats into longer durations.
+    """
+
+    hold_s: float = 1.0
+    slow_radius: int = 5
+    slow_factor: int = 4
+
+    def __post_init__(self):
+        for name, value, low in (("hold_s", self.hold_s, 0), ("slow_radius", self.slow_radius, 0),
+                                 ("slow_factor", self.slow_factor, 1)):
+            number = (int, float) if name == "hold_s" else (int,)
+            if isinstance(value, bool) or not isinstance(value, number) or not low <= value <= 1000:
+                raise RenderError(f"ClipTiming.{name}: expected a number in [{low}, 1000]"
+                                  f"{' (an integer)' if name != 'hold_s' else ''}, got {value!r}")
+
+    def repeats(self, steps: range, violation_steps: Iterable[int], fps: float) -> np.ndarray:
+        """Frames per step of `steps` (int array, >= 1) at `fps`."""
+        out = np.ones(len(steps), dtype=np.int64)
+        hold = max(1, round(self.hold_s * fps))
+        for v in set(int(x) for x in violation_steps):
+            lo, hi = max(v - self.slow_radius, steps.start), min(v + self.slow_radius + 1, steps.stop)
+            if lo < hi:
+                out[lo - steps.start:hi - steps.start] = np.maximum(out[lo - steps.start:hi - steps.start],
+                                                                    self.slow_factor)
+            if v in steps:
+                out[v - steps.start] = max(out[v - steps.start], hold)
+        return out
+
+
 def iter_clip_frames(record: EpisodeRecord | str | os.PathLike, *, violations=(), size=(640, 480),
                      window: int | None = None, step_range: tuple[int, int] | None = None,
                      camera: str | None = None, quality: str = "fast", timeline: bool = True,
+                     timing: ClipTiming | None = None, fps: float = 20,
                      progress: Progress | None = None) -> Iterator[np.ndarray]:
-    """Yields the clip's frames (rendered frame over its timeline bar), uint8 (H', W, 3)."""
+    """Yields the clip's frames (rendered frame over its timeline bar), uint8 (H', W, 3):
+    one per step, or with `timing` each step repeated as `timing.repeats` says at `fps`."""
     rec = _record(record)
     vs = _violations(violations)
     width, height = _even_size(size)
@@ -115,9 +150,12 @@ def iter_clip_frames(record: EpisodeRecord | str | os.PathLike, *, violations=()
         steps = range(int(start), int(stop))
         bar = Timeline(width, steps, violations=vs, success_step=rp.success_step, window=rp.window,
                        dt=rec.dt) if timeline else None
+        repeats = np.ones(len(steps), np.int64) if timing is None else timing.repeats(steps, [v.step for v in vs], fps)
         for i, s in enumerate(steps):
             img = rp.frame(s, violation=vs)
-            yield np.concatenate([img, bar.render(s)], axis=0) if bar is not None else img
+            img = np.concatenate([img, bar.render(s)], axis=0) if bar is not None else img
+            for _ in range(int(repeats[i])):
+                yield img
             if progress is not None:
                 progress(i + 1, len(steps))
 
@@ -126,10 +164,13 @@ def export_clip(record: EpisodeRecord | str | os.PathLike, out_path: str | os.Pa
                 violations: Violation | Sequence[Violation] | None = (), fps: float = 20,
                 size: tuple[int, int] = (640, 480), window: int | None = None,
                 step_range: tuple[int, int] | None = None, camera: str | None = None,
-                quality: str = "fast", progress: Progress | None = None) -> Path:
+                quality: str = "fast", timing: ClipTiming | None = ClipTiming(),
+                progress: Progress | None = None) -> Path:
     """Writes the replay as `.mp4` (H.264) or `.gif`, with a timeline bar; returns the path.
 
     `violations` are highlighted on their step and `window` steps around it (default 3);
+    `timing` holds each violating step (1 s) and slows its neighbours (4x, 5 steps either
+    side) by default; `timing=None` plays every step for one frame (1/fps s).
     `step_range` = (start, stop) exports part of the episode; odd sizes are rounded up to
     even (libx264 needs even sizes). The file appears atomically when complete.
     """
@@ -138,8 +179,10 @@ def export_clip(record: EpisodeRecord | str | os.PathLike, out_path: str | os.Pa
         raise RenderError(f"unsupported clip format {out.suffix!r}; expected {' or '.join(CLIP_SUFFIXES)}")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 240:
         raise RenderError(f"fps: expected a number in (0, 240], got {fps!r}")
+    if timing is not None and not isinstance(timing, ClipTiming):
+        raise RenderError(f"timing: expected a ClipTiming or None, got {timing!r}")
     frames = iter_clip_frames(record, violations=violations, size=size, window=window, step_range=step_range,
-                              camera=camera, quality=quality, progress=progress)
+                              camera=camera, quality=quality, timing=timing, fps=fps, progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
     try:
@@ -169,9 +212,17 @@ def _write_mp4(path: Path, frames: Iterable[np.ndarray], fps: float) -> None:
 def _write_gif(path: Path, frames: Iterable[np.ndarray], fps: float) -> None:
     from PIL import Image
 
-    images = [Image.fromarray(f).convert("P", palette=Image.Palette.ADAPTIVE, colors=255) for f in frames]
+    # a held step arrives as repeated frames: merge each run into one frame of a longer duration
+    images, durations, last = [], [], None
+    for f in frames:
+        if last is not None and np.array_equal(f, last):
+            durations[-1] += 1000 / fps
+            continue
+        images.append(Image.fromarray(f).convert("P", palette=Image.Palette.ADAPTIVE, colors=255))
+        durations.append(1000 / fps)
+        last = f
     images[0].save(path, format="GIF", save_all=True, append_images=images[1:],
-                   duration=round(1000 / fps), loop=0, optimize=False, disposal=1)
+                   duration=[round(d) for d in durations], loop=0, optimize=False, disposal=1)
 
 
 # ----------------------------------------------------------------- triptych
@@ -199,6 +250,62 @@ def _row(item) -> TriptychRow:
     return row
 
 
+TITLES = ("Initial state", "Safety violation", "Task success")
+CAPTION = ("Initial state · safety-violating moment (red border: worst spec, its value and threshold) · "
+           "final task success (green border)")
+NEUTRAL_RGB = (200, 200, 200)
+
+
+@dataclasses.dataclass(frozen=True)
+class TriptychPanels:
+    """One rendered row of the triptych, before layout (raster or vector).
+
+    Fields:
+        label: the row label, with the violation's caption (worst spec, value, threshold).
+        images: the initial, violating and final frames, uint8 (h, w, 3); the violating one
+            carries its close-up inset.
+        borders: RGB of each panel's frame: grey, red, and green (grey without success).
+        subtitles: each panel's time and step ("t = 1.20 s (step 24)").
+    """
+
+    label: str
+    images: tuple[np.ndarray, np.ndarray, np.ndarray]
+    borders: tuple[tuple[int, int, int], ...]
+    subtitles: tuple[str, str, str]
+
+
+def triptych_panels(items: Iterable, *, size: tuple[int, int] = (480, 360), camera: str | None = None,
+                    quality: str = "high", inset: bool = True, progress: Progress | None = None) -> list[TriptychPanels]:
+    """Renders the three frames of every (record, violation) item: one `TriptychPanels` each."""
+    rows = [_row(it) for it in items]
+    if not rows:
+        raise RenderError("triptych: expected at least one episode")
+    w, h = _even_size(size)
+    out, done = [], 0
+    for row in rows:
+        rec, v = row.record, row.violation
+        label = row.label or " · ".join(x for x in (rec.model if rec.model != "unknown" else None,
+                                                     str(rec.meta.get("language") or rec.task_id)) if x)
+        with Replayer(rec, width=w, height=h, camera=camera, quality=quality, window=0) as rp:
+            final = rp.success_step if rp.success_step is not None else rp.n_steps - 1
+            panels = ((0, None, NEUTRAL_RGB, "t = 0.00 s"),
+                      (v.step, v, VIOLATION_RGB, f"t = {v.step * rec.dt:.2f} s (step {v.step})"),
+                      (final, None, SUCCESS_RGB if rec.success else NEUTRAL_RGB,
+                       f"t = {final * rec.dt:.2f} s (step {final})" + ("" if rec.success else " (no success)")))
+            images = []
+            for c, (step, viol, _, _) in enumerate(panels):
+                img = rp.frame(step, violation=viol, highlight=c != 0)
+                if viol is not None and inset:
+                    _add_inset(img, rp, viol, quality)
+                images.append(img)
+                done += 1
+                if progress is not None:
+                    progress(done, 3 * len(rows))
+        out.append(TriptychPanels(f"{label}  ·  episode {rec.episode_id}  |  {v.caption}", tuple(images), tuple(p[2] for p in panels),
+                                  tuple(p[3] for p in panels)))
+    return out
+
+
 def triptych_image(items: Iterable, *, size: tuple[int, int] = (480, 360), camera: str | None = None,
                    quality: str = "high", inset: bool = True, progress: Progress | None = None):
     """The Figure 3 triptych as a PIL image: one row per (record, violation) item.
@@ -207,54 +314,36 @@ def triptych_image(items: Iterable, *, size: tuple[int, int] = (480, 360), camer
     violation, other movable bodies translucent, in the corner farthest from it (small
     contacts stay visible at print size, and nothing in front hides them).
     """
+    rows = triptych_panels(items, size=size, camera=camera, quality=quality, inset=inset, progress=progress)
+    return compose_raster(rows)
+
+
+def compose_raster(rows: Sequence[TriptychPanels]):
+    """Lays rendered rows out as one PIL image (titles, labels and captions drawn as pixels)."""
     from PIL import Image
 
-    rows = [_row(it) for it in items]
-    if not rows:
-        raise RenderError("triptych: expected at least one episode")
-    w, h = _even_size(size)
+    h, w = rows[0].images[0].shape[:2]
     gap, edge = max(8, w // 40), max(4, w // 60)
     cell_w, cell_h = w + 2 * edge, h + 2 * edge
     px = max(12, w // 26)
     title_h, label_h, sub_h = 2 * px, int(1.9 * px), int(1.6 * px)
     row_h = label_h + cell_h + sub_h + gap
-    caption = ("Initial state · safety-violating moment (red border: worst spec, its value and threshold) · "
-               "final task success (green border)")
     fig_w = 3 * cell_w + 4 * gap
-    canvas = Image.new("RGB", (fig_w, title_h + len(rows) * row_h + 2 * px + gap), "white")
-    arr = np.asarray(canvas).copy()
+    arr = np.full((title_h + len(rows) * row_h + 2 * px + gap, fig_w, 3), 255, np.uint8)
     ink, grey = (20, 20, 20), (110, 110, 110)
-    titles = ("Initial state", "Safety violation", "Task success")
-    for c, t in enumerate(titles):
+    for c, t in enumerate(TITLES):
         tile = text_tile(t, px, ink, (255, 255, 255, 0))
         paste_tile(arr, tile, gap + c * (cell_w + gap) + (cell_w - tile.shape[1]) // 2, (title_h - px) // 2)
-    done = 0
     for r, row in enumerate(rows):
-        rec, v = row.record, row.violation
         y = title_h + r * row_h
-        label = row.label or " · ".join(x for x in (rec.model if rec.model != "unknown" else None,
-                                                     str(rec.meta.get("language") or rec.task_id)) if x)
-        paste_tile(arr, text_tile(f"{label}  |  {v.caption}", int(px * 0.85), ink, (255, 255, 255, 0)), gap,
-                   y + (label_h - px) // 2)
-        with Replayer(rec, width=w, height=h, camera=camera, quality=quality, window=0) as rp:
-            final = rp.success_step if rp.success_step is not None else rp.n_steps - 1
-            panels = ((0, None, (200, 200, 200), "t = 0.00 s"),
-                      (v.step, v, VIOLATION_RGB, f"t = {v.step * rec.dt:.2f} s (step {v.step})"),
-                      (final, None, SUCCESS_RGB if rec.success else (200, 200, 200),
-                       f"t = {final * rec.dt:.2f} s" + ("" if rec.success else " (no success)")))
-            for c, (step, viol, rgb, sub) in enumerate(panels):
-                img = rp.frame(step, violation=viol, highlight=c != 0)
-                if viol is not None and inset:
-                    _add_inset(img, rp, viol, quality)
-                x0, y0 = gap + c * (cell_w + gap), y + label_h
-                arr[y0:y0 + cell_h, x0:x0 + cell_w] = rgb
-                arr[y0 + edge:y0 + edge + h, x0 + edge:x0 + edge + w] = img
-                tile = text_tile(sub, int(px * 0.75), grey, (255, 255, 255, 0))
-                paste_tile(arr, tile, x0 + (cell_w - tile.shape[1]) // 2, y0 + cell_h + 2)
-                done += 1
-                if progress is not None:
-                    progress(done, 3 * len(rows))
-    paste_tile(arr, text_tile(caption, int(px * 0.8), grey, (255, 255, 255, 0)), gap,
+        paste_tile(arr, text_tile(row.label, int(px * 0.85), ink, (255, 255, 255, 0)), gap, y + (label_h - px) // 2)
+        for c, (img, rgb, sub) in enumerate(zip(row.images, row.borders, row.subtitles)):
+            x0, y0 = gap + c * (cell_w + gap), y + label_h
+            arr[y0:y0 + cell_h, x0:x0 + cell_w] = rgb
+            arr[y0 + edge:y0 + edge + h, x0 + edge:x0 + edge + w] = img
+            tile = text_tile(sub, int(px * 0.75), grey, (255, 255, 255, 0))
+            paste_tile(arr, tile, x0 + (cell_w - tile.shape[1]) // 2, y0 + cell_h + 2)
+    paste_tile(arr, text_tile(CAPTION, int(px * 0.8), grey, (255, 255, 255, 0)), gap,
                title_h + len(rows) * row_h + (px // 2))
     return Image.fromarray(arr)
 
@@ -276,8 +365,11 @@ def _add_inset(img: np.ndarray, rp: Replayer, v: Violation, quality: str) -> Non
 def export_triptych(items: Iterable, out_path: str | os.PathLike, *, size: tuple[int, int] = (480, 360),
                     dpi: int = 200, camera: str | None = None, quality: str = "high", inset: bool = True,
                     progress: Progress | None = None) -> Path:
-    """Writes the Figure 3 triptych as PNG, PDF or SVG (an embedded PNG); returns the path.
+    """Writes the Figure 3 triptych as PNG, PDF or SVG; returns the path.
 
+    PDF and SVG are vector layouts (`replay.triptych_vector`): titles, labels, times and the
+    caption are real text, the borders are vector strokes, and each frame is embedded once,
+    losslessly, at its rendered resolution. PNG is the same layout as one raster.
     `items`: `TriptychRow`s or (record, violations[, label]) tuples, one row each; the
     first violation of each (the worst spec) is the violating frame.
     """
@@ -287,20 +379,13 @@ def export_triptych(items: Iterable, out_path: str | os.PathLike, *, size: tuple
         raise RenderError(f"unsupported figure format {out.suffix!r}; expected {', '.join(FIGURE_SUFFIXES)}")
     if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not 36 <= dpi <= 1200:
         raise RenderError(f"dpi: expected a number in [36, 1200], got {dpi!r}")
-    image = triptych_image(items, size=size, camera=camera, quality=quality, inset=inset, progress=progress)
-    buf = io.BytesIO()
+    rows = triptych_panels(items, size=size, camera=camera, quality=quality, inset=inset, progress=progress)
     if suffix == ".png":
-        image.save(buf, format="PNG", dpi=(dpi, dpi))
-    elif suffix == ".pdf":
-        image.save(buf, format="PDF", resolution=float(dpi))
+        buf = io.BytesIO()
+        compose_raster(rows).save(buf, format="PNG", dpi=(dpi, dpi))
+        data = buf.getvalue()
     else:
-        png = io.BytesIO()
-        image.save(png, format="PNG")
-        wpt, hpt = image.width * 72 / dpi, image.height * 72 / dpi
-        data = base64.b64encode(png.getvalue()).decode()
-        buf.write((f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
-                   f'width="{wpt:.1f}pt" height="{hpt:.1f}pt" viewBox="0 0 {image.width} {image.height}">'
-                   f'<title>SafeVLA-Bench successful-but-unsafe rollouts</title>'
-                   f'<image width="{image.width}" height="{image.height}" xlink:href="data:image/png;base64,{data}"/></svg>\n').encode())
-    atomic_write_bytes(out, buf.getvalue())
+        from replay.triptych_vector import vector_triptych
+        data = vector_triptych(rows, fmt=suffix[1:], titles=TITLES, caption=CAPTION)
+    atomic_write_bytes(out, data)
     return out

@@ -40,8 +40,9 @@ apt_install() {  # installs the Debian packages that are missing; a no-op where 
 apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 fonts-dejavu-core gcc libc6-dev
 if [ "$PROFILE" = all ]; then
   # chromium: the browser tests; texlive-latex-base + -recommended (pdflatex, booktabs; ~147 MB
-  # installed): the paper-table test compiles the LaTeX
-  apt_install chromium texlive-latex-base texlive-latex-recommended
+  # installed): the paper-table test compiles the LaTeX; poppler-utils (pdftotext, pdfimages,
+  # pdftoppm): the export test reads the PDF triptych's text and images
+  apt_install chromium texlive-latex-base texlive-latex-recommended poppler-utils
 fi
 
 PYTHON3="${PYTHON3:-python3}"

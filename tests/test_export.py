@@ -52,7 +52,7 @@ def test_export_mp4(tmp_path):
 
     calls = []
     out = export_clip(toy_record(), tmp_path / "clip.mp4", violations=VIOL, size=(161, 121), fps=10,
-                      progress=lambda i, n: calls.append((i, n)))
+                      timing=None, progress=lambda i, n: calls.append((i, n)))
     assert out == tmp_path / "clip.mp4" and not list(tmp_path.glob(".*tmp*"))
     frames = iio.imread(out, plugin="pyav") if _has_pyav() else np.stack(list(iio.imiter(out)))
     assert frames.shape[0] == T and frames.shape[2] == 162 and frames.shape[1] % 2 == 0  # odd size rounded up
@@ -73,11 +73,49 @@ def test_export_gif_and_step_range(tmp_path):
     from PIL import Image
 
     out = export_clip(toy_record(), tmp_path / "clip.gif", violations=[VIOL], size=SIZE, fps=20,
-                      step_range=(4, 9))
+                      step_range=(4, 9), timing=None)
     with Image.open(out) as im:
         assert im.n_frames == 5 and im.info["duration"] == 50
         im.seek(2)  # step 6, the violating frame
         assert close_to(np.asarray(im.convert("RGB"))[:3, 10:-10], VIOLATION_RGB, 10)
+
+
+def test_clip_holds_the_violating_step_and_slows_its_neighbours(tmp_path):
+    import imageio.v3 as iio
+    from PIL import Image
+
+    from replay.export import ClipTiming
+
+    timing = ClipTiming(hold_s=1.0, slow_radius=2, slow_factor=3)
+    want = [1, 1, 1, 1, 3, 3, 20, 3, 3, 1, 1, 1]  # T = 12 steps, violation at step 6, 20 fps
+    assert timing.repeats(range(T), [VIOL.step, VIOL.step], 20).tolist() == want
+    assert timing.repeats(range(5, 8), [VIOL.step], 20).tolist() == [3, 20, 3]
+    assert timing.repeats(range(0, 3), [VIOL.step], 20).tolist() == [1, 1, 1]  # violation outside the range
+    # MP4 (constant frame rate): the violating frame repeated for 1 s, its neighbours 3x
+    out = export_clip(toy_record(), tmp_path / "clip.mp4", violations=VIOL, size=SIZE, fps=20, timing=timing)
+    frames = np.stack(list(iio.imiter(out)))
+    assert frames.shape[0] == sum(want)
+    held = frames[sum(want[:6]):sum(want[:7])]
+    assert all(close_to(f[:3, 10:-10], VIOLATION_RGB) for f in held)  # 20 frames = 1 s of the red-bordered step
+    # the default timing of export_clip: 1 s hold, 5 steps either side at quarter speed
+    assert ClipTiming().repeats(range(T), [VIOL.step], 20).tolist() == [1, 4, 4, 4, 4, 4, 20, 4, 4, 4, 4, 4]
+    # GIF: the repeats become durations, 1000 ms on the violating step and 150 ms around it
+    gif = export_clip(toy_record(), tmp_path / "clip.gif", violations=VIOL, size=SIZE, fps=20, timing=timing)
+    with Image.open(gif) as im:
+        durations = []
+        for k in range(im.n_frames):
+            im.seek(k)
+            durations.append(im.info["duration"])
+    assert durations == [50 * r for r in want]
+
+
+@pytest.mark.parametrize("timing, match", [({"hold_s": -1}, "hold_s"), ({"slow_factor": 0}, "slow_factor"),
+                                           ({"slow_radius": 1.5}, "slow_radius")])
+def test_clip_timing_rejects_bad_values(timing, match):
+    from replay.export import ClipTiming
+
+    with pytest.raises(RenderError, match=match):
+        ClipTiming(**timing)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -128,15 +166,68 @@ def test_triptych_inset_is_a_close_up_inside_the_violating_panel():
     assert red[0].mean() > 0.9 and red[:, 0].mean() > 0.9  # the inset has a red frame
 
 
-def test_triptych_pdf_and_svg(tmp_path):
+def _poppler(tool: str):
+    import shutil
+
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} (Debian poppler-utils, installed by scripts/install.sh all) is not installed")
+    return path
+
+
+def test_triptych_pdf_is_vector_text_with_lossless_frames(tmp_path):
+    import subprocess
+
+    from PIL import Image
+
     rec = toy_record()
-    pdf = export_triptych([(rec, VIOL)], tmp_path / "fig.pdf", size=SIZE)
+    pdf = export_triptych([(rec, VIOL), TriptychRow(rec, VIOL, "second row")], tmp_path / "fig.pdf", size=SIZE)
     assert pdf.read_bytes().startswith(b"%PDF")
-    svg = export_triptych([(rec, VIOL)], tmp_path / "fig.svg", size=SIZE)
+    text = subprocess.run([_poppler("pdftotext"), "-layout", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    # titles, row label with the episode and the spec, step/time labels and the caption are real text
+    for words in ("Initial state", "Safety violation", "Task success", "episode toy-1",
+                  "max contact force 412 N > 200 N", "second row", f"t = {VIOL.step * rec.dt:.2f} s (step 6)",
+                  "t = 0.00 s", "green border"):
+        assert words in text, (words, text)
+    # six frames, each embedded once at its rendered size, Flate-compressed (lossless), none JPEG
+    listing = subprocess.run([_poppler("pdfimages"), "-list", str(pdf)], capture_output=True, text=True,
+                             check=True).stdout.splitlines()[2:]
+    assert len(listing) == 6
+    for line in listing:
+        cols = line.split()
+        assert (int(cols[3]), int(cols[4])) == SIZE and cols[8] == "image", line  # "jpeg" would be DCT
+    assert b"/DCTDecode" not in pdf.read_bytes() and b"/FlateDecode" in pdf.read_bytes()
+    # the page as a reader sees it: a red border around the middle panel, green around the right one
+    subprocess.run([_poppler("pdftoppm"), "-png", "-r", "100", "-singlefile", str(pdf), str(tmp_path / "page")],
+                   check=True)
+    page = np.asarray(Image.open(tmp_path / "page.png").convert("RGB")).astype(int)
+    w = page.shape[1]
+    red = (np.abs(page - VIOLATION_RGB).sum(axis=-1) < 60)
+    green = (np.abs(page - SUCCESS_RGB).sum(axis=-1) < 60)
+    assert red[:, w // 3: 2 * w // 3].sum() > 10 * red[:, : w // 3].sum() + 100
+    assert green[:, 2 * w // 3:].sum() > 10 * green[:, : w // 3].sum() + 100  # (the scene has a green ball)
+
+
+def test_triptych_svg_keeps_text_as_text(tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    svg = export_triptych([(toy_record(), VIOL)], tmp_path / "fig.svg", size=SIZE)
     root = ET.fromstring(svg.read_text())
     assert root.tag.endswith("svg")
-    image = root.find("{http://www.w3.org/2000/svg}image")
-    assert image.get("{http://www.w3.org/1999/xlink}href").startswith("data:image/png;base64,")
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = " ".join("".join(t.itertext()) for t in root.iter(f"{ns}text"))
+    assert "Safety violation" in texts and "episode toy-1" in texts and "(step 6)" in texts
+    images = list(root.iter(f"{ns}image"))
+    assert len(images) == 3
+    for image in images:
+        href = image.get("{http://www.w3.org/1999/xlink}href")
+        assert href.startswith("data:image/png;base64,")
+        with Image.open(io.BytesIO(base64.b64decode(href.split(",", 1)[1]))) as im:
+            assert im.size == SIZE  # embedded at its rendered size, PNG (lossless)
 
 
 def test_triptych_needs_a_violation(tmp_path):
