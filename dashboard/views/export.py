@@ -142,24 +142,47 @@ def replay_section(c: C.Ctx) -> None:
         return
     a, b = st.columns(2)
     with a:
-        fmt = st.radio("Triptych format", ["png", "pdf", "svg"], horizontal=True, key="x_tri_fmt",
-                       format_func=FORMATS.get)
-        got = C.render_button_ui("Render triptych (Figure 3)", key="x_tri", tag=(tuple(chosen), c.items),
-                                 what="the triptych", type="primary",
-                                 render=functools.partial(_triptych, c, chosen, fmt))
-        if got is not None:
-            shown, blob = got
-            if shown == "png":
-                st.image(blob, width="stretch")
-            st.download_button(f"Download triptych ({FORMATS[shown]})", blob, file_name=f"triptych.{shown}",
-                               mime=charts.EXPORT_FORMATS[shown], key="x_tri_dl")
+        triptych_ui(c, chosen)
     with b:
-        got = C.render_button_ui("Render clips (MP4)", key="x_clips", tag=c.items, what="the clips",
-                                 render=functools.partial(_clips, c, chosen))
-        for eid, blob in (got or {}).items():
-            if eid in chosen:
-                st.download_button(f"{eid}.mp4", blob, file_name=C.file_safe(eid) + ".mp4", mime="video/mp4",
-                                   key=f"x_clip_{C.file_safe(eid)}")
+        clips_ui(c, chosen)
+
+
+def triptych_ui(c: C.Ctx, chosen: list[str]) -> None:
+    """Format, render button, preview (PNG) and download. The format is part of what the
+    result was made from, so changing it drops the old download instead of offering a file
+    in the old format under the new choice."""
+    fmt = st.radio("Triptych format", ["png", "pdf", "svg"], horizontal=True, key="x_tri_fmt",
+                   format_func=FORMATS.get,
+                   help="PDF and SVG are vector pages: the titles, episode, spec and times are text, and the frames "
+                        "are embedded losslessly")
+    tag = (tuple(chosen), c.items, fmt)
+    kept = st.session_state.get("_x_tri")
+    got = C.render_button_ui("Render triptych (Figure 3)", key="x_tri", tag=tag, what="the triptych", type="primary",
+                             render=functools.partial(_triptych, c, chosen, fmt))
+    if got is None:
+        if kept is not None and kept[0][:2] == tag[:2] and kept[0][2] != fmt:
+            st.caption(f"The last triptych was rendered as {FORMATS[kept[0][2]]}; render it again for "
+                       f"{FORMATS[fmt]}.")
+        return
+    shown, blob = got
+    if shown == "png":
+        st.image(blob, width="stretch")
+    st.download_button(f"Download triptych ({FORMATS[shown]})", blob, file_name=f"triptych.{shown}",
+                       mime=charts.EXPORT_FORMATS[shown], key=f"x_tri_dl_{shown}")
+
+
+def clips_ui(c: C.Ctx, chosen: list[str]) -> None:
+    """Render button, then each chosen episode's clip as a preview with its download. Clips
+    hold the violating step for 1 s and slow the steps around it (`replay.export.ClipTiming`)."""
+    got = C.render_button_ui("Render clips (MP4)", key="x_clips", tag=(tuple(chosen), c.items), what="the clips",
+                             render=functools.partial(_clips, c, chosen))
+    st.caption("Each clip holds the violating step for 1 s and plays the 5 steps either side of it 4x slower.")
+    for eid, blob in (got or {}).items():
+        if eid in chosen:
+            st.markdown(f"`{eid}`")
+            st.video(blob, format="video/mp4", muted=True, loop=True)
+            st.download_button(f"{eid}.mp4", blob, file_name=C.file_safe(eid) + ".mp4", mime="video/mp4",
+                               key=f"x_clip_{C.file_safe(eid)}")
 
 
 def _triptych(c: C.Ctx, chosen: list[str], fmt: str, progress) -> tuple[str, bytes]:
