@@ -166,7 +166,8 @@ def answer_ui(pairs, a: str, b: str, *, groups=("overall",)) -> None:
     st.markdown(f"#### {verdict(pair_result(pairs, a, b, 'safety'))}")
     for metric in ("sr", "sbu", "vsi"):
         st.caption(verdict(pair_result(pairs, a, b, metric)))
-    C.show(forest_chart(forest_frame(pairs, a, b, groups=groups), a, b), key="cmp_forest")
+    # at its own width: a stretched vconcat overflows the page at 1280 px
+    C.show(forest_chart(forest_frame(pairs, a, b, groups=groups), a, b), key="cmp_forest", width="content")
 
 
 PAIRED_METHODS = (
@@ -200,7 +201,8 @@ def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     from scoring.compare_cli import unpaired_table
     from scoring.tables import to_markdown
 
-    st.warning(f"No paired comparison: {why}. Shown instead: an **unpaired** comparison, the models as "
+    why = why if why.endswith((".", "?", "!")) else f"{why}."
+    st.warning(f"No paired comparison: {why} Shown instead: an **unpaired** comparison, the models as "
                "independent samples (weaker than a paired one).", icon=":material/link_off:")
     try:
         with st.spinner("Comparing the models as independent samples …"):
@@ -212,7 +214,7 @@ def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     methods_ui(paired=False)
     caption, df = unpaired_table(pairs, n_resamples=10_000, seed=0, alpha=0.05)
     st.caption(caption)
-    show = df[_is_pair(df["model A"], df["model B"], a, b)]
+    show = _answer_first(df[_is_pair(df["model A"], df["model B"], a, b)])
     st.dataframe(show, hide_index=True, width="stretch", key="cmp_unpaired_pairs")
     st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_unpaired_pairs.md",
                        mime="text/markdown", key="cmp_unpaired_md")
@@ -241,6 +243,14 @@ def _is_pair(first, second, a: str, b: str):
     return ((first == a) & (second == b)) | ((first == b) & (second == a))
 
 
+def _answer_first(table):
+    """The pair table with the difference, its interval and the p-values right after the
+    metric, so they stay on screen at 1280 px; the counts and model names follow."""
+    first = [col for col in table.columns if col in ("metric", "A", "B", "A - B") or col.endswith("CI")
+             or col.startswith("p") or col == "significant"]
+    return table[first + [col for col in table.columns if col not in first]]
+
+
 def tables_ui(c: C.Ctx, cmp, tables: dict, a: str, b: str) -> None:
     """The tables of the chosen pair only (the downloads keep every pair of the chosen models)."""
     from scoring.tables import to_markdown
@@ -252,7 +262,8 @@ def tables_ui(c: C.Ctx, cmp, tables: dict, a: str, b: str) -> None:
     with tabs[0]:
         caption, df = tables["compare_pairs"]
         st.caption(caption + " b = only A has the outcome, c = only B: the discordant counts McNemar tests.")
-        show = df[(df["group"] == group) & _is_pair(df["model A"], df["model B"], a, b)].drop(columns=["group"])
+        show = _answer_first(df[(df["group"] == group) & _is_pair(df["model A"], df["model B"], a, b)]
+                             .drop(columns=["group"]))
         # counts are "—" for VSI: show mixed columns as text (Arrow needs one type per column)
         show = show.astype({col: str for col in show.columns if show[col].dtype == object})
         st.dataframe(show, hide_index=True, width="stretch", key="cmp_pairs")
