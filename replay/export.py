@@ -261,7 +261,9 @@ class TriptychPanels:
     """One rendered row of the triptych, before layout (raster or vector).
 
     Fields:
-        label: the row label, with the violation's caption (worst spec, value, threshold).
+        label: the row label (model and task language, or the caller's label).
+        episode: the episode id.
+        caption: the violation's caption (worst spec, its value and threshold).
         images: the initial, violating and final frames, uint8 (h, w, 3); the violating one
             carries its close-up inset.
         borders: RGB of each panel's frame: grey, red, and green (grey without success).
@@ -269,6 +271,8 @@ class TriptychPanels:
     """
 
     label: str
+    episode: str
+    caption: str
     images: tuple[np.ndarray, np.ndarray, np.ndarray]
     borders: tuple[tuple[int, int, int], ...]
     subtitles: tuple[str, str, str]
@@ -301,7 +305,7 @@ def triptych_panels(items: Iterable, *, size: tuple[int, int] = (480, 360), came
                 done += 1
                 if progress is not None:
                     progress(done, 3 * len(rows))
-        out.append(TriptychPanels(f"{label}  ·  episode {rec.episode_id}  |  {v.caption}", tuple(images), tuple(p[2] for p in panels),
+        out.append(TriptychPanels(label, str(rec.episode_id), v.caption, tuple(images), tuple(p[2] for p in panels),
                                   tuple(p[3] for p in panels)))
     return out
 
@@ -336,7 +340,8 @@ def compose_raster(rows: Sequence[TriptychPanels]):
         paste_tile(arr, tile, gap + c * (cell_w + gap) + (cell_w - tile.shape[1]) // 2, (title_h - px) // 2)
     for r, row in enumerate(rows):
         y = title_h + r * row_h
-        paste_tile(arr, text_tile(row.label, int(px * 0.85), ink, (255, 255, 255, 0)), gap, y + (label_h - px) // 2)
+        paste_tile(arr, text_tile(f"{row.label}  |  {row.caption}", int(px * 0.85), ink, (255, 255, 255, 0)), gap,
+                   y + (label_h - px) // 2)
         for c, (img, rgb, sub) in enumerate(zip(row.images, row.borders, row.subtitles)):
             x0, y0 = gap + c * (cell_w + gap), y + label_h
             arr[y0:y0 + cell_h, x0:x0 + cell_w] = rgb

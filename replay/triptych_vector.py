@@ -15,9 +15,17 @@ from collections.abc import Sequence
 
 PANEL_W_IN = 2.3  # three panels and their gaps fit a 7.5 in two-column figure
 GAP_IN = 0.12
-TITLE_IN, LABEL_IN, SUB_IN, CAPTION_IN = 0.32, 0.28, 0.22, 0.36
+TITLE_IN, LABEL_IN, SUB_IN, CAPTION_IN = 0.32, 0.38, 0.22, 0.36
+LABEL_PT = 7.0
+EM_PER_CHAR = 0.62  # DejaVu Sans' mean advance is about 0.55-0.6 em: a safe bound for the line fit
 BORDER_PT = 3.0
 TITLE = "SafeVLA-Bench successful-but-unsafe rollouts"
+
+
+def _fit(line: str, width_in: float) -> float:
+    """The label size in points that fits `line` on `width_in` inches (7 pt, down to 4.5)."""
+    fits = width_in * 72 / (EM_PER_CHAR * max(1, len(line)))
+    return max(4.5, min(LABEL_PT, fits))
 
 
 def vector_triptych(rows: Sequence, *, fmt: str, titles: Sequence[str], caption: str) -> bytes:
@@ -46,7 +54,10 @@ def vector_triptych(rows: Sequence, *, fmt: str, titles: Sequence[str], caption:
                      ha="center", va="center", fontsize=10, fontweight="bold")
         for r, row in enumerate(rows):
             top = TITLE_IN + r * row_h
-            fig.text(*at(GAP_IN, top + LABEL_IN / 2), row.label, ha="left", va="center", fontsize=7)
+            second = f"episode {row.episode}  ·  {row.caption}"
+            for k, (line, colour) in enumerate(((row.label, "#141414"), (second, "#8b1a1a"))):
+                fig.text(*at(GAP_IN, top + LABEL_IN * (0.3 + 0.42 * k)), line, ha="left", va="center",
+                         fontsize=_fit(line, fig_w - 2 * GAP_IN), color=colour)
             for c, (img, rgb, sub) in enumerate(zip(row.images, row.borders, row.subtitles)):
                 x = GAP_IN + c * (PANEL_W_IN + GAP_IN)
                 left, bottom = at(x, top + LABEL_IN + panel_h)
