@@ -459,7 +459,7 @@ def _pair_clip_job(svc, keys, recs, vss, labels, fps, out: str, progress) -> Non
     import imageio.v2 as iio
 
     from dashboard.replay_bridge import FRAME_SIZE
-    from replay.export import Timeline
+    from replay.export import ClipTiming, Timeline
     from replay.highlight import paste_tile, text_tile
 
     rps = [svc._replayer(k, r, tuple(FRAME_SIZE)) for k, r in zip(keys, recs)]
@@ -470,6 +470,8 @@ def _pair_clip_job(svc, keys, recs, vss, labels, fps, out: str, progress) -> Non
         head = np.full((28, rp.width, 3), 32, np.uint8)  # the label strip above each clip
         heads.append(paste_tile(head, text_tile(label, 14, (255, 255, 255), (0, 0, 0, 0)), 6, 4))
     n = max(rp.n_steps for rp in rps)
+    # either side's violating step is held 1 s and its neighbours slowed, as in `export_clip`
+    repeats = ClipTiming().repeats(range(n), [v.step for vs in vss for v in vs], fps)
     writer = iio.get_writer(out, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
                             macro_block_size=1, ffmpeg_log_level="error",
                             output_params=["-preset", "veryfast", "-crf", "20"])
@@ -482,7 +484,9 @@ def _pair_clip_job(svc, keys, recs, vss, labels, fps, out: str, progress) -> Non
             h = max(p.shape[0] for p in panels)
             panels = [np.pad(p, ((0, h - p.shape[0]), (0, 0), (0, 0)), constant_values=255) for p in panels]
             gap = np.full((h, 8, 3), 255, np.uint8)
-            writer.append_data(np.concatenate([panels[0], *[x for p in panels[1:] for x in (gap, p)]], axis=1))
+            frame = np.concatenate([panels[0], *[x for p in panels[1:] for x in (gap, p)]], axis=1)
+            for _ in range(int(repeats[step])):
+                writer.append_data(frame)
             if progress is not None:
                 progress(step + 1, n)
     finally:

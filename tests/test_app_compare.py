@@ -317,6 +317,22 @@ def test_side_by_side_frames_figure_and_clip_render(store, eps):
     ok(at)
     assert len(at.get("video")) == 1
     assert any(b.proto.label == "Download clip (MP4)" for b in at.get("download_button"))
+    # either side's violating step is held 1 s and its neighbours slowed (replay.export.ClipTiming)
+    import io
+
+    import imageio.v3 as iio
+
+    from dashboard import common as C
+    from dashboard import data as D
+    from replay.export import ClipTiming
+
+    data = D.open_store(store)
+    steps = [v.step for e in (row["episode_id_a"], row["episode_id_b"])
+             for v in C.violations(data, data.key, data.index_of(e), ())]
+    assert steps
+    n = max(row_steps(eps, row))
+    frames = iio.imread(io.BytesIO(at.session_state["_cmp_clip_go"][1]), extension=".mp4", index=None)
+    assert frames.shape[0] == ClipTiming().repeats(range(n), steps, 20).sum() >= n + 19
 
 
 @pytest.mark.render
