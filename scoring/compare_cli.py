@@ -62,7 +62,8 @@ def run_compare(args) -> int:
             cmp = compare_models(episodes, args.models, by=by, alpha=args.alpha, n_resamples=args.resamples,
                              seed=args.seed)
     except SafeVLAError as exc:
-        if "is shared by all of" in str(exc):
+        # no shared key, or keys that do not tell episodes apart (e.g. no seeds recorded): not pairable
+        if "is shared by all of" in str(exc) or "expected at most one per" in str(exc):
             raise SafeVLAError(f"{exc} (--unpaired compares them as independent samples)") from exc
         raise
     paths = write_tables(comparison_tables(cmp), out)

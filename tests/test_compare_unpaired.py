@@ -111,3 +111,12 @@ def test_cli_unpaired(tmp_path, capsys):
     assert f"verdict: {verdict(pair_result(pairs, 'a', 'b', 'safety'))}" in out
     table = pd.read_csv(tmp_path / "out" / "compare_unpaired_pairs.csv")
     assert len(table) == 4 and set(table["test"]) == {"two-proportion score test", "two-sample bootstrap"}
+
+
+def test_cli_points_to_unpaired_when_keys_do_not_separate_episodes(tmp_path, capsys):
+    eps = unpaired_episodes().assign(seed=None, init_state=None)  # no seeds or init states recorded
+    store = write_store(tmp_path / "store", eps)
+    assert main(["compare", str(store), "--models", "a", "b", "--resamples", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "expected at most one per" in err and "--unpaired" in err and err.strip().count("\n") == 0
+    assert main(["compare", str(store), "--models", "a", "b", "--unpaired", "--resamples", "100"]) == 0
