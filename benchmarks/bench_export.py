@@ -76,7 +76,8 @@ def main() -> None:
         "bench": "export", "rows": len(rows), "panel_px": [480, 360], "render_panels_s": round(render_s, 2),
         "raster_pdf_s": round(raster_s, 3), "raster_pdf_bytes": len(raster),
         "vector_pdf_s": round(vector_s, 3), "vector_pdf_bytes": len(vector),
-        "vector_vs_raster_time": round(vector_s / raster_s, 2), "vector_vs_raster_bytes": round(len(vector) / len(raster), 2),
+        "vector_vs_raster_time": round(vector_s / raster_s, 2),
+        "vector_vs_raster_bytes": round(len(vector) / len(raster), 2),
         "raster_pdf_jpeg": b"/DCTDecode" in raster, "vector_pdf_jpeg": b"/DCTDecode" in vector,
         "compare_paired_s": round(paired_s, 3), "compare_unpaired_s": round(unpaired_s, 3),
         "unpaired_vs_paired_time": round(unpaired_s / paired_s, 2), "episodes": len(episodes)}))

@@ -20,7 +20,8 @@ from scoring.ranking import HIGHER_IS_BETTER, LABELS, METRICS
 FAVOURS_COLORS = {"A": "#1b7837", "B": "#762a83", "neither": "#8c8c8c"}
 
 
-def forest_frame(pairs: pd.DataFrame, model_a: str, model_b: str, *, groups: Sequence[str] = ("overall",)) -> pd.DataFrame:
+def forest_frame(pairs: pd.DataFrame, model_a: str, model_b: str, *,
+                 groups: Sequence[str] = ("overall",)) -> pd.DataFrame:
     """One row per (metric, group): `diff`, `lo`, `hi` (percentage points for rates, VSI
     units for VSI; A - B), `p`, `significant`, `favours` ("A", "B" or "neither": the model
     the significant difference is good for, given the metric's direction) and `row` (label)."""

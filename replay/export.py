@@ -279,7 +279,8 @@ class TriptychPanels:
 
 
 def triptych_panels(items: Iterable, *, size: tuple[int, int] = (480, 360), camera: str | None = None,
-                    quality: str = "high", inset: bool = True, progress: Progress | None = None) -> list[TriptychPanels]:
+                    quality: str = "high", inset: bool = True,
+                    progress: Progress | None = None) -> list[TriptychPanels]:
     """Renders the three frames of every (record, violation) item: one `TriptychPanels` each."""
     rows = [_row(it) for it in items]
     if not rows:

@@ -88,7 +88,8 @@ def verdict(res: PairResult) -> str:
     how = f"({res.test}, {p}, {res.n})"
     if not res.significant:
         return (f"No significant {LABELS[res.metric]} difference between {res.model_a} and {res.model_b}: "
-                f"A − B = {format_diff(res.metric, res.diff)} {_interval(res.metric, res.diff_lo, res.diff_hi)} {how}.")
+                f"A − B = {format_diff(res.metric, res.diff)} {_interval(res.metric, res.diff_lo, res.diff_hi)} "
+                f"{how}.")
     a_better = (res.diff > 0) == HIGHER_IS_BETTER[res.metric]
     better, worse = (res.model_a, res.model_b) if a_better else (res.model_b, res.model_a)
     # the gap as the better model's advantage: |diff| with the interval turned the same way
