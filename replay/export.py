@@ -128,6 +128,11 @@ class ClipTiming:
                 out[v - steps.start] = max(out[v - steps.start], hold)
         return out
 
+    def frame_steps(self, steps: range, violation_steps: Iterable[int], fps: float) -> np.ndarray:
+        """The step each frame of the clip shows (int array, one entry per frame): what a
+        player synced to the clip's time needs, since time no longer maps to step / fps."""
+        return np.repeat(np.arange(steps.start, steps.stop), self.repeats(steps, violation_steps, fps))
+
 
 def iter_clip_frames(record: EpisodeRecord | str | os.PathLike, *, violations=(), size=(640, 480),
                      window: int | None = None, step_range: tuple[int, int] | None = None,

@@ -91,6 +91,9 @@ def test_clip_holds_the_violating_step_and_slows_its_neighbours(tmp_path):
     assert timing.repeats(range(T), [VIOL.step, VIOL.step], 20).tolist() == want
     assert timing.repeats(range(5, 8), [VIOL.step], 20).tolist() == [3, 20, 3]
     assert timing.repeats(range(0, 3), [VIOL.step], 20).tolist() == [1, 1, 1]  # violation outside the range
+    shown = timing.frame_steps(range(T), [VIOL.step], 20)  # frame -> step, for a player synced to the clip
+    assert len(shown) == sum(want) and shown[0] == 0 and shown[-1] == T - 1
+    assert (shown == VIOL.step).sum() == 20 and (np.diff(shown) >= 0).all()
     # MP4 (constant frame rate): the violating frame repeated for 1 s, its neighbours 3x
     out = export_clip(toy_record(), tmp_path / "clip.mp4", violations=VIOL, size=SIZE, fps=20, timing=timing)
     frames = np.stack(list(iio.imiter(out)))
