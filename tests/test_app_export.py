@@ -101,3 +101,24 @@ def test_rendered_clips_are_previewed_and_hold_the_violation(store):
         run = run + 1 if d < 0.5 else 0
         longest = max(longest, run)
     assert longest >= 19
+
+
+def test_forest_plot_is_among_the_exported_charts(store):
+    from dashboard import charts
+    from dashboard.forest import forest_chart, forest_frame
+    from scoring.compare_unpaired import compare_unpaired
+
+    at, _ = export_page(store)
+    box = at.selectbox(key="x_chart")
+    models = sorted(pd.read_parquet(store / "episodes.parquet")["model"].unique())
+    label = f"Compare: {models[0]} vs {models[1]}, every difference with its 95% CI (forest plot)"
+    assert label in box.options  # options show their labels
+    box.set_value("compare_forest").run()
+    ok(at)
+    assert at.selectbox(key="x_chart").value == "compare_forest"
+    assert any(b.proto.label.startswith("Download ") for b in at.get("download_button") if "triptych" not in b.proto.label)
+    # this synthetic store's models drew their own seeds: the forest is the unpaired one, and it exports
+    eps = pd.read_parquet(store / "episodes.parquet")
+    chart = forest_chart(forest_frame(compare_unpaired(eps, models, n_resamples=200), models[0], models[1]),
+                         models[0], models[1])
+    assert charts.chart_bytes(chart, "pdf").startswith(b"%PDF")

@@ -43,6 +43,14 @@ def chart_catalog(c: C.Ctx) -> dict:
                 lambda k=k: charts.sensitivity_chart(C.sensitivity(data, c.key, k.name),
                                                      current=c.knobs[k.name], default=defaults[k.name],
                                                      label=k.label, unit=k.unit))
+    models = sorted(data.episodes["model"].astype(str).unique())
+    if len(models) >= 2:
+        chosen = tuple(m for m in (S.get("cmp_models") or models) if m in models)
+        chosen = chosen if len(chosen) >= 2 else tuple(models)
+        a = S.get("cmp_a") if S.get("cmp_a") in chosen else chosen[0]
+        b = S.get("cmp_b") if S.get("cmp_b") in chosen and S.get("cmp_b") != a else next(m for m in chosen if m != a)
+        out["compare_forest"] = (f"Compare: {a} vs {b}, every difference with its 95% CI (forest plot)",
+                                 lambda: _forest(c, chosen, a, b))
     eid = S.get("ep")
     i = data.index_of(eid) if eid else None
     if i is not None and not data.missing_trajectory[i]:
@@ -66,6 +74,19 @@ def charts_section(c: C.Ctx) -> None:
                        file_name=f"safevla_{name}.{fmt}", mime=charts.EXPORT_FORMATS[fmt], key="x_chart_dl",
                        type="primary", icon=":material/download:")
     st.altair_chart(chart, width="content")
+
+
+def _forest(c: C.Ctx, models: tuple, a: str, b: str):
+    """The Compare page's forest plot of A vs B: paired, or unpaired when the models share no key."""
+    from dashboard.compare_answer import unpaired_comparison
+    from dashboard.forest import forest_chart, forest_frame
+
+    try:
+        cmp = C.comparison(c.data, c.key, c.items, models)
+        pairs, groups = cmp.pairs, cmp.groups
+    except C.D.SafeVLAError:
+        pairs, groups = unpaired_comparison(c.data, c.key, c.items, models), ("overall",)
+    return forest_chart(forest_frame(pairs, a, b, groups=groups), a, b)
 
 
 def _figure2(c: C.Ctx):
