@@ -292,7 +292,7 @@ def test_export_page_offers_every_chart_and_table(store, tables):
     eps, _ = tables
     at = ok(app(store, page="export", ep=eps[eps["sbu"]]["episode_id"].iloc[0]))
     names = ["sr_vs_safety", "violation_heatmap", "figure2", "sbu_composition", *(f"sensitivity_{k}" for k in
-             ("force", "disp", "tilt", "slip", "torque")), "robustness_margin", "robustness_raw"]
+             ("force", "disp", "tilt", "slip", "torque")), "compare_forest", "robustness_margin", "robustness_raw"]
     box = at.selectbox(key="x_chart")
     assert len(box.options) == len(names) and box.options[0].startswith("SR vs Safety")
     for name in names:
