@@ -15,6 +15,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 from dashboard import state as S
 
 PAGE = "compare"
@@ -183,27 +184,29 @@ def tables_ui(c: C.Ctx, cmp, tables: dict) -> None:
         show = df[df["group"] == group].drop(columns=["group"])
         # counts are "—" for VSI: show mixed columns as text (Arrow needs one type per column)
         show = show.astype({col: str for col in show.columns if show[col].dtype == object})
-        st.dataframe(show, hide_index=True, width="stretch", key="cmp_pairs")
+        vocab.table(show, hide_index=True, width="stretch", key="cmp_pairs", pinned=("metric",),
+                    first=("metric", "model A", "model B", "A - B", "95% CI", "p", "p (Holm)", "significant"))
         st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_pairs.md",
                            mime="text/markdown", key="cmp_pairs_md")
     with tabs[1]:
         caption, df = tables["compare_ranking"]
         st.caption(caption)
-        st.dataframe(df[df["group"] == group].drop(columns=["group"]), hide_index=True, width="stretch",
+        vocab.table(df[df["group"] == group].drop(columns=["group"]), hide_index=True, width="stretch",
                      key="cmp_ranking")
     with tabs[2]:
         caption, df = tables["compare_rank_agreement"]
         st.caption(caption)
-        st.dataframe(df, hide_index=True, width="stretch", key="cmp_agreement")
+        vocab.table(df, hide_index=True, width="stretch", key="cmp_agreement")
         caption, flips = tables["compare_flips"]
         if len(flips):
             st.caption(caption)
-            st.dataframe(flips, hide_index=True, width="stretch", key="cmp_flips")
+            vocab.table(flips, hide_index=True, width="stretch", key="cmp_flips",
+                        first=("ahead by SR", "ahead by Safety", "p SR (Holm)", "p Safety (Holm)", "both significant"))
         else:
             st.caption("No rank flips: SR and Safety order every pair of models the same way.")
     with tabs[3]:
         if len(cmp.unpaired):
-            st.dataframe(cmp.unpaired, hide_index=True, width="stretch", key="cmp_unpaired")
+            vocab.table(cmp.unpaired, hide_index=True, width="stretch", key="cmp_unpaired")
         else:
             st.caption("Every key is shared by all chosen models.")
 
@@ -239,7 +242,7 @@ def discordant_ui(c: C.Ctx, d, a: str, b: str, metric: str, key_columns) -> str 
                       "which": "outcome held by", "outcome_a": f"A: {a}", "vsi_a": "A: VSI",
                       "violating_step_a": "A: violating step", "outcome_b": f"B: {b}", "vsi_b": "B: VSI",
                       "violating_step_b": "B: violating step"})
-        st.dataframe(show, key=TABLE_KEY, on_select="rerun", selection_mode="single-row", hide_index=True,
+        vocab.table(show, key=TABLE_KEY, on_select="rerun", selection_mode="single-row", hide_index=True,
                      width="stretch", height=min(38 + 35 * len(show), 420),
                      column_config={"A: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                               format="%.2f"),
