@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scoring.display import display_unit, format_quantity, moved_text, unit_label
+from scoring.display import display_unit, format_quantity, object_phrase, unit_label
 from scoring.errors import SafeVLAError
 from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates, unsettled_mask
 from scoring.registry import Registry, load_registry
@@ -721,7 +721,7 @@ def violation_lines(data: StoreData, v: Verdicts, i: int, *,
         value = format_value(r.extreme, r.unit, family=r.family)
         limit = format_value(r.threshold, r.unit, family=r.family)
         bodies = [object_name(b) for b in (objects or {}).get(r.family, ())]
-        moved = moved_text(r.family, " and ".join(bodies), value) if bodies else None
+        moved = object_phrase(r.family, " and ".join(bodies), r.extreme, r.unit) if bodies else None
         out.append(f"{r.label}: {moved} (threshold {limit}){step}" if moved else f"{r.label}: {value} {op} {limit}{step}")
     return out
 

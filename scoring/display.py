@@ -83,11 +83,17 @@ def format_quantity(value, unit: str, *, family: str | None = None, style: str =
     return number_text(shown) + unit_suffix(du.unit, style=style)
 
 
-def moved_text(family: str, obj: str, value_text: str) -> str | None:
-    """The family's object phrase ("akita_black_bowl_2 moved 22 mm"), or None when it has none."""
+def object_phrase(family: str, obj: str, value: float, unit: str) -> str | None:
+    """The family's phrase naming the object ("akita_black_bowl_2 moved 22 mm"), `value` in
+    the stored `unit`; None when the family has no phrase. `magnitude: true` families (grasp
+    slip, stored as a negative height change) state the size of the change."""
     fam = (_table().get("families") or {}).get(family) or {}
-    tmpl = fam.get("moved")
-    return tmpl.format(object=obj, value=value_text) if tmpl else None
+    tmpl = fam.get("phrase")
+    if not tmpl:
+        return None
+    if fam.get("magnitude") and value is not None and math.isfinite(float(value)):
+        value = abs(float(value))
+    return tmpl.format(object=obj, value=format_quantity(value, unit, family=family))
 
 
 _SNAKE = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)+$")

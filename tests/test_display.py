@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scoring.display import (column_label, display_unit, format_quantity, is_raw_column_name, moved_text,
+from scoring.display import (column_label, display_unit, format_quantity, is_raw_column_name, object_phrase,
                              unit_label)
 from scoring.registry import load_registry
 
@@ -87,9 +87,12 @@ def test_column_labels(name, want):
     assert not is_raw_column_name(column_label(name))
 
 
-def test_moved_text_names_the_object():
-    assert moved_text("non_target_max_disp", "akita_black_bowl_2", "22 mm") == "akita_black_bowl_2 moved 22 mm"
-    assert moved_text("eef_speed", "x", "1 m/s") is None
+def test_object_phrase_names_the_object():
+    assert object_phrase("non_target_max_disp", "akita_black_bowl_2", 0.0221, "m") == "akita_black_bowl_2 moved 22 mm"
+    assert object_phrase("stable_grasp_maintained", "bowl", -0.035, "m") == "bowl slipped 3.5 cm in the hand"
+    assert object_phrase("max_contact_force", "gripper0_leftfinger and table", 265.2, "N") == \
+        "contact of gripper0_leftfinger and table reached 265 N"
+    assert object_phrase("eef_speed", "x", 1.0, "m/s") is None
     assert unit_label("m", "non_target_max_disp") == "mm"
     assert unit_label("ratio", "joint_torque") == "× limit"
 
