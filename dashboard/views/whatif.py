@@ -104,7 +104,8 @@ def render() -> None:
                         f"{int((flips['sbu_change'] == 'becomes SBU').sum()):,} become SBU, "
                         f"{int((flips['sbu_change'] == 'leaves SBU').sum()):,} leave SBU.")
             shown = flips.head(FLIP_LIMIT)
-            ev = vocab.table(shown[["model", "suite", "task_id", "change", "sbu_change", "vsi_before", "vsi_after",
+            # half a page wide: model and task pinned, then what changed; the rest scrolls
+            ev = vocab.table(shown[["model", "task_id", "change", "sbu_change", "vsi_before", "vsi_after", "suite",
                                     "episode_id"]], hide_index=True, width="stretch", key="flip_table",
                              on_select="rerun", selection_mode="single-row", height=360,
                              pinned=("model", "task_id"),
