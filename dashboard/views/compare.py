@@ -192,7 +192,7 @@ def tables_ui(c: C.Ctx, cmp, tables: dict) -> None:
         caption, df = tables["compare_ranking"]
         st.caption(caption)
         vocab.table(df[df["group"] == group].drop(columns=["group"]), hide_index=True, width="stretch",
-                     key="cmp_ranking")
+                    key="cmp_ranking")
     with tabs[2]:
         caption, df = tables["compare_rank_agreement"]
         st.caption(caption)
@@ -243,13 +243,13 @@ def discordant_ui(c: C.Ctx, d, a: str, b: str, metric: str, key_columns) -> str 
                       "violating_step_a": "A: violating step", "outcome_b": f"B: {b}", "vsi_b": "B: VSI",
                       "violating_step_b": "B: violating step"})
         vocab.table(show, key=TABLE_KEY, on_select="rerun", selection_mode="single-row", hide_index=True,
-                     width="stretch", height=min(38 + 35 * len(show), 420),
-                     column_config={"A: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
-                                                                              format="%.2f"),
-                                    "B: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
-                                                                              format="%.2f"),
-                                    "A: violating step": st.column_config.NumberColumn(format="%d"),
-                                    "B: violating step": st.column_config.NumberColumn(format="%d")})
+                    width="stretch", height=min(38 + 35 * len(show), 420),
+                    column_config={"A: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                             format="%.2f"),
+                                   "B: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                             format="%.2f"),
+                                   "A: violating step": st.column_config.NumberColumn(format="%d"),
+                                   "B: violating step": st.column_config.NumberColumn(format="%d")})
     else:
         st.info(f"{a} and {b} agree on {label.lower()} on every paired key: nothing to replay.")
         return None

@@ -247,7 +247,7 @@ def render() -> None:
     vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",),
                 formats={"robustness": "%.4g", "worst value": "%.4g", "worst step": "%d", "first violation": "%d"},
                 column_config={"robustness": st.column_config.NumberColumn(format="%.4g"),
-                                "worst value": st.column_config.NumberColumn(format="%.4g")})
+                               "worst value": st.column_config.NumberColumn(format="%.4g")})
     explain(c, i)
 
 
@@ -258,7 +258,7 @@ def explain(c: C.Ctx, i: int) -> None:
         st.warning(table.attrs["note"])
     vocab.table(table, hide_index=True, pinned=("spec",),
                 column_config={"tag sources": st.column_config.TextColumn(width="large"),
-                                "reason": st.column_config.TextColumn(width="large")})
+                               "reason": st.column_config.TextColumn(width="large")})
 
 
 if __name__ == "__main__":

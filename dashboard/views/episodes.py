@@ -104,7 +104,8 @@ def render() -> None:
     # model/suite/task first and pinned: at 1280 px the rest scrolls under them (issue 19)
     ev = vocab.table(
         table, key="ep_table", first=("model", "suite", "task_id", "outcome", "vsi", "worst_spec", "violating_step"),
-        pinned=("model", "suite", "task_id"), formats={"violating_step": "%d"}, on_select="rerun", selection_mode="single-row", hide_index=True,
+        pinned=("model", "suite", "task_id"), formats={"violating_step": "%d"}, on_select="rerun",
+        selection_mode="single-row", hide_index=True,
         height=min(38 + 35 * len(table), 560),
         column_config={
             "episode_id": st.column_config.TextColumn("episode", width="large"),
