@@ -80,8 +80,15 @@ def test_every_page_has_readable_headers_and_empty_cells(store):
         if where == "overview":
             at.toggle(key="ov_comp_table").set_value(True).run()
             ok(at)
+        if where == "export":  # every paper table the page offers
+            from dashboard.views.export import TABLES
+            for name in list(TABLES)[1:]:
+                seen += check_tables(at, where)
+                at.selectbox(key="x_table").set_value(name).run()
+                ok(at)
+                assert at.selectbox(key="x_table").value == name
         seen += check_tables(at, where)
-    assert seen >= 12  # the check looked at the pages' tables, not at none
+    assert seen >= 16  # the check looked at the pages' tables (every export table too), not at none
 
 
 def test_safe_rows_have_empty_worst_violation_not_none(store):
