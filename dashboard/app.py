@@ -26,9 +26,13 @@ from dashboard import common as C  # noqa: E402
 from dashboard import state as S  # noqa: E402
 from dashboard.data import StoreProblem  # noqa: E402
 
-st.set_page_config(page_title="SafeVLA-Bench dashboard", page_icon=":material/shield:", layout="wide")
-
 HERE = Path(__file__).resolve().parent
+# A local SVG icon: a ":material/...:" page icon makes the browser fetch its favicon from
+# fonts.gstatic.com, a failed request on every page offline (issue 19).
+st.set_page_config(page_title="SafeVLA-Bench dashboard", page_icon=str(HERE / "static" / "icon.svg"), layout="wide")
+# "viewer": no Deploy button or developer menu for the researchers using it; client options
+# may be set from the script, so `streamlit run dashboard/app.py` gets it as `safevla dashboard` does
+st.set_option("client.toolbarMode", "viewer")
 ICONS = {"overview": ":material/insights:", "episodes": ":material/table_rows:", "detail": ":material/frame_inspect:",
          "whatif": ":material/tune:", "export": ":material/download:", "compare": ":material/compare:"}
 # pages whose link parameters the page keeps itself (not in state.PAGE_PARAMS): name -> title
@@ -46,8 +50,9 @@ def _load_other_store() -> None:
 
 
 def sidebar_store(path: str, origin: str) -> None:
+    # the app's name above the navigation (a sidebar heading would sit below it)
+    st.logo(str(HERE / "static" / "logo.svg"), icon_image=str(HERE / "static" / "icon.svg"), size="large")
     with st.sidebar:
-        st.markdown("### :material/shield: SafeVLA-Bench")
         with st.expander("Run store", expanded=False):
             st.caption(f"Showing `{path}` ({origin}).")
             others = C.allowed_stores()

@@ -25,6 +25,9 @@ VIOLATION_RED = "#d62728"
 EXPORT_FORMATS = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 MARGIN_CLIP = (-4.0, 2.0)
 # spec lines avoid red, which marks violations
+# models: Okabe-Ito's colour-blind-safe qualitative palette, ordered so that neighbours differ in
+# hue (Streamlit's default put light blue next to dark blue); no red, which marks violations
+MODEL_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#999999", "#F0E442"]
 SPEC_PALETTE = ["#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#7f7f7f",
                 "#aec7e8", "#c5b0d5"]
 
@@ -74,20 +77,20 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
     df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
     df["frontier"] = pareto_front(df, "sr", "safety")
     df = _clean(df)
-    pct = alt.Scale(domain=[0, 1])
+    xs, ys = fitted_domain(agg, "sr"), fitted_domain(agg, "safety")
     base = alt.Chart(df)
     enc = {}
     if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color)
-    x = alt.X("sr:Q", title="Success rate (SR)", scale=pct, axis=alt.Axis(format="%"))
-    y = alt.Y("safety:Q", title="Safety (no spec violated)", scale=pct, axis=alt.Axis(format="%"))
+        enc["color"] = alt.Color(f"{color}:N", title=color, scale=alt.Scale(range=MODEL_PALETTE))
+    x = alt.X("sr:Q", title="Success rate (SR)", scale=alt.Scale(domain=xs), axis=alt.Axis(format="%"))
+    y = alt.Y("safety:Q", title="Safety (no spec violated)", scale=alt.Scale(domain=ys), axis=alt.Axis(format="%"))
     tooltip = [alt.Tooltip("cell:N", title="cell"), alt.Tooltip("n:Q"),
                alt.Tooltip("sr:Q", format=".1%", title="SR"), alt.Tooltip("safety:Q", format=".1%", title="Safety"),
                alt.Tooltip("sbu:Q", format=".1%", title="SBU")]
-    xerr = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(
-        x="sr_lo:Q", x2="sr_hi:Q", y="safety:Q", **enc)
-    yerr = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(
-        x="sr:Q", y="safety_lo:Q", y2="safety_hi:Q", **enc)
+    xerr = base.mark_rule(strokeWidth=1.5, opacity=0.7, clip=True).encode(
+        x=alt.X("sr_lo:Q", scale=alt.Scale(domain=xs)), x2="sr_hi:Q", y=y, **enc)
+    yerr = base.mark_rule(strokeWidth=1.5, opacity=0.7, clip=True).encode(
+        x=x, y=alt.Y("safety_lo:Q", scale=alt.Scale(domain=ys)), y2="safety_hi:Q", **enc)
     pt_enc = dict(enc)
     if shape:
         pt_enc["shape"] = alt.Shape(f"{shape}:N", title=shape)
@@ -96,10 +99,23 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
         strokeDash=[6, 4], color="#444", strokeWidth=1.5, point=False).encode(
         x="sr:Q", y="safety:Q", order="sr:Q")
     diag = alt.Chart(pd.DataFrame({"sr": [0.0, 1.0], "safety": [0.0, 1.0]})).mark_line(
-        color="#bbb", strokeDash=[2, 3], strokeWidth=1).encode(x="sr:Q", y="safety:Q")
+        color="#bbb", strokeDash=[2, 3], strokeWidth=1, clip=True).encode(x="sr:Q", y="safety:Q")
     return alt.layer(diag, front, xerr, yerr, points).properties(
         width=width, height=height, usermeta={"display_height": height + 90},
         title=alt.Title("SR vs Safety per cell", subtitle="Wilson 95% bars; dashed: non-dominated frontier"))
+
+
+def fitted_domain(agg: pd.DataFrame, col: str, *, pad: float = 0.05, step: float = 0.1) -> list[float]:
+    """An axis domain that fits `col` and its CI bounds (`col_lo`, `col_hi`), padded and
+    widened to whole `step`s, inside [0, 1]: the points spread over the plot instead of
+    crowding one corner of a 0-100% square."""
+    vals = pd.concat([pd.to_numeric(agg[c], errors="coerce") for c in (col, f"{col}_lo", f"{col}_hi") if c in agg])
+    vals = vals[np.isfinite(vals)]
+    if vals.empty:
+        return [0.0, 1.0]
+    lo = max(0.0, math.floor((float(vals.min()) - pad) / step) * step)
+    hi = min(1.0, math.ceil((float(vals.max()) + pad) / step) * step)
+    return [round(lo, 6), round(hi, 6)] if hi > lo else [0.0, 1.0]
 
 
 # ----------------------------------------------------------------------------- Figure 2 right

@@ -161,8 +161,10 @@ def record(path: str, stamp: float):
 def traces(_data: D.StoreData, key: str, i: int, items: tuple) -> pd.DataFrame:
     rec = episode_record(_data, i)
     fams = [f for j, f in enumerate(_data.families) if _data.active[i, j]]
-    return D.robustness_traces(rec, _data.registry, verdicts(_data, key, items).thresholds, fams,
-                               force_sampling=_data.manifest.get("force_sampling", "peak"))
+    tr = D.robustness_traces(rec, _data.registry, verdicts(_data, key, items).thresholds, fams,
+                             force_sampling=_data.manifest.get("force_sampling", "peak"))
+    # raw plots read in the display units of the spec table and the red line (margin is unitless)
+    return D.in_display_units(tr, ("value", "threshold"))
 
 
 def episode_record(data: D.StoreData, i: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import common as C
+from dashboard import vocab
 
 
 def is_pair(first, second, a: str, b: str):
@@ -82,6 +83,6 @@ def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     caption, df = unpaired_table(pairs, n_resamples=10_000, seed=0, alpha=0.05)
     st.caption(caption)
     show = answer_first(df[is_pair(df["model A"], df["model B"], a, b)])
-    st.dataframe(show, hide_index=True, width="stretch", key="cmp_unpaired_pairs")
+    vocab.table(show, hide_index=True, width="stretch", key="cmp_unpaired_pairs", pinned=("metric",))
     st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_unpaired_pairs.md",
                        mime="text/markdown", key="cmp_unpaired_md")

@@ -21,6 +21,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 from replay.contact_forces import world_forces  # noqa: E402
+from scoring.display import format_quantity as _format  # noqa: E402
 from scoring.errors import SafeVLAError  # noqa: E402
 from scoring.registry import spec_name  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -71,25 +72,17 @@ class Violation:
     @property
     def caption(self) -> str:
         """E.g. "max contact force 412 N > 200 N": the spec's human name from the registry."""
-        return f"{spec_name(self.family)} {format_quantity(self.value, self.unit, self.threshold)} {self.op} " \
-               f"{format_quantity(self.threshold, self.unit, self.threshold)}"
+        fam = canonical_family(self.family)
+        return f"{spec_name(self.family)} {format_quantity(self.value, self.unit, family=fam)} {self.op} " \
+               f"{format_quantity(self.threshold, self.unit, family=fam)}"
 
 
-def format_quantity(value: float, unit: str, scale: float | None = None) -> str:
-    """A readable number with its unit; metres below 0.1 m (by `scale`) print in mm, radians in degrees."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    ref = abs(scale) if scale else abs(value)
-    if unit == "m" and ref < 0.1:
-        value, unit = value * 1000.0, "mm"
-    elif unit == "rad":
-        value, unit = math.degrees(value), "deg"
-    text = f"{value:.0f}" if abs(value) >= 10 or float(value).is_integer() else f"{value:.3g}"
-    if unit in ("deg", "°"):
-        return text + "°"
-    if unit == "ratio":  # joint torque over its limit
-        return f"{text}x limit"
-    return f"{text} {unit}" if unit not in ("", "count", "bool") else text  # ASCII and °: Pillow's font has them
+def format_quantity(value: float, unit: str, scale: float | None = None, *, family: str | None = None) -> str:
+    """A readable number in the quantity's one display unit (`scoring.display`, data in
+    assets/display.yaml): metres of displacement in mm, radians in degrees. Style "plain":
+    ASCII and ° only, which Pillow's bundled font has. `scale` is kept for callers; the unit
+    no longer depends on the magnitude."""
+    return _format(value, unit, family=family, style="plain")
 
 
 # ----------------------------------------------------------------- which bodies to tint

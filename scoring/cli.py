@@ -142,7 +142,7 @@ def dashboard_command(store: Path, *, host: str, port: int, headless: bool, stor
     return [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
             "--browser.serverAddress", "localhost" if host in ("127.0.0.1", "localhost", "::1") else host,
             "--browser.gatherUsageStats", "false", "--server.headless", "true" if headless else "false",
-            "--", "--store", str(store), *(["--stores", *stores] if stores else [])]
+            "--client.toolbarMode", "viewer", "--", "--store", str(store), *(["--stores", *stores] if stores else [])]
 
 
 def run_dashboard(args) -> int:

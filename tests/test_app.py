@@ -83,10 +83,18 @@ def test_overview_numbers_come_from_the_store(store, tables):
     assert metric(at, "Episodes") == f"{len(eps):,}"
     assert metric(at, "Success rate") == pct(eps["success"].mean())
     assert metric(at, "Safety") == pct(eps["safe"].mean())
-    assert metric(at, "SBU (successful but unsafe)") == pct(eps["sbu"].mean())
+    assert metric(at, "SBU") == pct(eps["sbu"].mean())
     top = at.dataframe(key="ov_top").value
-    sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])
-    assert list(top["episode_id"]) == list(sbu["episode_id"].head(10))
+    # worst first by VSI, ties to the deepest |threshold|-normalised margin, at most two rows
+    # per model x suite x task before any cell gives a third (issue 19)
+    _, specs = tables
+    scored = specs[~specs["report_only"].astype(bool) & specs["active"].astype(bool)]
+    depth = (scored["rho"] / scored["threshold"].abs().replace(0, 1.0)).groupby(scored["episode_id"]).min()
+    sbu = eps[eps["sbu"]].assign(depth=lambda d: d["episode_id"].map(depth))
+    sbu = sbu.sort_values(["vsi", "depth", "episode_id"], ascending=[False, True, True])
+    sbu["round"] = sbu.groupby(["model", "suite", "task_id"]).cumcount() // 2
+    want = sbu.sort_values("round", kind="stable")["episode_id"].head(10)
+    assert list(top["episode_id"]) == list(want)
 
 
 # ----------------------------------------------------------------------------- episodes

@@ -185,3 +185,24 @@ def test_specs_keep_one_colour_across_charts(traces):
     bars = charts.composition_bars(comp, pd.DataFrame({"model": ["a"], "suite": ["s"], "sbu": [0.5]}),
                                    labels={"max_contact_force": "max contact force"}, colors=colors).to_dict()
     assert bars["encoding"]["color"]["scale"]["range"][0] == colors["max contact force"]
+
+
+def test_scatter_axes_fit_the_data_and_models_get_distinct_hues(agg):
+    narrow = agg.assign(sr=[0.9, 0.85, 0.8, 0.95], sr_lo=[0.75, 0.7, 0.66, 0.8], sr_hi=[0.97, 0.93, 0.9, 0.99],
+                        safety=[0.0, 0.05, 0.1, 0.02], safety_lo=[0.0, 0.01, 0.03, 0.0],
+                        safety_hi=[0.07, 0.14, 0.2, 0.09])
+    spec = charts.sr_safety_scatter(narrow).to_dict()
+    points = spec["layer"][-1]
+    assert points["encoding"]["x"]["scale"]["domain"] == [0.6, 1.0]
+    assert points["encoding"]["y"]["scale"]["domain"] == [0.0, 0.3]
+    assert charts.fitted_domain(narrow.assign(sr=np.nan, sr_lo=np.nan, sr_hi=np.nan), "sr") == [0.0, 1.0]
+    rng = points["encoding"]["color"]["scale"]["range"]
+    assert rng == charts.MODEL_PALETTE and charts.VIOLATION_RED not in rng
+
+    def hue(c):
+        import colorsys
+        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        return colorsys.rgb_to_hls(r, g, b)[0] * 360
+    # neighbouring model colours differ in hue, not only in lightness (no dark blue next to light blue)
+    for a, b in zip(rng[:4], rng[1:5]):
+        assert min(abs(hue(a) - hue(b)), 360 - abs(hue(a) - hue(b))) > 30, (a, b)

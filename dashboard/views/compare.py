@@ -19,6 +19,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 from dashboard.compare_answer import answer_first, answer_ui, is_pair, methods_ui, unpaired_ui
 from dashboard import state as S
 
@@ -190,28 +191,30 @@ def tables_ui(c: C.Ctx, cmp, tables: dict, a: str, b: str) -> None:
                              .drop(columns=["group"]))
         # counts are "—" for VSI: show mixed columns as text (Arrow needs one type per column)
         show = show.astype({col: str for col in show.columns if show[col].dtype == object})
-        st.dataframe(show, hide_index=True, width="stretch", key="cmp_pairs")
+        vocab.table(show, hide_index=True, width="stretch", key="cmp_pairs", pinned=("metric",),
+                    first=("metric", "model A", "model B", "A - B", "95% CI", "p", "p (Holm)", "significant"))
         st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_pairs.md",
                            mime="text/markdown", key="cmp_pairs_md")
     with tabs[1]:
         caption, df = tables["compare_ranking"]
         st.caption(caption)
-        st.dataframe(df[(df["group"] == group) & df["model"].isin([a, b])].drop(columns=["group"]),
-                     hide_index=True, width="stretch", key="cmp_ranking")
+        vocab.table(df[(df["group"] == group) & df["model"].isin([a, b])].drop(columns=["group"]),
+                    hide_index=True, width="stretch", key="cmp_ranking")
     with tabs[2]:
         caption, df = tables["compare_rank_agreement"]
         st.caption(caption)
-        st.dataframe(df, hide_index=True, width="stretch", key="cmp_agreement")
+        vocab.table(df, hide_index=True, width="stretch", key="cmp_agreement")
         caption, flips = tables["compare_flips"]
         flips = flips[is_pair(flips["ahead by SR"], flips["ahead by Safety"], a, b)]
         if len(flips):
             st.caption(caption)
-            st.dataframe(flips, hide_index=True, width="stretch", key="cmp_flips")
+            vocab.table(flips, hide_index=True, width="stretch", key="cmp_flips",
+                        first=("ahead by SR", "ahead by Safety", "p SR (Holm)", "p Safety (Holm)", "both significant"))
         else:
             st.caption(f"No rank flip between {a} and {b}: SR and Safety order them the same way.")
     with tabs[3]:
         if len(cmp.unpaired):
-            st.dataframe(cmp.unpaired, hide_index=True, width="stretch", key="cmp_unpaired")
+            vocab.table(cmp.unpaired, hide_index=True, width="stretch", key="cmp_unpaired")
         else:
             st.caption("Every key is shared by all chosen models.")
 
@@ -247,14 +250,14 @@ def discordant_ui(c: C.Ctx, d, a: str, b: str, metric: str, key_columns) -> str 
                       "which": "outcome held by", "outcome_a": f"A: {a}", "vsi_a": "A: VSI",
                       "violating_step_a": "A: violating step", "outcome_b": f"B: {b}", "vsi_b": "B: VSI",
                       "violating_step_b": "B: violating step"})
-        st.dataframe(show, key=TABLE_KEY, on_select="rerun", selection_mode="single-row", hide_index=True,
-                     width="stretch", height=min(38 + 35 * len(show), 420),
-                     column_config={"A: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
-                                                                              format="%.2f"),
-                                    "B: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
-                                                                              format="%.2f"),
-                                    "A: violating step": st.column_config.NumberColumn(format="%d"),
-                                    "B: violating step": st.column_config.NumberColumn(format="%d")})
+        vocab.table(show, key=TABLE_KEY, on_select="rerun", selection_mode="single-row", hide_index=True,
+                    width="stretch", height=min(38 + 35 * len(show), 420),
+                    column_config={"A: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                             format="%.2f"),
+                                   "B: VSI": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                             format="%.2f"),
+                                   "A: violating step": st.column_config.NumberColumn(format="%d"),
+                                   "B: violating step": st.column_config.NumberColumn(format="%d")})
     else:
         st.info(f"{a} and {b} agree on {label.lower()} on every paired key: nothing to replay.")
         return None

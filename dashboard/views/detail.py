@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 from dashboard import state as S
 
 CHART_KEY = "rob_chart"
@@ -96,7 +97,7 @@ def header(c: C.Ctx, i: int, vstep: int | None) -> None:
     cols[2].metric("VSI", f"{float(ep['vsi']):.3f}", help="violation severity index: 0 safe, 1 severe")
     cols[3].metric("Violating step", "—" if vstep is None else f"{vstep}",
                    help=None if vstep is None else f"t = {vstep * float(ep['dt']):.2f} s")
-    lines = C.D.violation_lines(c.data, c.v, i)
+    lines = C.D.violation_lines(c.data, c.v, i, objects=violated_objects(c, i))
     if lines:
         st.markdown("<div style='color:#d62728;font-weight:600'>Violated: " + lines[0] + "</div>"
                     + "".join(f"<div style='color:#b04040'>also: {x}</div>" for x in lines[1:4]),
@@ -113,8 +114,17 @@ def header(c: C.Ctx, i: int, vstep: int | None) -> None:
                    "of every cell.", icon=":material/warning:")
 
 
+def violated_objects(c: C.Ctx, i: int) -> dict:
+    """family -> the bodies the replay tints for its violation (from the record), so the red
+    line names the object ("akita_black_bowl_2 moved 22 mm"); {} without a readable record."""
+    try:
+        return {x.family: x.bodies for x in C.violations(c.data, c.key, i, c.items)}
+    except Exception:  # noqa: BLE001 - no trajectory or no replay stack: the line reads without objects
+        return {}
+
+
 def spec_table(c: C.Ctx, i: int) -> pd.DataFrame:
-    rows = C.D.episode_specs(c.data, c.v, i)
+    rows = C.D.in_display_units(C.D.episode_specs(c.data, c.v, i), ("rho", "threshold", "extreme"))
     show = rows[["label", "report_only", "active", "violated", "rho", "threshold", "unit", "extreme", "extreme_step",
                  "first_violation_step", "reason"]].rename(columns={
                      "label": "spec", "report_only": "diagnostic", "rho": "robustness", "extreme": "worst value",
@@ -199,7 +209,7 @@ def render() -> None:
         C.episode_record(data, i)
     except C.D.StoreProblem as exc:
         st.error(f"**Missing trajectory.** {exc}", icon=":material/block:")
-        st.dataframe(spec_table(c, i), hide_index=True)
+        vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",))
         explain(c, i)
         C.stop()
 
@@ -234,9 +244,10 @@ def render() -> None:
     clip_panel(c, i, vstep, n_steps)
 
     st.subheader("Spec results")
-    st.dataframe(spec_table(c, i), hide_index=True,
-                 column_config={"robustness": st.column_config.NumberColumn(format="%.4g"),
-                                "worst value": st.column_config.NumberColumn(format="%.4g")})
+    vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",),
+                formats={"robustness": "%.4g", "worst value": "%.4g", "worst step": "%d", "first violation": "%d"},
+                column_config={"robustness": st.column_config.NumberColumn(format="%.4g"),
+                               "worst value": st.column_config.NumberColumn(format="%.4g")})
     explain(c, i)
 
 
@@ -245,9 +256,9 @@ def explain(c: C.Ctx, i: int) -> None:
     table = C.D.applicability_table(c.data, i)
     if table.attrs.get("note"):
         st.warning(table.attrs["note"])
-    st.dataframe(table, hide_index=True,
-                 column_config={"tag sources": st.column_config.TextColumn(width="large"),
-                                "reason": st.column_config.TextColumn(width="large")})
+    vocab.table(table, hide_index=True, pinned=("spec",),
+                column_config={"tag sources": st.column_config.TextColumn(width="large"),
+                               "reason": st.column_config.TextColumn(width="large")})
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 from dashboard import state as S
 
 TABLE_LIMIT = 2000
@@ -100,8 +101,11 @@ def render() -> None:
     st.caption(f"Showing {len(table):,} of {n:,} matching episodes" + (" (narrow the filters to see the rest)"
                                                                       if n > len(table) else "")
                + ". Click a row's checkbox to open its detail; click a header to sort.")
-    ev = st.dataframe(
-        table, key="ep_table", on_select="rerun", selection_mode="single-row", hide_index=True,
+    # model/suite/task first and pinned: at 1280 px the rest scrolls under them (issue 19)
+    ev = vocab.table(
+        table, key="ep_table", first=("model", "suite", "task_id", "outcome", "vsi", "worst_spec", "violating_step"),
+        pinned=("model", "suite", "task_id"), formats={"violating_step": "%d"}, on_select="rerun",
+        selection_mode="single-row", hide_index=True,
         height=min(38 + 35 * len(table), 560),
         column_config={
             "episode_id": st.column_config.TextColumn("episode", width="large"),

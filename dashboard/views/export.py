@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 from dashboard import state as S
 
 TABLES = {
@@ -139,7 +140,7 @@ def tables_section(c: C.Ctx) -> None:
                             mime="text/markdown", key="x_md", width="stretch")
     if name == "table4_main" and not ci:
         st.caption("VSI bootstrap CIs are off for this large store; compute them on the Overview page first.")
-    st.dataframe(df, hide_index=True, width="stretch")
+    vocab.table(df, hide_index=True, width="stretch")
 
 
 def replay_section(c: C.Ctx) -> None:

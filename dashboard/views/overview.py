@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 
 BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click
 
@@ -18,7 +19,9 @@ def kpis(c: C.Ctx) -> None:
     cols[0].metric("Episodes", f"{int(a['n']):,}")
     cols[1].metric("Success rate", C.pct(a["sr"]))
     cols[2].metric("Safety", C.pct(a["safety"]))
-    cols[3].metric("SBU (successful but unsafe)", C.pct(a["sbu"]), help="success and at least one spec violated")
+    # a short label: six metrics share 1280 px, and a long one is cut to "SBU (successful b…"
+    cols[3].metric("SBU", C.pct(a["sbu"]), help="successful but unsafe: the benchmark's success check passed and at "
+                                                "least one safety spec was violated")
     cols[4].metric("P[unsafe | success]", C.pct(a["p_unsafe_given_success"]))
     cols[5].metric("VSI", f"{a['vsi']:.3f}", help="mean violation severity index")
     note = C.D.unsettled_note(c.v.frame)
@@ -31,14 +34,16 @@ def worst_sbu(c: C.Ctx, top) -> None:
     if top.empty:
         st.info("No successful-but-unsafe episodes under the current thresholds.")
         return
-    st.caption("Succeeded by the benchmark's own check, yet violated a safety spec. Select a row to open it.")
-    show = top[[c for c in ("episode_id", "scene", "vsi", "worst_spec", "violating_step", "model", "suite", "task_id")
-                if c in top]]
-    ev = st.dataframe(show, key="ov_top", on_select="rerun", selection_mode="single-row", hide_index=True,
-                      width="stretch",
-                      column_config={"vsi": st.column_config.ProgressColumn("VSI", min_value=0.0, max_value=1.0,
-                                                                            format="%.2f"),
-                                     "violating_step": st.column_config.NumberColumn("violating step", format="%d")})
+    st.caption("Succeeded by the benchmark's own check, yet violated a safety spec. VSI ties (it saturates at 1) "
+               "go to the deeper violation, and each model × suite × task gives at most two rows before any "
+               "gives more. Select a row to open it.")
+    show = top[[c for c in ("model", "suite", "task_id", "vsi", "worst_spec", "violating_step", "scene", "language",
+                            "episode_id") if c in top]]
+    ev = vocab.table(show, key="ov_top", on_select="rerun", selection_mode="single-row", hide_index=True,
+                     width="stretch", pinned=("model", "suite", "task_id"), formats={"violating_step": "%d"},
+                     column_config={"vsi": st.column_config.ProgressColumn("VSI", min_value=0.0, max_value=1.0,
+                                                                           format="%.2f"),
+                                    "violating_step": st.column_config.NumberColumn("violating step", format="%d")})
     rows = ev.selection.rows if ev is not None else []
     if rows:
         r = show.iloc[rows[0]]
@@ -58,7 +63,8 @@ def render() -> None:
     tabs = C.overview_tables(data, c.key, c.items)
     worst_sbu(c, tabs["top"])
 
-    st.subheader("Main results per model × suite (Tables 4/5)")
+    st.subheader("Main results per model × suite")
+    st.caption("The paper's main table (Tables 4/5): rates in %, Wilson 95% intervals; VSI with bootstrap intervals.")
     big = len(data.episodes) > BOOTSTRAP_AUTO_MAX
     want_ci = st.session_state.get("ov_ci", not big)
     if big and not want_ci:
@@ -69,7 +75,7 @@ def render() -> None:
             want_ci = True
     with st.spinner("Bootstrapping VSI confidence intervals …" if want_ci else "Building the table …"):
         table = C.main_table(data, c.key, c.items, bool(want_ci))
-    st.dataframe(table, hide_index=True)
+    vocab.table(table, hide_index=True, pinned=("model", "suite"))
 
     left, right = st.columns(2)
     with left:
@@ -78,7 +84,8 @@ def render() -> None:
         labels = {f: data.label(f) for f in data.families}
         C.show(charts.violation_heatmap(tabs["rates"], labels=labels))
 
-    st.subheader("SBU composition (Tables 10/11)")
+    st.subheader("Which specs make successes unsafe")
+    st.caption("SBU composition (the paper's Tables 10/11): the share of each cell's unsafe successes per violated spec.")
     comp = tabs["comp"]
     if comp.empty:
         st.info("No successful-but-unsafe episodes, so nothing to decompose.")
@@ -86,7 +93,7 @@ def render() -> None:
         labels = {f: data.label(f) for f in data.families}
         C.show(charts.composition_bars(comp, tabs["agg"], labels=labels, colors=data.colors()))
         if st.toggle("Show the composition table", key="ov_comp_table"):
-            st.dataframe(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
+            vocab.table(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
 
 
 if __name__ == "__main__":

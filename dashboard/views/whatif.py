@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard import common as C
+from dashboard import vocab
 from dashboard import state as S
 
 FLIP_LIMIT = 500
@@ -38,15 +39,19 @@ def knobs_ui(c: C.Ctx) -> dict:
         with col:
             key = S.widget_key(f"knob.{k.name}", values[k.name])
             fixed = not any(movable.get(f, False) for f in k.families)
+            n_active = C.D.knob_active_count(data, k)
             fams = ", ".join(data.label(f) for f in k.families if f in data.families)
-            val = st.slider(f"{k.label} ({k.unit})", k.lo, k.hi, step=k.step, key=key, disabled=fixed,
+            val = st.slider(f"{k.label} ({k.unit})", k.lo, k.hi, step=k.step, key=key, disabled=fixed or not n_active,
                             help=f"threshold of: {fams}; default {defaults[k.name]:g} {k.unit}"
                                  + (" (grasp slip: the object may drop this far in the hand)" if k.name == "slip"
                                     else ""))
             S.put(f"knob.{k.name}", float(val))
             values[k.name] = float(val)
             delta = val - defaults[k.name]
-            st.caption("default" if abs(delta) < 1e-12 else f"default {defaults[k.name]:g} ({delta:+g})")
+            if not n_active:  # a disabled slider says why, instead of moving nothing
+                st.caption(f"Inactive in all {len(data.episodes):,} episodes: changes nothing.")
+            else:
+                st.caption("default" if abs(delta) < 1e-12 else f"default {defaults[k.name]:g} ({delta:+g})")
     return values
 
 
@@ -82,7 +87,8 @@ def render() -> None:
     show = show.rename(columns={"sr": "SR", "safety": "Safety", "sbu": "SBU", "p_unsafe_given_success": "P[U|S]",
                                 "vsi": "VSI", "d_sr": "Δ SR pp", "d_safety": "Δ Safety pp", "d_sbu": "Δ SBU pp",
                                 "d_p_unsafe_given_success": "Δ P[U|S] pp", "d_vsi": "Δ VSI"})
-    st.dataframe(show, hide_index=True, width="stretch", key="whatif_table")
+    st.caption("Δ columns: green is safer (or more successful) than the default thresholds, red is less safe.")
+    vocab.table(show, hide_index=True, width="stretch", key="whatif_table", pinned=("model", "suite"))
 
     left, right = st.columns([1, 1])
     with left:
@@ -98,9 +104,13 @@ def render() -> None:
                         f"{int((flips['sbu_change'] == 'becomes SBU').sum()):,} become SBU, "
                         f"{int((flips['sbu_change'] == 'leaves SBU').sum()):,} leave SBU.")
             shown = flips.head(FLIP_LIMIT)
-            ev = st.dataframe(shown[["episode_id", "change", "sbu_change", "vsi_before", "vsi_after", "model",
-                                     "suite", "task_id"]], hide_index=True, width="stretch", key="flip_table",
-                              on_select="rerun", selection_mode="single-row", height=360)
+            # half a page wide: model and task pinned, then what changed; the rest scrolls
+            ev = vocab.table(shown[["model", "task_id", "change", "sbu_change", "vsi_before", "vsi_after", "suite",
+                                    "episode_id"]], hide_index=True, width="stretch", key="flip_table",
+                             on_select="rerun", selection_mode="single-row", height=360,
+                             pinned=("model", "task_id"),
+                             column_config={c: st.column_config.NumberColumn(format="%.2f")
+                                            for c in ("vsi_before", "vsi_after")})
             if len(flips) > FLIP_LIMIT:
                 st.caption(f"First {FLIP_LIMIT} of {len(flips):,} (successes first, deepest violations first).")
             rows = ev.selection.rows if ev is not None else []
