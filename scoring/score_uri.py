@@ -1,0 +1,169 @@
+"""`safevla score` with archives or the store at storage URIs (`s3://`, `gs://`).
+
+The scoring itself is `scoring.store.score_archive` (or its Ray engine) on local mirrors
+(`scoring.uri_mirror`): remote archives are downloaded into the cache, a remote store's
+tables are pulled into its mirror, scored there under the usual local lock, and what
+changed is uploaded: trajectories first, then the tables, `manifest.json` last, each one
+PUT, so a reader of the bucket never sees a manifest naming files that are not there yet.
+
+Object stores reached through pyarrow have no lock and no conditional PUT, so writers
+of a remote store take a lease: an object `STORE/.lease.json` holding a random token,
+written, then read back after a pause; a run that does not read back its own token, or
+finds a live lease of another run, is refused with exit 4 (or waits with `--wait`). A
+lease older than SAFEVLA_LEASE_SECONDS (6 h) is taken to be from a killed run.
+docs/cluster.md says what this does and does not guarantee.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from scoring.errors import RecordError, SafeVLAError
+from scoring.store_lock import StoreBusy
+from scoring.store_read import EPISODES, ERRORS, MANIFEST, SPEC_RESULTS
+from scoring.uri import is_uri
+from scoring.uri_mirror import Remote, delete, fetch, pull_archive, push, remote, snapshot
+
+LEASE = ".lease.json"
+LEASE_SECONDS_ENV = "SAFEVLA_LEASE_SECONDS"
+TABLES_LAST = (SPEC_RESULTS, EPISODES, ERRORS, MANIFEST)  # upload order: the manifest is the last word
+NOT_UPLOADED = (".lock", ".parts/", "trajectories/.staging/", ".safevla-driver-marker")
+SETTLE_S = 1.0  # between writing the lease and reading it back: a racing writer's PUT lands in between
+
+
+def _kind(where: str) -> str:
+    return where.split("://", 1)[0].lower() if is_uri(where) else "local"
+
+
+def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_trajectories: bool = False,
+                    wait_for_lock: bool = False, **options):
+    """`score(paths, out, ...)` (score_archive or score_archive_ray) with URIs mirrored in and out.
+
+    Trajectories are copied into the store unless every archive lives where the store
+    does (all local, or all under the same URI scheme): a store cannot point at files
+    its readers cannot reach.
+    """
+    kinds = {_kind(a) for a in archives}
+    copy = copy_trajectories or kinds != {_kind(out)}
+    problems: list[RecordError] = []
+    local_archives, mirrors = [], []
+    store_remote = remote(out) if is_uri(out) else None  # a bad store URI fails before any download
+    for archive in archives:
+        if is_uri(archive):
+            rem = remote(archive)
+            path, refused = pull_archive(rem)
+            problems.extend(refused)
+            local_archives.append(str(path))
+            mirrors.append(rem)
+        else:
+            local_archives.append(archive)
+    if store_remote is None:
+        summary = score(local_archives, out, copy_trajectories=copy, wait_for_lock=wait_for_lock,
+                        extra_problems=problems, **options)
+        return _as_uris(summary, mirrors, Path(out))
+    with _lease(store_remote, wait=wait_for_lock):
+        store = store_remote.mirror
+        store.mkdir(parents=True, exist_ok=True)
+        for name in TABLES_LAST:  # the bucket is the truth: the mirror's tables are replaced
+            fetch(store_remote, name)
+        before = snapshot(store)
+        summary = score(local_archives, str(store), copy_trajectories=copy, wait_for_lock=wait_for_lock,
+                        extra_problems=problems, **options)
+        summary = _as_uris(summary, [*mirrors, store_remote], store)
+        _upload(store_remote, before)
+    return dataclasses.replace(summary, store=store_remote.uri)
+
+
+def _upload(rem: Remote, before: dict) -> None:
+    after = snapshot(rem.mirror)
+    changed = [rel for rel, stamp in after.items()
+               if before.get(rel) != stamp and not rel.startswith(NOT_UPLOADED) and rel != LEASE]
+    for rel in sorted(changed, key=lambda r: (r in TABLES_LAST, TABLES_LAST.index(r) if r in TABLES_LAST else 0, r)):
+        push(rem, rel)
+
+
+def _as_uris(summary, mirrors: list[Remote], store: Path):
+    """The summary and STORE/errors.json with mirror paths written as the URIs the user gave."""
+    if not summary.errors or not mirrors:
+        return summary
+
+    def uri_text(text):
+        if not isinstance(text, str):
+            return text
+        for rem in mirrors:
+            text = text.replace(str(rem.mirror), rem.uri)
+        return text
+    errors = tuple({k: uri_text(v) for k, v in e.items()} for e in summary.errors)
+    path = store / ERRORS
+    try:
+        rows = json.loads(path.read_text())
+        from scoring.io import atomic_write_bytes
+        atomic_write_bytes(path, json.dumps([{k: uri_text(v) for k, v in e.items()} for e in rows],
+                                            indent=1).encode())
+    except (OSError, ValueError):
+        pass  # no errors file: nothing to rewrite
+    return dataclasses.replace(summary, errors=errors)
+
+
+# ----------------------------------------------------------------------------- lease
+
+def _read_lease(rem: Remote) -> dict | None:
+    try:
+        with rem.filesystem.open_input_stream(f"{rem.root}/{LEASE}") as src:
+            lease = json.loads(src.read())
+        return lease if isinstance(lease, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable (a torn or foreign object): treated as expired and overwritten
+
+
+def _live(lease: dict | None) -> bool:
+    if lease is None:
+        return False
+    ttl = float(os.environ.get(LEASE_SECONDS_ENV, 6 * 3600))
+    return time.time() - float(lease.get("since", 0) or 0) < ttl
+
+
+@contextlib.contextmanager
+def _lease(rem: Remote, *, wait: bool) -> Iterator[None]:
+    """Holds `STORE/.lease.json` for the block (best effort: see the module docstring)."""
+    from scoring.uri import write_bytes
+    token = secrets.token_hex(16)
+    mine = {"token": token, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+    said = False
+    while True:
+        held = _read_lease(rem)
+        if not _live(held):
+            try:
+                write_bytes(rem.filesystem, f"{rem.root}/{LEASE}", json.dumps(mine).encode())
+            except OSError as exc:
+                raise SafeVLAError(f"cannot write to {rem.uri} ({' '.join(str(exc).split())[:200]}); "
+                                   "check the credentials and that the bucket exists") from None
+            time.sleep(SETTLE_S)
+            held = _read_lease(rem)
+            if held and held.get("token") == token:
+                break
+        who = f"{(held or {}).get('host', 'unknown host')} pid {(held or {}).get('pid', 'unknown')}"
+        if not wait:
+            raise StoreBusy(f"run store {rem.uri!r} is being written by another `safevla score` ({who}); wait for "
+                            f"it to finish, re-run with --wait, or use another --out (a killed run's lease "
+                            f"{rem.uri}/{LEASE} expires after {LEASE_SECONDS_ENV} seconds, or delete it)")
+        if not said:
+            print(f"safevla score: waiting for {who} to finish writing {rem.uri!r} ...", file=sys.stderr)
+            said = True
+        time.sleep(5)
+    try:
+        yield
+    finally:
+        if (_read_lease(rem) or {}).get("token") == token:
+            delete(rem, LEASE)
