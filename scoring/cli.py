@@ -37,7 +37,8 @@ def _score_parser(sub) -> None:
                                    "episode is reported and the rest are still scored.",
                        epilog=SCORE_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("archives", nargs="+", help="record files or directories, or s3:// / gs:// URIs of them")
-    p.add_argument("--out", required=True, help="run store directory (created if missing), or s3://bucket/prefix, gs://...")
+    p.add_argument("--out", required=True,
+                   help="run store directory (created if missing), or an s3:// or gs:// URI (docs/cluster.md)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--registry", default=None, help="registry directory (default: the bundled assets/)")
     p.add_argument("--copy-trajectories", action="store_true",

@@ -67,6 +67,7 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
         else:
             local_archives.append(archive)
     if store_remote is None:
+        _rename_errors(Path(out), [(rem.uri, str(rem.mirror)) for rem in mirrors])
         summary = score(local_archives, out, copy_trajectories=copy, wait_for_lock=wait_for_lock,
                         extra_problems=problems, **options)
         return _as_uris(summary, mirrors, Path(out))
@@ -75,6 +76,7 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
         store.mkdir(parents=True, exist_ok=True)
         for name in TABLES_LAST:  # the bucket is the truth: the mirror's tables are replaced
             fetch(store_remote, name)
+        _rename_errors(store, [(rem.uri, str(rem.mirror)) for rem in [*mirrors, store_remote]])
         before = snapshot(store)
         summary = score(local_archives, str(store), copy_trajectories=copy, wait_for_lock=wait_for_lock,
                         extra_problems=problems, **options)
@@ -93,25 +95,33 @@ def _upload(rem: Remote, before: dict) -> None:
 
 def _as_uris(summary, mirrors: list[Remote], store: Path):
     """The summary and STORE/errors.json with mirror paths written as the URIs the user gave."""
+    _rename_errors(store, [(str(rem.mirror), rem.uri) for rem in mirrors])
     if not summary.errors or not mirrors:
         return summary
+    errors = tuple({k: _renamed(v, [(str(rem.mirror), rem.uri) for rem in mirrors]) for k, v in e.items()}
+                   for e in summary.errors)
+    return dataclasses.replace(summary, errors=errors)
 
-    def uri_text(text):
-        if not isinstance(text, str):
-            return text
-        for rem in mirrors:
-            text = text.replace(str(rem.mirror), rem.uri)
-        return text
-    errors = tuple({k: uri_text(v) for k, v in e.items()} for e in summary.errors)
+
+def _renamed(text, pairs: list[tuple[str, str]]):
+    if isinstance(text, str):
+        for old, new in pairs:
+            text = text.replace(old, new)
+    return text
+
+
+def _rename_errors(store: Path, pairs: list[tuple[str, str]]) -> None:
+    """Rewrites the files named in STORE/errors.json. Before a run URIs become mirror paths, so
+    the store matches its earlier errors with this run's item by item; after it, back to URIs."""
     path = store / ERRORS
     try:
         rows = json.loads(path.read_text())
-        from scoring.io import atomic_write_bytes
-        atomic_write_bytes(path, json.dumps([{k: uri_text(v) for k, v in e.items()} for e in rows],
-                                            indent=1).encode())
     except (OSError, ValueError):
-        pass  # no errors file: nothing to rewrite
-    return dataclasses.replace(summary, errors=errors)
+        return  # none yet (or unreadable: the store itself replaces it)
+    renamed = [{k: _renamed(v, pairs) for k, v in e.items()} if isinstance(e, dict) else e for e in rows]
+    if renamed != rows:
+        from scoring.io import atomic_write_bytes
+        atomic_write_bytes(path, json.dumps(renamed, indent=1).encode())
 
 
 # ----------------------------------------------------------------------------- lease

@@ -93,7 +93,8 @@ def pull_archive(rem: Remote) -> tuple[Path, list[RecordError]]:
     for rel, size in listing:
         why = _check_key(rel, what="key")
         if why:
-            problems.append(RecordError(f"object key {why}; refused, it was not read", file=f"{rem.uri}/{rel}"))
+            # named by its mirror path like every other item (scoring.score_uri shows them all as URIs)
+            problems.append(RecordError(f"object key {why}; refused, it was not read", file=f"{rem.mirror}/{rel}"))
             continue
         if any(part.startswith(".") for part in rel.split("/")):
             continue  # hidden files are not part of an archive (as on disk)
@@ -104,7 +105,7 @@ def pull_archive(rem: Remote) -> tuple[Path, list[RecordError]]:
             _download(rem, f"{rem.root}/{rel}", dest, size=size)
         except (OSError, SafeVLAError) as exc:
             problems.append(RecordError(f"cannot download ({' '.join(str(exc).split())[:200]})",
-                                        file=f"{rem.uri}/{rel}"))
+                                        file=f"{rem.mirror}/{rel}"))
     return rem.mirror, problems
 
 

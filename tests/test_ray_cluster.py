@@ -22,6 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'safevla-bench[ray]'")
 
+from moto_helpers import moto_s3  # noqa: E402
 from ray_cluster_helpers import RayStartCluster, free_port, stop_session  # noqa: E402
 
 HAS_LIBERO = True
@@ -266,29 +267,8 @@ def test_a_killed_driver_resumes_without_recording_twice(tmp_path):
 @pytest.fixture
 def s3_bucket():
     """An S3-compatible server on 127.0.0.1 (moto in server mode) with one bucket; AWS_* env for it."""
-    pytest.importorskip("moto", reason="moto is not installed: pip install 'safevla-bench[dev]'")
-    boto3 = pytest.importorskip("boto3")
-    port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
-                             aws_secret_access_key="testing", region_name="us-east-1").create_bucket(
-                    Bucket="safevla-test")
-                break
-            except Exception:  # noqa: BLE001 - the server is still starting
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+    with moto_s3() as env:
         yield env
-    finally:
-        stop_session(server.pid, grace_s=5)
-        server.wait(timeout=10)
 
 
 @pytest.mark.slow

@@ -1,0 +1,142 @@
+"""`safevla score` with s3:// archives and stores (scoring/score_uri.py, scoring/uri_mirror.py),
+against moto in server mode on 127.0.0.1. GCS has no local stand-in here: gs:// goes through
+the same code with pyarrow's GcsFileSystem and is not tested.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from moto_helpers import BUCKET, get_bytes, keys, moto_s3, s3_client, upload_tree
+from scoring.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "assets" / "demo" / "archive"
+BAD = {"episode_id": "bad-episode", "dt": 0.05}  # no steps: refused by field
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    with moto_s3() as env:
+        yield env
+
+
+@pytest.fixture
+def s3(s3_env, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(name, s3_env[name])
+    monkeypatch.setenv("SAFEVLA_CACHE", str(tmp_path / "cache"))
+    return s3_env
+
+
+def small_archive(dest: Path, n: int = 4) -> Path:
+    """`n` demo episodes with their scenes, and one episode refused for a missing field."""
+    for f in sorted((DEMO / "libero_goal").rglob("*.npz"))[:n]:
+        target = dest / f.relative_to(DEMO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
+    shutil.copytree(DEMO / "models", dest / "models")
+    (dest / "bad.json").write_text(json.dumps(BAD))
+    return dest
+
+
+def score(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["score", *argv, "--no-progress"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_an_s3_archive_into_an_s3_store_is_the_local_run_byte_for_byte(s3, tmp_path, capsys):
+    local = small_archive(tmp_path / "local" / "archive")
+    upload_tree(s3, local, "t1/archive")
+    s3_client(s3).put_object(Bucket=BUCKET, Key="t1/archive/x/../../escape.json", Body=b"{}")
+
+    code, _, err = score(capsys, str(local), "--out", str(tmp_path / "local" / "store"))
+    assert code == 3, err
+    code, out, err = score(capsys, f"s3://{BUCKET}/t1/archive", "--out", f"s3://{BUCKET}/t1/store")
+    assert code == 3, err
+    assert out.strip() == (f"scored 4, skipped 0 already scored, refused 2 (listed in s3://{BUCKET}/t1/store/"
+                           f"errors.json) -> s3://{BUCKET}/t1/store")
+    # one line per refusal, naming the object the user gave, never the local mirror
+    refusals = err.strip().splitlines()
+    assert len(refusals) == 2 and "Traceback" not in err
+    assert f"s3://{BUCKET}/t1/archive/x/../../escape.json': object key has an empty, '.' or '..' segment" in err
+    assert f"s3://{BUCKET}/t1/archive/bad.json', episode 'bad-episode', field 'steps'" in err
+    assert not (tmp_path / "cache" / "s3" / BUCKET / "escape.json").exists()
+    # same layout (archive and store siblings): the same Parquet bytes as the local run
+    for table in ("episodes.parquet", "spec_results.parquet"):
+        assert get_bytes(s3, f"t1/store/{table}") == (tmp_path / "local" / "store" / table).read_bytes()
+    manifest = json.loads(get_bytes(s3, "t1/store/manifest.json"))
+    assert manifest["sources"] == ["../archive"] and manifest["n_episodes"] == 4 and manifest["n_errors"] == 2
+    errors = json.loads(get_bytes(s3, "t1/store/errors.json"))
+    assert sorted(e["file"] for e in errors) == [f"s3://{BUCKET}/t1/archive/bad.json",
+                                                  f"s3://{BUCKET}/t1/archive/x/../../escape.json"]
+    assert not [k for k in keys(s3, "t1/store") if k.endswith((".lease.json", ".lock")) or "/.parts/" in k]
+
+    # a re-run from another machine (an empty cache) scores nothing and changes no table
+    stamps = {k: get_bytes(s3, k) for k in keys(s3, "t1/store") if not k.endswith("manifest.json")}
+    shutil.rmtree(tmp_path / "cache")
+    code, out, err = score(capsys, f"s3://{BUCKET}/t1/archive", "--out", f"s3://{BUCKET}/t1/store")
+    assert code == 3 and out.startswith("scored 0, skipped 4 already scored, refused 2"), out + err
+    assert {k: get_bytes(s3, k) for k in keys(s3, "t1/store") if not k.endswith("manifest.json")} == stamps
+    assert json.loads(get_bytes(s3, "t1/store/manifest.json"))["n_errors"] == 2
+
+
+def test_across_local_and_s3_the_scores_are_the_same_and_the_store_is_self_contained(s3, tmp_path, capsys):
+    local = small_archive(tmp_path / "archive", n=3)
+    upload_tree(s3, local, "t2/archive")
+    code, _, err = score(capsys, str(local), "--out", str(tmp_path / "reference"))
+    assert code == 3, err
+    code, _, err = score(capsys, f"s3://{BUCKET}/t2/archive", "--out", str(tmp_path / "from-s3"))
+    assert code == 3, err
+    code, _, err = score(capsys, str(local), "--out", f"s3://{BUCKET}/t2/store")
+    assert code == 3, err
+    (tmp_path / "to-s3").mkdir()
+    for table in ("episodes.parquet", "spec_results.parquet"):
+        (tmp_path / "to-s3" / table).write_bytes(get_bytes(s3, f"t2/store/{table}"))
+    where = ["source", "trajectory"]  # paths: the only columns that say where the files were
+    for table, drop in (("spec_results.parquet", []), ("episodes.parquet", where)):
+        reference = pq.read_table(tmp_path / "reference" / table).to_pandas().drop(columns=drop)
+        assert reference["episode_id"].nunique() == 3
+        for other in ("from-s3", "to-s3"):
+            assert pq.read_table(tmp_path / other / table).to_pandas().drop(columns=drop).equals(reference)
+    # the archive is elsewhere than the store: its trajectories are copied in, so the store stands alone
+    episodes = pq.read_table(tmp_path / "from-s3" / "episodes.parquet").to_pandas()
+    assert all(t.startswith("trajectories/") and (tmp_path / "from-s3" / t).is_file() for t in episodes["trajectory"])
+    stored = keys(s3, "t2/store/trajectories/")
+    assert len([k for k in stored if k.endswith(".npz")]) == 3
+
+
+def test_a_live_lease_refuses_a_second_writer_and_a_stale_one_is_taken(s3, tmp_path, capsys):
+    local = small_archive(tmp_path / "archive", n=1)
+    lease = {"token": "other", "host": "node-7", "pid": 4242, "since": time.time()}
+    s3_client(s3).put_object(Bucket=BUCKET, Key="t3/store/.lease.json", Body=json.dumps(lease).encode())
+    code, out, err = score(capsys, str(local), "--out", f"s3://{BUCKET}/t3/store")
+    assert code == 4 and out == "", err
+    assert err.count("\n") == 1 and "is being written by another `safevla score` (node-7 pid 4242)" in err
+    assert keys(s3, "t3/store") == ["t3/store/.lease.json"]  # nothing written
+    lease["since"] = time.time() - 7 * 3600  # a killed run's lease, past SAFEVLA_LEASE_SECONDS
+    s3_client(s3).put_object(Bucket=BUCKET, Key="t3/store/.lease.json", Body=json.dumps(lease).encode())
+    code, out, err = score(capsys, str(local), "--out", f"s3://{BUCKET}/t3/store")
+    assert code == 3 and out.startswith("scored 1,"), err
+    assert "t3/store/.lease.json" not in keys(s3, "t3/store")  # released
+
+
+@pytest.mark.parametrize("archive, out, expected", [
+    ("s3://{b}/nowhere", "s3://{b}/t4/store", "s3://{b}/nowhere: no such archive (no objects below this prefix)"),
+    ("ARCHIVE", "s3://{b}/t4/../escape", "storage URI 's3://{b}/t4/../escape' has an empty, '.' or '..' segment"),
+    ("s3://{b}/a/./b", "s3://{b}/t4/store", "storage URI 's3://{b}/a/./b' has an empty, '.' or '..' segment"),
+    ("ARCHIVE", "s3://no-such-bucket-x/store", "cannot write to s3://no-such-bucket-x/store"),
+])
+def test_bad_uris_are_one_line_and_exit_2(s3, tmp_path, capsys, archive, out, expected):
+    local = small_archive(tmp_path / "archive", n=1)
+    archive = str(local) if archive == "ARCHIVE" else archive.format(b=BUCKET)
+    code, stdout, err = score(capsys, archive, "--out", out.format(b=BUCKET))
+    assert code == 2 and stdout == "", err
+    assert err.count("\n") == 1 and err.startswith("safevla score: ") and expected.format(b=BUCKET) in err
