@@ -312,3 +312,27 @@ def test_rollout_into_an_s3_uri_and_resume_there(s3_bucket, tmp_path):
         assert res.returncode == 2 and "a storage URI needs --engine ray" in res.stderr
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_score_ray_engine_from_and_into_s3_equals_the_local_engine(s3_bucket, tmp_path):
+    """The driver mirrors the archive and the store; tasks score the mirror (in place on this one-machine
+    instance, as shipped bytes on nodes that cannot see it), so nodes need no credentials; the Parquet
+    in the bucket is the local engine's, byte for byte."""
+    from moto_helpers import get_bytes, upload_tree
+    archive = small_archive(tmp_path / "archive", n=3)
+    upload_tree(s3_bucket, archive, "score/archive")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="svs", dir="/tmp"))
+    env = {**s3_bucket, "RAY_TMPDIR": str(ray_tmp), "SAFEVLA_CACHE": str(tmp_path / "cache")}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        res = safevla("score", str(archive), "--out", str(tmp_path / "store"), "--no-progress", env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+        res = safevla("score", "s3://safevla-test/score/archive", "--out", "s3://safevla-test/score/store",
+                      "--engine", "ray", "--no-progress", env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert last_line(res.stdout) == ("scored 3, skipped 0 already scored, refused 0 -> "
+                                         "s3://safevla-test/score/store")
+        for table in ("episodes.parquet", "spec_results.parquet"):
+            assert get_bytes(s3_bucket, f"score/store/{table}") == (tmp_path / "store" / table).read_bytes()
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
