@@ -140,8 +140,19 @@ def _read_lease(rem: Remote) -> dict | None:
 def _live(lease: dict | None) -> bool:
     if lease is None:
         return False
-    ttl = float(os.environ.get(LEASE_SECONDS_ENV, 6 * 3600))
-    return time.time() - float(lease.get("since", 0) or 0) < ttl
+    try:
+        since = float(lease.get("since", 0) or 0)
+    except (TypeError, ValueError):
+        since = 0.0  # a foreign or torn lease: expired
+    return time.time() - since < _ttl()
+
+
+def _ttl() -> float:
+    try:
+        return float(os.environ.get(LEASE_SECONDS_ENV, 6 * 3600))
+    except ValueError:
+        raise SafeVLAError(f"{LEASE_SECONDS_ENV}={os.environ[LEASE_SECONDS_ENV]!r}: expected a number of seconds") \
+            from None
 
 
 @contextlib.contextmanager
@@ -167,7 +178,8 @@ def _lease(rem: Remote, *, wait: bool) -> Iterator[None]:
         if not wait:
             raise StoreBusy(f"run store {rem.uri!r} is being written by another `safevla score` ({who}); wait for "
                             f"it to finish, re-run with --wait, or use another --out (a killed run's lease "
-                            f"{rem.uri}/{LEASE} expires after {LEASE_SECONDS_ENV} seconds, or delete it)")
+                            f"{rem.uri}/{LEASE} expires {_ttl() / 3600:g} h after it was taken, see "
+                            f"{LEASE_SECONDS_ENV}; or delete it)")
         if not said:
             print(f"safevla score: waiting for {who} to finish writing {rem.uri!r} ...", file=sys.stderr)
             said = True
