@@ -54,24 +54,15 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
     """
     kinds = {_kind(a) for a in archives}
     copy = copy_trajectories or kinds != {_kind(out)}
-    problems: list[RecordError] = []
-    local_archives, mirrors = [], []
     store_remote = remote(out) if is_uri(out) else None  # a bad store URI fails before any download
-    for archive in archives:
-        if is_uri(archive):
-            rem = remote(archive)
-            path, refused = pull_archive(rem)
-            problems.extend(refused)
-            local_archives.append(str(path))
-            mirrors.append(rem)
-        else:
-            local_archives.append(archive)
     if store_remote is None:
+        local_archives, mirrors, problems = _pull_archives(archives)
         _rename_errors(Path(out), [(rem.uri, str(rem.mirror)) for rem in mirrors])
         summary = score(local_archives, out, copy_trajectories=copy, wait_for_lock=wait_for_lock,
                         extra_problems=problems, **options)
         return _as_uris(summary, mirrors, Path(out))
-    with _lease(store_remote, wait=wait_for_lock):
+    with _lease(store_remote, wait=wait_for_lock):  # before downloading: a busy store is refused at once
+        local_archives, mirrors, problems = _pull_archives(archives)
         store = store_remote.mirror
         store.mkdir(parents=True, exist_ok=True)
         for name in TABLES_LAST:  # the bucket is the truth: the mirror's tables are replaced
@@ -83,6 +74,21 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
         summary = _as_uris(summary, [*mirrors, store_remote], store)
         _upload(store_remote, before)
     return dataclasses.replace(summary, store=store_remote.uri)
+
+
+def _pull_archives(archives: list[str]) -> tuple[list[str], list[Remote], list[RecordError]]:
+    """(local paths to score, mirrors of the remote ones, keys refused while mirroring)."""
+    local, mirrors, problems = [], [], []
+    for archive in archives:
+        if is_uri(archive):
+            rem = remote(archive)
+            path, refused = pull_archive(rem)
+            problems.extend(refused)
+            local.append(str(path))
+            mirrors.append(rem)
+        else:
+            local.append(archive)
+    return local, mirrors, problems
 
 
 def _upload(rem: Remote, before: dict) -> None:
