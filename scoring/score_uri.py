@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scoring.errors import RecordError, SafeVLAError
+from scoring.job_plan import _store_relative
 from scoring.store_lock import StoreBusy
 from scoring.store_read import EPISODES, ERRORS, MANIFEST, SPEC_RESULTS
 from scoring.uri import is_uri
@@ -56,39 +57,65 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
     copy = copy_trajectories or kinds != {_kind(out)}
     store_remote = remote(out) if is_uri(out) else None  # a bad store URI fails before any download
     if store_remote is None:
-        local_archives, mirrors, problems = _pull_archives(archives)
+        local_archives, mirrors, problems, left_out = _pull_archives(archives, Path(out), options)
         _rename_errors(Path(out), [(rem.uri, str(rem.mirror)) for rem in mirrors])
         summary = score(local_archives, out, copy_trajectories=copy, wait_for_lock=wait_for_lock,
                         extra_problems=problems, **options)
-        return _as_uris(summary, mirrors, Path(out))
+        return _with_left_out(_as_uris(summary, mirrors, Path(out)), left_out)
     with _lease(store_remote, wait=wait_for_lock):  # before downloading: a busy store is refused at once
-        local_archives, mirrors, problems = _pull_archives(archives)
         store = store_remote.mirror
         store.mkdir(parents=True, exist_ok=True)
         for name in TABLES_LAST:  # the bucket is the truth: the mirror's tables are replaced
             fetch(store_remote, name)
+        local_archives, mirrors, problems, left_out = _pull_archives(archives, store, options)
         _rename_errors(store, [(rem.uri, str(rem.mirror)) for rem in [*mirrors, store_remote]])
         before = snapshot(store)
         summary = score(local_archives, str(store), copy_trajectories=copy, wait_for_lock=wait_for_lock,
                         extra_problems=problems, **options)
-        summary = _as_uris(summary, [*mirrors, store_remote], store)
+        summary = _with_left_out(_as_uris(summary, [*mirrors, store_remote], store), left_out)
         _upload(store_remote, before)
     return dataclasses.replace(summary, store=store_remote.uri)
 
 
-def _pull_archives(archives: list[str]) -> tuple[list[str], list[Remote], list[RecordError]]:
-    """(local paths to score, mirrors of the remote ones, keys refused while mirroring)."""
-    local, mirrors, problems = [], [], []
+def _pull_archives(archives: list[str], store: Path, options: dict
+                   ) -> tuple[list[str], list[Remote], list[RecordError], int]:
+    """(local paths to score, mirrors of the remote ones, keys refused while mirroring, files not
+    downloaded because the store already holds their episodes)."""
+    done = _scored_sources(store, options)
+    local, mirrors, problems, left_out = [], [], [], 0
     for archive in archives:
         if is_uri(archive):
             rem = remote(archive)
-            path, refused = pull_archive(rem)
+            path, refused, skipped = pull_archive(rem, scored=lambda p: _store_relative(str(p), str(store)) in done)
             problems.extend(refused)
+            left_out += skipped
             local.append(str(path))
             mirrors.append(rem)
         else:
             local.append(archive)
-    return local, mirrors, problems
+    return local, mirrors, problems, left_out
+
+
+def _scored_sources(store: Path, options: dict) -> set[str]:
+    """Store-relative sources the store holds under this registry, scorer and force sampling: the
+    files `score_archive` would skip, so a re-run on a fresh machine does not download them."""
+    from scoring.registry import load_registry
+    from scoring.store import _current, _existing
+    try:
+        eps, _ = _existing(store)
+    except RecordError:
+        return set()  # a corrupt table: score_archive reports it
+    if not eps:
+        return set()
+    reg = load_registry(options.get("registry_path"))
+    done: set[str] = set()
+    for table in eps:
+        done.update(table.filter(_current(table, reg, options.get("force_sampling", "peak")))["source"].to_pylist())
+    return done
+
+
+def _with_left_out(summary, left_out: int):
+    return dataclasses.replace(summary, skipped=summary.skipped + left_out, total=summary.total + left_out)
 
 
 def _upload(rem: Remote, before: dict) -> None:

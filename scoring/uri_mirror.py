@@ -12,6 +12,7 @@ same size are not downloaded again.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -81,15 +82,22 @@ def is_single_object(rem: Remote) -> bool:
         return False
 
 
-def pull_archive(rem: Remote) -> tuple[Path, list[RecordError]]:
-    """Mirrors the archive at `rem` (a prefix or a single object); the local path and refused keys."""
+def pull_archive(rem: Remote, *, scored: Callable[[Path], bool] = lambda path: False
+                 ) -> tuple[Path, list[RecordError], int]:
+    """Mirrors the archive at `rem` (a prefix or a single object).
+
+    Returns the local path, the refused keys, and how many files were left out because
+    `scored(mirror path)` says the store already holds them (not downloaded again).
+    """
     problems: list[RecordError] = []
     if is_single_object(rem):
         _download(rem, rem.root, rem.mirror, size=None)
-        return rem.mirror, problems
+        return rem.mirror, problems, 0
+    left_out = 0
     listing = list_files(rem)
     if not listing:
         raise SafeVLAError(f"{rem.uri}: no such archive (no objects below this prefix)")
+    rem.mirror.mkdir(parents=True, exist_ok=True)  # listed even when every file is already scored
     for rel, size in listing:
         why = _check_key(rel, what="key")
         if why:
@@ -102,11 +110,14 @@ def pull_archive(rem: Remote) -> tuple[Path, list[RecordError]]:
         try:
             if dest.is_file() and dest.stat().st_size == size:
                 continue  # mirrored by an earlier run
+            if scored(dest):
+                left_out += 1
+                continue
             _download(rem, f"{rem.root}/{rel}", dest, size=size)
         except (OSError, SafeVLAError) as exc:
             problems.append(RecordError(f"cannot download ({' '.join(str(exc).split())[:200]})",
                                         file=f"{rem.mirror}/{rel}"))
-    return rem.mirror, problems
+    return rem.mirror, problems, left_out
 
 
 def _download(rem: Remote, key: str, dest: Path, *, size: int | None) -> None:

@@ -84,6 +84,7 @@ def test_an_s3_archive_into_an_s3_store_is_the_local_run_byte_for_byte(s3, tmp_p
     shutil.rmtree(tmp_path / "cache")
     code, out, err = score(capsys, f"s3://{BUCKET}/t1/archive", "--out", f"s3://{BUCKET}/t1/store")
     assert code == 3 and out.startswith("scored 0, skipped 4 already scored, refused 2"), out + err
+    assert not list((tmp_path / "cache").rglob("*.npz"))  # what the store holds is not downloaded again
     assert {k: get_bytes(s3, k) for k in keys(s3, "t1/store") if not k.endswith("manifest.json")} == stamps
     assert json.loads(get_bytes(s3, "t1/store/manifest.json"))["n_errors"] == 2
 
@@ -111,6 +112,11 @@ def test_across_local_and_s3_the_scores_are_the_same_and_the_store_is_self_conta
     assert all(t.startswith("trajectories/") and (tmp_path / "from-s3" / t).is_file() for t in episodes["trajectory"])
     stored = keys(s3, "t2/store/trajectories/")
     assert len([k for k in stored if k.endswith(".npz")]) == 3
+    # a local store's re-run from an empty cache downloads and scores nothing it holds
+    shutil.rmtree(tmp_path / "cache")
+    code, out, err = score(capsys, f"s3://{BUCKET}/t2/archive", "--out", str(tmp_path / "from-s3"))
+    assert code == 3 and out.startswith("scored 0, skipped 3 already scored, refused 1"), out + err
+    assert not list((tmp_path / "cache").rglob("*.npz"))
 
 
 def test_a_live_lease_refuses_a_second_writer_and_a_stale_one_is_taken(s3, tmp_path, capsys):
