@@ -138,7 +138,11 @@ def fetch(rem: Remote, rel: str) -> bool:
     """Downloads one object below the root into the mirror; False (and the mirror copy removed) if absent."""
     from pyarrow import fs
     key, dest = f"{rem.root}/{rel}", rem.mirror / rel
-    if rem.filesystem.get_file_info(key).type != fs.FileType.File:
+    try:
+        info = rem.filesystem.get_file_info(key)
+    except OSError as exc:
+        raise SafeVLAError(f"cannot read {rem.uri}/{rel} ({' '.join(str(exc).split())[:200]})") from None
+    if info.type != fs.FileType.File:
         dest.unlink(missing_ok=True)
         return False
     _download(rem, key, dest, size=None)
@@ -148,7 +152,11 @@ def fetch(rem: Remote, rel: str) -> bool:
 def push(rem: Remote, rel: str) -> None:
     """Uploads one mirrored file: a single PUT, so readers see the old object or the new one."""
     from scoring.uri import write_bytes
-    write_bytes(rem.filesystem, f"{rem.root}/{rel}", (rem.mirror / rel).read_bytes())
+    try:
+        write_bytes(rem.filesystem, f"{rem.root}/{rel}", (rem.mirror / rel).read_bytes())
+    except OSError as exc:
+        raise SafeVLAError(f"cannot upload {rem.uri}/{rel} ({' '.join(str(exc).split())[:200]}); the store in the "
+                           "bucket keeps its previous tables: re-run to finish") from None
 
 
 def delete(rem: Remote, rel: str) -> None:

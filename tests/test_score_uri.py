@@ -146,3 +146,19 @@ def test_bad_uris_are_one_line_and_exit_2(s3, tmp_path, capsys, archive, out, ex
     code, stdout, err = score(capsys, archive, "--out", out.format(b=BUCKET))
     assert code == 2 and stdout == "", err
     assert err.count("\n") == 1 and err.startswith("safevla score: ") and expected.format(b=BUCKET) in err
+
+
+def test_a_jsonl_object_is_an_archive_and_its_bad_line_is_refused_alone(s3, tmp_path, capsys):
+    from scoring.io import load_record, record_to_json
+    lines = [json.dumps(record_to_json(load_record(f))) for f in sorted((DEMO / "libero_goal").rglob("*.npz"))[:2]]
+    lines.insert(1, json.dumps(BAD))
+    local = tmp_path / "archive.jsonl"
+    local.write_text("\n".join(lines) + "\n")
+    s3_client(s3).upload_file(str(local), BUCKET, "t5/archive.jsonl")
+    code, _, err = score(capsys, str(local), "--out", str(tmp_path / "store"))
+    assert code == 3, err
+    code, out, err = score(capsys, f"s3://{BUCKET}/t5/archive.jsonl", "--out", f"s3://{BUCKET}/t5/store")
+    assert code == 3 and out.startswith("scored 2, skipped 0 already scored, refused 1"), out + err
+    assert f"s3://{BUCKET}/t5/archive.jsonl:2', episode 'bad-episode', field 'steps'" in err
+    for table in ("episodes.parquet", "spec_results.parquet"):
+        assert get_bytes(s3, f"t5/store/{table}") == (tmp_path / "store" / table).read_bytes()
