@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from moto_helpers import BUCKET, get_bytes, keys, moto_s3, s3_client, upload_tree
+import scoring.score_uri  # noqa: F401 - imported up front: the --wait test times what follows
+import scoring.store  # noqa: F401
 from scoring.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,6 +134,22 @@ def test_a_live_lease_refuses_a_second_writer_and_a_stale_one_is_taken(s3, tmp_p
     code, out, err = score(capsys, str(local), "--out", f"s3://{BUCKET}/t3/store")
     assert code == 3 and out.startswith("scored 1,"), err
     assert "t3/store/.lease.json" not in keys(s3, "t3/store")  # released
+
+
+def test_wait_queues_behind_a_lease_until_its_holder_releases_it(s3, tmp_path, capsys):
+    import threading
+    local = small_archive(tmp_path / "archive", n=1)
+    lease = {"token": "other", "host": "node-7", "pid": 4242, "since": time.time()}
+    s3_client(s3).put_object(Bucket=BUCKET, Key="t6/store/.lease.json", Body=json.dumps(lease).encode())
+    holder_done = threading.Timer(3.0, lambda: s3_client(s3).delete_object(Bucket=BUCKET, Key="t6/store/.lease.json"))
+    holder_done.start()
+    try:
+        code, out, err = score(capsys, str(local), "--out", f"s3://{BUCKET}/t6/store", "--wait")
+    finally:
+        holder_done.cancel()
+    assert code == 3 and out.startswith("scored 1,"), err
+    assert f"waiting for node-7 pid 4242 to finish writing 's3://{BUCKET}/t6/store'" in err
+    assert keys(s3, "t6/store/.lease.json") == []
 
 
 @pytest.mark.parametrize("archive, out, expected", [
