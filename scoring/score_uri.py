@@ -41,8 +41,12 @@ NOT_UPLOADED = (".lock", ".parts/", "trajectories/.staging/", ".safevla-driver-m
 SETTLE_S = 1.0  # between writing the lease and reading it back: a racing writer's PUT lands in between
 
 
-def _kind(where: str) -> str:
-    return where.split("://", 1)[0].lower() if is_uri(where) else "local"
+def _place(where: str) -> str:
+    """'local', or 'scheme://bucket': where a store's relative paths can reach."""
+    if not is_uri(where):
+        return "local"
+    scheme, rest = where.split("://", 1)
+    return f"{scheme.lower()}://{rest.split('/', 1)[0].split('?', 1)[0]}"
 
 
 def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_trajectories: bool = False,
@@ -50,11 +54,10 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
     """`score(paths, out, ...)` (score_archive or score_archive_ray) with URIs mirrored in and out.
 
     Trajectories are copied into the store unless every archive lives where the store
-    does (all local, or all under the same URI scheme): a store cannot point at files
-    its readers cannot reach.
+    does (all local, or all in the store's bucket): a store cannot point at files its
+    readers cannot reach.
     """
-    kinds = {_kind(a) for a in archives}
-    copy = copy_trajectories or kinds != {_kind(out)}
+    copy = copy_trajectories or {_place(a) for a in archives} != {_place(out)}
     store_remote = remote(out) if is_uri(out) else None  # a bad store URI fails before any download
     if store_remote is None:
         local_archives, mirrors, problems, left_out = _pull_archives(archives, Path(out), options)

@@ -114,6 +114,12 @@ def test_across_local_and_s3_the_scores_are_the_same_and_the_store_is_self_conta
     assert all(t.startswith("trajectories/") and (tmp_path / "from-s3" / t).is_file() for t in episodes["trajectory"])
     stored = keys(s3, "t2/store/trajectories/")
     assert len([k for k in stored if k.endswith(".npz")]) == 3
+    # a store in another bucket cannot reach the archive's files by a relative path: copied too
+    s3_client(s3).create_bucket(Bucket="other-bucket")
+    code, _, err = score(capsys, f"s3://{BUCKET}/t2/archive", "--out", "s3://other-bucket/store")
+    assert code == 3, err
+    assert len([k for k in s3_client(s3).list_objects_v2(Bucket="other-bucket")["Contents"]
+                if k["Key"].startswith("store/trajectories/") and k["Key"].endswith(".npz")]) == 3
     # a local store's re-run from an empty cache downloads and scores nothing it holds
     shutil.rmtree(tmp_path / "cache")
     code, out, err = score(capsys, f"s3://{BUCKET}/t2/archive", "--out", str(tmp_path / "from-s3"))
