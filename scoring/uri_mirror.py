@@ -20,6 +20,7 @@ from scoring.errors import RecordError, SafeVLAError
 from scoring.uri import open_uri
 
 CACHE_ENV = "SAFEVLA_CACHE"
+GCS_RETRY_ENV = "SAFEVLA_GCS_RETRY_SECONDS"
 
 
 def cache_root() -> Path:
@@ -39,14 +40,28 @@ class Remote(NamedTuple):
     mirror: Path
 
 
+def _short(exc: BaseException) -> str:
+    """The error on one line, cut to a readable length (pyarrow's GCS/S3 messages run on)."""
+    return " ".join(str(exc).split())[:400]
+
+
 def remote(uri: str, *, cache: Path | None = None) -> Remote:
     """Opens `uri` (one-line error if it cannot be) and names its mirror under `cache`."""
     scheme = uri.split("://", 1)[0].lower()
     _check_key(uri.split("://", 1)[1].split("?", 1)[0].rstrip("/"), what=f"storage URI {uri!r}", fatal=True)
-    filesystem, root = open_uri(uri)
+    filesystem, root = open_uri(_bounded_retries(uri, scheme))
     if not root:
         raise SafeVLAError(f"storage URI {uri!r} names no bucket; expected {scheme}://bucket/prefix")
     return Remote(uri.split("?", 1)[0].rstrip("/"), filesystem, root, (cache or cache_root()) / scheme / root)
+
+
+def _bounded_retries(uri: str, scheme: str) -> str:
+    """gs:// retries for 15 minutes by default (seen: no credentials here, no output for minutes);
+    bound it to $SAFEVLA_GCS_RETRY_SECONDS (60) unless the URI sets retry_limit_seconds itself."""
+    if scheme != "gs" or "retry_limit_seconds=" in uri:
+        return uri
+    seconds = os.environ.get(GCS_RETRY_ENV, "60")
+    return f"{uri}{'&' if '?' in uri else '?'}retry_limit_seconds={seconds}"
 
 
 def _check_key(rel: str, *, what: str, fatal: bool = False) -> str | None:
@@ -68,7 +83,7 @@ def list_files(rem: Remote) -> list[tuple[str, int]]:
     try:
         infos = rem.filesystem.get_file_info(fs.FileSelector(rem.root, recursive=True, allow_not_found=True))
     except OSError as exc:
-        raise SafeVLAError(f"cannot list {rem.uri} ({' '.join(str(exc).split())[:200]})") from None
+        raise SafeVLAError(f"cannot list {rem.uri} ({_short(exc)})") from None
     prefix = rem.root + "/"
     return sorted((i.path[len(prefix):], i.size) for i in infos
                   if i.type == fs.FileType.File and i.path.startswith(prefix))
@@ -78,8 +93,8 @@ def is_single_object(rem: Remote) -> bool:
     from pyarrow import fs
     try:
         return rem.filesystem.get_file_info(rem.root).type == fs.FileType.File
-    except OSError:
-        return False
+    except OSError as exc:
+        raise SafeVLAError(f"cannot read {rem.uri} ({_short(exc)})") from None
 
 
 def pull_archive(rem: Remote, *, scored: Callable[[Path], bool] = lambda path: False
@@ -115,7 +130,7 @@ def pull_archive(rem: Remote, *, scored: Callable[[Path], bool] = lambda path: F
                 continue
             _download(rem, f"{rem.root}/{rel}", dest, size=size)
         except (OSError, SafeVLAError) as exc:
-            problems.append(RecordError(f"cannot download ({' '.join(str(exc).split())[:200]})",
+            problems.append(RecordError(f"cannot download ({_short(exc)})",
                                         file=f"{rem.mirror}/{rel}"))
     return rem.mirror, problems, left_out
 
@@ -129,7 +144,7 @@ def _download(rem: Remote, key: str, dest: Path, *, size: int | None) -> None:
                 out.write(chunk)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise SafeVLAError(f"cannot read {rem.uri.split('://')[0]}://{key} ({' '.join(str(exc).split())[:200]})") \
+        raise SafeVLAError(f"cannot read {rem.uri.split('://')[0]}://{key} ({_short(exc)})") \
             from None
     os.replace(tmp, dest)
 
@@ -141,7 +156,7 @@ def fetch(rem: Remote, rel: str) -> bool:
     try:
         info = rem.filesystem.get_file_info(key)
     except OSError as exc:
-        raise SafeVLAError(f"cannot read {rem.uri}/{rel} ({' '.join(str(exc).split())[:200]})") from None
+        raise SafeVLAError(f"cannot read {rem.uri}/{rel} ({_short(exc)})") from None
     if info.type != fs.FileType.File:
         dest.unlink(missing_ok=True)
         return False
@@ -155,7 +170,7 @@ def push(rem: Remote, rel: str) -> None:
     try:
         write_bytes(rem.filesystem, f"{rem.root}/{rel}", (rem.mirror / rel).read_bytes())
     except OSError as exc:
-        raise SafeVLAError(f"cannot upload {rem.uri}/{rel} ({' '.join(str(exc).split())[:200]}); the store in the "
+        raise SafeVLAError(f"cannot upload {rem.uri}/{rel} ({_short(exc)}); the store in the "
                            "bucket keeps its previous tables: re-run to finish") from None
 
 

@@ -186,3 +186,19 @@ def test_a_jsonl_object_is_an_archive_and_its_bad_line_is_refused_alone(s3, tmp_
     assert f"s3://{BUCKET}/t5/archive.jsonl:2', episode 'bad-episode', field 'steps'" in err
     for table in ("episodes.parquet", "spec_results.parquet"):
         assert get_bytes(s3, f"t5/store/{table}") == (tmp_path / "store" / table).read_bytes()
+
+
+def test_gs_without_credentials_is_one_line_after_a_bounded_retry(tmp_path, capsys, monkeypatch):
+    """No GCS server can run here; what can be checked is that gs:// does not retry for pyarrow's
+    default 15 minutes (seen: minutes without output) but fails in one line."""
+    from scoring.uri_mirror import _bounded_retries
+    assert _bounded_retries("gs://b/x", "gs").endswith("?retry_limit_seconds=60")
+    assert _bounded_retries("gs://b/x?retry_limit_seconds=5", "gs") == "gs://b/x?retry_limit_seconds=5"
+    assert _bounded_retries("s3://b/x", "s3") == "s3://b/x"
+    monkeypatch.setenv("SAFEVLA_GCS_RETRY_SECONDS", "2")
+    monkeypatch.setenv("SAFEVLA_CACHE", str(tmp_path / "cache"))
+    start = time.monotonic()
+    code, out, err = score(capsys, "gs://safevla-no-such-bucket-x/archive", "--out", str(tmp_path / "store"))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("safevla score: ") and "gs://safevla-no-such-bucket-x/archive" in err
+    assert time.monotonic() - start < 120
