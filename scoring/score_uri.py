@@ -6,39 +6,26 @@ tables are pulled into its mirror, scored there under the usual local lock, and 
 changed is uploaded: trajectories first, then the tables, `manifest.json` last, each one
 PUT, so a reader of the bucket never sees a manifest naming files that are not there yet.
 
-Object stores reached through pyarrow have no lock and no conditional PUT, so writers
-of a remote store take a lease: an object `STORE/.lease.json` holding a random token,
-written, then read back after a pause; a run that does not read back its own token, or
-finds a live lease of another run, is refused with exit 4 (or waits with `--wait`). A
-lease older than SAFEVLA_LEASE_SECONDS (6 h) is taken to be from a killed run.
-docs/cluster.md says what this does and does not guarantee.
+One run writes a remote store at a time: `scoring.uri_lease` (object stores have no
+flock), taken before anything is downloaded.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import secrets
-import socket
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from scoring.errors import RecordError, SafeVLAError
+from scoring.errors import RecordError
 from scoring.job_plan import _store_relative
-from scoring.store_lock import StoreBusy
 from scoring.store_read import EPISODES, ERRORS, MANIFEST, SPEC_RESULTS
 from scoring.uri import is_uri
-from scoring.uri_mirror import Remote, delete, fetch, pull_archive, push, remote, snapshot
+from scoring.uri_lease import LEASE, store_lease
+from scoring.uri_mirror import Remote, fetch, pull_archive, push, remote, snapshot
 
-LEASE = ".lease.json"
-LEASE_SECONDS_ENV = "SAFEVLA_LEASE_SECONDS"
 TABLES_LAST = (SPEC_RESULTS, EPISODES, ERRORS, MANIFEST)  # upload order: the manifest is the last word
 NOT_UPLOADED = (".lock", ".parts/", "trajectories/.staging/", ".safevla-driver-marker")
-SETTLE_S = 1.0  # between writing the lease and reading it back: a racing writer's PUT lands in between
 
 
 def _place(where: str) -> str:
@@ -65,7 +52,7 @@ def score_with_uris(archives: list[str], out: str, *, score: Callable, copy_traj
         summary = score(local_archives, out, copy_trajectories=copy, wait_for_lock=wait_for_lock,
                         extra_problems=problems, **options)
         return _with_left_out(_as_uris(summary, mirrors, Path(out)), left_out)
-    with _lease(store_remote, wait=wait_for_lock):  # before downloading: a busy store is refused at once
+    with store_lease(store_remote, wait=wait_for_lock):  # before downloading: a busy store is refused at once
         store = store_remote.mirror
         store.mkdir(parents=True, exist_ok=True)
         for name in TABLES_LAST:  # the bucket is the truth: the mirror's tables are replaced
@@ -158,70 +145,3 @@ def _rename_errors(store: Path, pairs: list[tuple[str, str]]) -> None:
     if renamed != rows:
         from scoring.io import atomic_write_bytes
         atomic_write_bytes(path, json.dumps(renamed, indent=1).encode())
-
-
-# ----------------------------------------------------------------------------- lease
-
-def _read_lease(rem: Remote) -> dict | None:
-    try:
-        with rem.filesystem.open_input_stream(f"{rem.root}/{LEASE}") as src:
-            lease = json.loads(src.read())
-        return lease if isinstance(lease, dict) else {}
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}  # unreadable (a torn or foreign object): treated as expired and overwritten
-
-
-def _live(lease: dict | None) -> bool:
-    if lease is None:
-        return False
-    try:
-        since = float(lease.get("since", 0) or 0)
-    except (TypeError, ValueError):
-        since = 0.0  # a foreign or torn lease: expired
-    return time.time() - since < _ttl()
-
-
-def _ttl() -> float:
-    try:
-        return float(os.environ.get(LEASE_SECONDS_ENV, 6 * 3600))
-    except ValueError:
-        raise SafeVLAError(f"{LEASE_SECONDS_ENV}={os.environ[LEASE_SECONDS_ENV]!r}: expected a number of seconds") \
-            from None
-
-
-@contextlib.contextmanager
-def _lease(rem: Remote, *, wait: bool) -> Iterator[None]:
-    """Holds `STORE/.lease.json` for the block (best effort: see the module docstring)."""
-    from scoring.uri import write_bytes
-    token = secrets.token_hex(16)
-    mine = {"token": token, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
-    said = False
-    while True:
-        held = _read_lease(rem)
-        if not _live(held):
-            try:
-                write_bytes(rem.filesystem, f"{rem.root}/{LEASE}", json.dumps(mine).encode())
-            except OSError as exc:
-                raise SafeVLAError(f"cannot write to {rem.uri} ({' '.join(str(exc).split())[:200]}); "
-                                   "check the credentials and that the bucket exists") from None
-            time.sleep(SETTLE_S)
-            held = _read_lease(rem)
-            if held and held.get("token") == token:
-                break
-        who = f"{(held or {}).get('host', 'unknown host')} pid {(held or {}).get('pid', 'unknown')}"
-        if not wait:
-            raise StoreBusy(f"run store {rem.uri!r} is being written by another `safevla score` ({who}); wait for "
-                            f"it to finish, re-run with --wait, or use another --out (a killed run's lease "
-                            f"{rem.uri}/{LEASE} expires {_ttl() / 3600:g} h after it was taken, see "
-                            f"{LEASE_SECONDS_ENV}; or delete it)")
-        if not said:
-            print(f"safevla score: waiting for {who} to finish writing {rem.uri!r} ...", file=sys.stderr)
-            said = True
-        time.sleep(5)
-    try:
-        yield
-    finally:
-        if (_read_lease(rem) or {}).get("token") == token:
-            delete(rem, LEASE)

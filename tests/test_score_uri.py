@@ -158,6 +158,22 @@ def test_wait_queues_behind_a_lease_until_its_holder_releases_it(s3, tmp_path, c
     assert keys(s3, "t6/store/.lease.json") == []
 
 
+def test_the_holder_renews_its_lease_so_a_long_run_is_not_taken_over(s3, monkeypatch):
+    from scoring.uri_lease import store_lease
+    from scoring.uri_mirror import remote
+    monkeypatch.setenv("SAFEVLA_LEASE_SECONDS", "2")  # renewed every 0.5 s
+    rem = remote(f"s3://{BUCKET}/t7/store")
+    with store_lease(rem, wait=False):
+        first = json.loads(get_bytes(s3, "t7/store/.lease.json"))
+        time.sleep(3)  # longer than the lease's lifetime
+        now = json.loads(get_bytes(s3, "t7/store/.lease.json"))
+        assert now["token"] == first["token"] and now["since"] > first["since"] + 1
+        with pytest.raises(Exception, match="is being written by another `safevla score`"):
+            with store_lease(rem, wait=False):
+                pass
+    assert keys(s3, "t7/store/.lease.json") == []  # released
+
+
 @pytest.mark.parametrize("archive, out, expected", [
     ("s3://{b}/nowhere", "s3://{b}/t4/store", "s3://{b}/nowhere: no such archive (no objects below this prefix)"),
     ("ARCHIVE", "s3://{b}/t4/../escape", "storage URI 's3://{b}/t4/../escape' has an empty, '.' or '..' segment"),
