@@ -6,6 +6,7 @@ Every subcommand has `--help`; bad input exits non-zero with a one-line cause.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import subprocess
@@ -35,8 +36,9 @@ def _score_parser(sub) -> None:
                                    "store. Episodes already scored with the same registry are skipped; a corrupt "
                                    "episode is reported and the rest are still scored.",
                        epilog=SCORE_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("archives", nargs="+", help="record files or directories")
-    p.add_argument("--out", required=True, help="run store directory (created if missing)")
+    p.add_argument("archives", nargs="+", help="record files or directories, or s3:// / gs:// URIs of them")
+    p.add_argument("--out", required=True,
+                   help="run store directory (created if missing), or an s3:// or gs:// URI (docs/cluster.md)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--registry", default=None, help="registry directory (default: the bundled assets/)")
     p.add_argument("--copy-trajectories", action="store_true",
@@ -59,27 +61,25 @@ def run_score(args) -> int:
     from scoring.store import score_archive
     if args.workers < 1:
         raise SafeVLAError(f"--workers expects a positive integer, got {args.workers}")
-    from scoring.uri import is_uri
-    for where in (*args.archives, args.out):
-        if is_uri(where):  # docs/cluster.md: rollouts write to URIs; scoring reads local or mounted paths
-            raise SafeVLAError(f"{where}: safevla score reads archives and writes stores on a local or mounted "
-                               "path; copy the archive down first (e.g. `aws s3 sync`)")
+    options = dict(registry_path=args.registry, copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
+                   progress=False if args.no_progress else None, force_sampling=args.force_sampling,
+                   wait_for_lock=args.wait)
     if getattr(args, "engine", "local") == "ray":
         from scoring.ray_score import score_archive_ray  # Ray stays optional: imported only here
-        summary = score_archive_ray(args.archives, args.out, address=args.address, registry_path=args.registry,
-                                    copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
-                                    progress=False if args.no_progress else None,
-                                    force_sampling=args.force_sampling, wait_for_lock=args.wait)
+        score = functools.partial(score_archive_ray, address=args.address)
     else:
-        summary = score_archive(args.archives, args.out, workers=args.workers, registry_path=args.registry,
-                                copy_trajectories=args.copy_trajectories, synthetic=args.synthetic,
-                                progress=False if args.no_progress else None, force_sampling=args.force_sampling,
-                                wait_for_lock=args.wait)
+        score = functools.partial(score_archive, workers=args.workers)
+    from scoring.uri import is_uri
+    if any(is_uri(where) for where in (*args.archives, args.out)):  # mirrored in and out (docs/cluster.md)
+        from scoring.score_uri import score_with_uris
+        summary = score_with_uris(list(args.archives), args.out, score=score, **options)
+    else:
+        summary = score(args.archives, args.out, **options)
     for err in summary.errors:
         print(f"refused: {err['message']}", file=sys.stderr)
     line = f"scored {summary.scored}, skipped {summary.skipped} already scored, refused {len(summary.errors)}"
     if summary.errors:
-        line += f" (listed in {Path(summary.store) / 'errors.json'})"
+        line += f" (listed in {str(summary.store).rstrip('/')}/errors.json)"
     print(f"{line} -> {summary.store}")
     return EXIT_REFUSED if summary.errors else 0
 

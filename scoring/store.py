@@ -104,7 +104,8 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
                   workers: int = 1, registry: Registry | None = None, registry_path=None,
                   copy_trajectories: bool = False, progress: bool | None = None, checkpoint_every: int = 5000,
                   batch: int | None = None, synthetic: bool = False, engine: Callable | None = None,
-                  force_sampling: str = "peak", wait_for_lock: bool = False) -> ScoreSummary:
+                  force_sampling: str = "peak", wait_for_lock: bool = False,
+                  extra_problems: Iterable[RecordError] = ()) -> ScoreSummary:
     """Scores every episode of the archives into the run store `out`.
 
     `force_sampling` is "peak" (substep peaks where records hold them) or "control" (the
@@ -116,7 +117,8 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
     (`scoring.ray_score` runs them as Ray tasks); the store it gives is the same.
     `batch` is episodes per job (default: about 8 jobs per worker, see `_batch_size`).
     One run writes to a store at a time (`scoring.store_lock`): another run raises
-    StoreBusy, or waits for the lock with `wait_for_lock`.
+    StoreBusy, or waits for the lock with `wait_for_lock`. `extra_problems` are items refused
+    before this call (e.g. object keys `scoring.score_uri` would not download): reported like the rest.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -134,7 +136,7 @@ def score_archive(paths: str | os.PathLike | Iterable[str | os.PathLike], out: s
         raise SafeVLAError(f"cannot create the run store {str(store)!r} ({exc.strerror})") from None
     with store_lock(store, wait=wait_for_lock):
         shutil.rmtree(store / STAGING, ignore_errors=True)  # left by a run that was killed
-        return _score_into(store, paths, listing.files, listing.problems, reg, workers=workers,
+        return _score_into(store, paths, listing.files, [*extra_problems, *listing.problems], reg, workers=workers,
                            registry_path=registry_path, copy_trajectories=copy_trajectories, progress=progress,
                            checkpoint_every=checkpoint_every, batch=batch, synthetic=synthetic, engine=engine,
                            force_sampling=force_sampling)

@@ -1,7 +1,8 @@
 """Storage URIs (`s3://bucket/prefix`, `gs://bucket/prefix`) through pyarrow's filesystem layer.
 
-Used where a Ray run writes to storage every node can reach instead of a local path:
-`safevla rollout --engine ray --out s3://...`. Credentials and endpoints come from the
+Used where a Ray rollout writes to storage every node can reach instead of a local path
+(`safevla rollout --engine ray --out s3://...`), and by `safevla score` for archives and
+stores at URIs (`scoring.score_uri`, through local mirrors). Credentials and endpoints come from the
 usual places (AWS_* variables, `~/.aws`, GCS application credentials) or from the URI's
 query (`s3://bucket/x?endpoint_override=127.0.0.1:9000&scheme=http`), as pyarrow reads them.
 """

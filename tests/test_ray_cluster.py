@@ -22,6 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'safevla-bench[ray]'")
 
+from moto_helpers import moto_s3  # noqa: E402
 from ray_cluster_helpers import RayStartCluster, free_port, stop_session  # noqa: E402
 
 HAS_LIBERO = True
@@ -266,29 +267,8 @@ def test_a_killed_driver_resumes_without_recording_twice(tmp_path):
 @pytest.fixture
 def s3_bucket():
     """An S3-compatible server on 127.0.0.1 (moto in server mode) with one bucket; AWS_* env for it."""
-    pytest.importorskip("moto", reason="moto is not installed: pip install 'safevla-bench[dev]'")
-    boto3 = pytest.importorskip("boto3")
-    port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
-                             aws_secret_access_key="testing", region_name="us-east-1").create_bucket(
-                    Bucket="safevla-test")
-                break
-            except Exception:  # noqa: BLE001 - the server is still starting
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+    with moto_s3() as env:
         yield env
-    finally:
-        stop_session(server.pid, grace_s=5)
-        server.wait(timeout=10)
 
 
 @pytest.mark.slow
@@ -330,5 +310,29 @@ def test_rollout_into_an_s3_uri_and_resume_there(s3_bucket, tmp_path):
         # the local engine cannot write to a URI: one line
         res = safevla(*[a for a in argv if a not in ("--engine", "ray")], env=env)
         assert res.returncode == 2 and "a storage URI needs --engine ray" in res.stderr
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_score_ray_engine_from_and_into_s3_equals_the_local_engine(s3_bucket, tmp_path):
+    """The driver mirrors the archive and the store; tasks score the mirror (in place on this one-machine
+    instance, as shipped bytes on nodes that cannot see it), so nodes need no credentials; the Parquet
+    in the bucket is the local engine's, byte for byte."""
+    from moto_helpers import get_bytes, upload_tree
+    archive = small_archive(tmp_path / "archive", n=3)
+    upload_tree(s3_bucket, archive, "score/archive")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="svs", dir="/tmp"))
+    env = {**s3_bucket, "RAY_TMPDIR": str(ray_tmp), "SAFEVLA_CACHE": str(tmp_path / "cache")}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        res = safevla("score", str(archive), "--out", str(tmp_path / "store"), "--no-progress", env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+        res = safevla("score", "s3://safevla-test/score/archive", "--out", "s3://safevla-test/score/store",
+                      "--engine", "ray", "--no-progress", env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert last_line(res.stdout) == ("scored 3, skipped 0 already scored, refused 0 -> "
+                                         "s3://safevla-test/score/store")
+        for table in ("episodes.parquet", "spec_results.parquet"):
+            assert get_bytes(s3_bucket, f"score/store/{table}") == (tmp_path / "store" / table).read_bytes()
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
