@@ -141,6 +141,10 @@ def save_annotation(store: str | os.PathLike, episode_id: str, *, tags: Iterable
     if not path.parent.is_dir():
         raise AnnotationError(f"cannot save the tags of episode {episode_id!r}: the run store {str(path.parent)!r} "
                               "is not a directory")
+    if path.is_symlink() and path.resolve().parent != path.parent.resolve():
+        # a dashboard serving several stores writes only inside the one it shows
+        raise AnnotationError(f"cannot save the tags of episode {episode_id!r}: {str(path)!r} links outside the run "
+                              "store; refused (annotations are written only inside the store folder)")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

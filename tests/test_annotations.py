@@ -69,6 +69,16 @@ def test_unwritable_log_gives_one_clear_error_even_as_root(tmp_path):
     assert got == {} and "cannot read the annotations" in problems[0]
 
 
+def test_a_log_linking_outside_the_store_is_refused(tmp_path):
+    store, outside = tmp_path / "store", tmp_path / "elsewhere.jsonl"
+    store.mkdir()
+    outside.write_text("")
+    (store / ANNOTATIONS).symlink_to(outside)
+    with pytest.raises(AnnotationError, match="links outside the run store; refused"):
+        save_annotation(store, "x", tags=["real"])
+    assert outside.read_text() == ""
+
+
 def test_values_are_bounded():
     with pytest.raises(AnnotationError, match="at most 60"):
         clean_tags(["x" * 61])

@@ -215,6 +215,10 @@ def test_back_after_a_page_switch_returns_to_the_previous_page(server, page):
     page.wait_for_url("**/detail?**ep=**")
     assert "outcome=SBU" in page.url  # the detail link carries the Episodes filters
     assert page.evaluate("history.length") == start + 1  # one entry for the page switch
+    page.get_by_role("button", name="Copy link").click()
+    link = page.locator('[data-testid="stPopoverBody"] [data-testid="stCode"]').first.inner_text().strip()
+    assert link.startswith(f"{server}/detail?") and "outcome=SBU" in link and "ep=" in link, link
+    page.keyboard.press("Escape")
     page.go_back()
     settle(page, 1.0)
     assert wait_title(page, "Episodes") == "Episodes"
