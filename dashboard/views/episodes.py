@@ -87,6 +87,9 @@ def counts_ui(c: C.Ctx, mask) -> dict:
 
 
 DEFAULT_HIDDEN = ("language", "n_active", "success", "safe", "note")
+COLUMN_LABELS = {"worst_spec": "worst violation", "violating_step": "violating step", "closest_call": "closest call",
+                 "task_id": "task", "n_active": "active specs", "n_steps": "steps", "vsi": "VSI",
+                 "language": "instruction"}
 
 
 def columns_ui(columns: list[str]) -> list[str]:
@@ -95,8 +98,10 @@ def columns_ui(columns: list[str]) -> list[str]:
     if key not in st.session_state:
         st.session_state[key] = [x for x in columns if x not in DEFAULT_HIDDEN and x != "episode_id"]
     st.session_state[key] = [x for x in st.session_state[key] if x in columns]
-    picked = st.multiselect("Columns", [x for x in columns if x != "episode_id"], key=key,
-                            help="columns of the table and of the CSV (the episode id is always included)")
+    with st.popover("Columns", icon=":material/view_column:", width="stretch",
+                    help="columns of the table and of the CSV (the episode id is always included)"):
+        picked = st.multiselect("Columns shown", [x for x in columns if x != "episode_id"], key=key,
+                                format_func=lambda x: COLUMN_LABELS.get(x, x))
     return ["episode_id", *picked]
 
 
@@ -122,8 +127,10 @@ def csv_ui(c: C.Ctx, mask, sort: str, columns: list[str]) -> None:
         table["tags"], table["note"] = tags, notes
         return G.episodes_csv(table, [*columns, *(x for x in ("tags", "note") if x not in columns)])
 
-    st.download_button(f"Download CSV ({int(mask.sum()):,} episodes)", make, file_name="episodes.csv",
-                       mime="text/csv", icon=":material/download:", key="episodes_csv")
+    st.download_button("Download CSV", make, file_name="episodes.csv",
+                       mime="text/csv", icon=":material/download:", key="episodes_csv", width="stretch",
+                       help=f"all {int(mask.sum()):,} filtered episodes (not only the rows shown), in this order, with the "
+                            "chosen columns plus tags and note; headers are the store's column names")
 
 
 def render() -> None:
@@ -137,13 +144,16 @@ def render() -> None:
         st.info("No episode matches these filters. Clear a filter to see more.")
         C.stop()
     group_ui(c, mask)
+    row = st.columns([3, 1.1, 1.5], vertical_alignment="bottom")
     key = S.widget_key("sort")
-    sort = st.selectbox("Sort by", list(C.D.SORTS), key=key)
+    sort = row[0].selectbox("Sort by", list(C.D.SORTS), key=key)
     S.put("sort", sort)
     table = AN.with_annotations(c, C.D.episode_table(c.data, c.v, mask, sort=sort, limit=TABLE_LIMIT))
     n = int(mask.sum())
-    shown = columns_ui(list(table.columns))
-    csv_ui(c, mask, sort, shown)
+    with row[1]:
+        shown = columns_ui(list(table.columns))
+    with row[2]:
+        csv_ui(c, mask, sort, shown)
     st.caption(f"Showing {len(table):,} of {n:,} matching episodes" + (" (narrow the filters to see the rest; "
                                                                       "the CSV holds all)" if n > len(table) else "")
                + ". Click a row's checkbox to open its detail; click a header to sort.")
