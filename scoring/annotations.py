@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -54,8 +55,10 @@ def annotations_path(store: str | os.PathLike) -> Path:
     return Path(store) / ANNOTATIONS
 
 
+@functools.lru_cache(maxsize=4)
 def suggested_tags(path: str | os.PathLike | None = None) -> tuple[str, ...]:
-    """The tags offered first in the dashboard (assets/annotation_tags.yaml, a list of strings)."""
+    """The tags offered first in the dashboard (assets/annotation_tags.yaml, a list of strings);
+    read once per process (the dashboard asks on every rerun)."""
     p = Path(path) if path is not None else SUGGESTED_TAGS_FILE
     try:
         raw = yaml.safe_load(p.read_text()) or {}
