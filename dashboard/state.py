@@ -30,7 +30,7 @@ LIST_PARAMS = {"model": "models", "suite": "suites", "task": "tasks", "spec": "s
 FILTER_PARAMS = ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "scene", "tag", "sort")
 PAGE_PARAMS = {
     "overview": (),
-    "episodes": FILTER_PARAMS,
+    "episodes": (*FILTER_PARAMS, "group"),
     # a detail link carries the Episodes filters: its chooser lists the filtered episodes
     "detail": ("ep", "step", "raw", *FILTER_PARAMS),
     "whatif": ("sens",),
@@ -39,7 +39,7 @@ PAGE_PARAMS = {
 PAGES = tuple(PAGE_PARAMS)
 DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "tags": [], "spec_mode": "violated",
             "vsi": (0.0, 1.0), "sort": "SBU first, then VSI", "ep": None, "step": None, "raw": False,
-            "sens": "force", "scene": "all"}
+            "sens": "force", "scene": "all", "group": "none"}
 
 
 def get(name: str, default=None):
@@ -152,6 +152,13 @@ def parse_params(params, data: StoreData) -> tuple[dict, list[str]]:
             state["scene"] = scene
         else:
             problems.append(f"scene: expected one of {', '.join(SCENES)}, got {scene!r}")
+    group = _first(params, "group")
+    if group is not None:
+        from dashboard.episode_groups import GROUPS
+        if group in GROUPS:
+            state["group"] = group
+        else:
+            problems.append(f"group: expected one of {', '.join(GROUPS)}, got {group!r}")
     sort = _first(params, "sort")
     if sort is not None:
         if sort in SORTS:

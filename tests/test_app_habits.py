@@ -126,8 +126,9 @@ def test_a_detail_link_carries_the_episodes_filters(store):
 def test_group_by_and_column_picker(store):
     eps = pd.read_parquet(store / "episodes.parquet")
     at = app(store, page="episodes")
-    at.session_state["w.group_by"] = "model"
+    at.session_state["w.group"] = "model"
     ok(at.run())
+    assert qp(at, "group") == ["model"]
     grouped = [d for d in at.dataframe if d.key != "ep_table"][0].value
     assert sorted(grouped["model"]) == sorted(eps["model"].unique())
     assert grouped["episodes"].sum() == len(eps)
@@ -136,6 +137,14 @@ def test_group_by_and_column_picker(store):
     ok(at)
     table = at.dataframe(key="ep_table")
     assert list(table.proto.column_order) == ["episode_id", "outcome", "tags"]
+
+
+def test_a_group_link_restores_the_grouping(store):
+    at = ok(app(store, page="episodes", group="task"))
+    grouped = [d for d in at.dataframe if d.key != "ep_table"][0].value
+    assert {"suite", "task"} <= set(grouped.columns)
+    at = app(store, page="episodes", group="nonsense")
+    assert not at.exception and len([d for d in at.dataframe if d.key != "ep_table"]) == 0
 
 
 def test_group_by_spec_counts_active_and_violated(store):

@@ -106,8 +106,10 @@ def columns_ui(columns: list[str]) -> list[str]:
 
 
 def group_ui(c: C.Ctx, mask) -> None:
-    by = st.segmented_control("Group by", list(G.GROUPS), key="w.group_by", default="none",
+    key = S.widget_key("group")
+    by = st.segmented_control("Group by", list(G.GROUPS), key=key,
                               help="counts and rates of the filtered episodes per group")
+    S.put("group", by or "none")
     if by and by != "none":
         st.dataframe(G.group_table(c.data, c.v, mask, by), hide_index=True, key="group_table",
                      column_config={k: st.column_config.NumberColumn(k, format="percent")
