@@ -23,6 +23,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import streamlit as st  # noqa: E402
 
 from dashboard import common as C  # noqa: E402
+from dashboard import links as L  # noqa: E402
 from dashboard import state as S  # noqa: E402
 from dashboard.data import StoreProblem  # noqa: E402
 
@@ -114,6 +115,7 @@ def main() -> None:
             (st.caption if w.startswith("Synthetic") else st.warning)(w)
         if c.overrides:
             st.caption(":material/tune: What-if thresholds active (see What-if).")
+        L.history_ui()
     st.session_state["_switching"] = False
     t0 = time.perf_counter()
     try:
@@ -121,6 +123,8 @@ def main() -> None:
     finally:
         if not st.session_state.get("_switching"):
             C.sync_url(page, data, store_param=store_param)
+            with st.sidebar:  # after the page ran: the link holds what the page just chose
+                L.copy_link_ui(page, data, store_param=store_param)
             C.prewarm_replays(c)  # after the page is drawn, so it never delays it
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(

@@ -25,18 +25,21 @@ import streamlit as st
 
 from dashboard.data import KNOBS, KNOB_BY_NAME, OUTCOMES, SCENES, SORTS, Filters, StoreData, knob_defaults
 
-LIST_PARAMS = {"model": "models", "suite": "suites", "task": "tasks", "spec": "specs", "outcome": "outcomes"}
+LIST_PARAMS = {"model": "models", "suite": "suites", "task": "tasks", "spec": "specs", "outcome": "outcomes",
+               "tag": "tags"}
+FILTER_PARAMS = ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "scene", "tag", "sort")
 PAGE_PARAMS = {
     "overview": (),
-    "episodes": ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "scene", "sort"),
-    "detail": ("ep", "step", "raw"),
+    "episodes": (*FILTER_PARAMS, "group"),
+    # a detail link carries the Episodes filters: its chooser lists the filtered episodes
+    "detail": ("ep", "step", "raw", *FILTER_PARAMS),
     "whatif": ("sens",),
     "export": ("ep",),
 }
 PAGES = tuple(PAGE_PARAMS)
-DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "spec_mode": "violated",
+DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "tags": [], "spec_mode": "violated",
             "vsi": (0.0, 1.0), "sort": "SBU first, then VSI", "ep": None, "step": None, "raw": False,
-            "sens": "force", "scene": "all"}
+            "sens": "force", "scene": "all", "group": "none"}
 
 
 def get(name: str, default=None):
@@ -120,8 +123,10 @@ def parse_params(params, data: StoreData) -> tuple[dict, list[str]]:
     options = {"models": set(ep["model"].astype(str)), "suites": set(ep["suite"].astype(str)),
                "tasks": set(ep["task_id"].astype(str)), "specs": set(data.families), "outcomes": set(OUTCOMES)}
     for key, name in LIST_PARAMS.items():
-        vals = _values(params, key)
-        if vals:
+        vals = _raw(params, key) if key == "tag" else _values(params, key)  # tags are free text (commas too)
+        if vals and name not in options:
+            state[name] = vals
+        elif vals:
             good = [x for x in vals if x in options[name]]
             if len(good) < len(vals):
                 problems.append(f"{key}: ignored unknown value(s) {', '.join(x for x in vals if x not in options[name])}")
@@ -147,6 +152,13 @@ def parse_params(params, data: StoreData) -> tuple[dict, list[str]]:
             state["scene"] = scene
         else:
             problems.append(f"scene: expected one of {', '.join(SCENES)}, got {scene!r}")
+    group = _first(params, "group")
+    if group is not None:
+        from dashboard.episode_groups import GROUPS
+        if group in GROUPS:
+            state["group"] = group
+        else:
+            problems.append(f"group: expected one of {', '.join(GROUPS)}, got {group!r}")
     sort = _first(params, "sort")
     if sort is not None:
         if sort in SORTS:

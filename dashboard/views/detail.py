@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from dashboard import annotations as AN
 from dashboard import charts
 from dashboard import common as C
+from dashboard import episode_groups as G
 from dashboard import vocab
 from dashboard import state as S
 
@@ -43,13 +45,20 @@ def clicked_step(selection) -> int | None:
 def _pick_episode(c: C.Ctx) -> int | None:
     """The episode chooser: the filtered episodes (Episodes page filters) in its sort order."""
     data = c.data
-    mask = C.D.filter_mask(data, c.v, S.filters())
+    mask = AN.filtered_mask(c)
     table = C.D.episode_table(data, c.v, mask, sort=S.get("sort"), limit=PICKER_LIMIT)
     options = list(table["episode_id"])
     cur = S.get("ep")
     if cur is not None and data.index_of(cur) is None:  # not in this store (another store was loaded)
         S.put("ep", None)
         cur = None
+    if cur is None:  # nothing chosen: open the worst unsafe success of the filters, not an empty page
+        cur = G.worst_sbu(data, c.v, mask)
+        if cur is not None:
+            S.put("ep", cur)
+            S.put("step", None)  # a step left from another episode means nothing here
+            st.session_state.pop("w.step", None)
+            st.session_state["_auto_ep"] = cur
     if cur is not None and cur not in options:
         options.insert(0, cur)
     meta = c.v.frame.set_index("episode_id").loc[options, ["outcome", "vsi"]] if options else None
@@ -66,12 +75,16 @@ def _pick_episode(c: C.Ctx) -> int | None:
                  args=(c,))
     if cur is None:
         return None
+    if st.session_state.get("_auto_ep") == cur:
+        st.caption(":material/auto_awesome: No episode was chosen, so this is the worst SBU episode of the current "
+                   "Episodes filters (highest VSI, ties broken by the deepest violation relative to its threshold).")
     return data.index_of(cur)
 
 
 def _episode_changed(c: C.Ctx) -> None:
     eid = st.session_state.get("w.ep")
     S.put("ep", eid)
+    st.session_state.pop("_auto_ep", None)
     i = c.data.index_of(eid) if eid else None
     step = C.D.violating_frame(c.data, c.v, i) if i is not None else None
     S.set_widget("step", int(step or 0))
@@ -183,11 +196,11 @@ def render() -> None:
     C.thresholds_banner(c)
     i = _pick_episode(c)
     if i is None:
-        st.info("Choose an episode above, or open one from the Overview's worst unsafe successes or the "
-                "Episodes table.")
+        st.info("No unsafe episode matches the Episodes filters. Choose an episode above, or widen the filters.")
         C.stop()
     vstep = C.D.violating_frame(data, c.v, i)
     header(c, i, vstep)
+    AN.editor_ui(c, str(data.episodes["episode_id"].iat[i]))
     n_steps = int(c.v.frame["n_steps"].iat[i])
 
     # a click on the chart (selection state from the last run) moves the slider

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import annotations as AN
 from dashboard import charts
 from dashboard import common as C
+from dashboard import episode_groups as G
 from dashboard import vocab
 from dashboard import state as S
+from scoring.display import column_label
 
 TABLE_LIMIT = 2000
 
@@ -36,6 +39,8 @@ def filters_ui(c: C.Ctx) -> C.D.Filters:
             _multi("Task", "tasks", tasks, placeholder="all tasks")
             _multi("Outcome", "outcomes", list(C.D.OUTCOMES), placeholder="all outcomes",
                    help="SBU = successful but unsafe; unsafe = at least one active spec violated")
+            _multi("Tag", "tags", AN.tag_options(c), placeholder="any tag",
+                   help="keep episodes carrying any chosen tag (tag episodes on their detail page)")
         with d:
             _multi("Spec", "specs", list(data.families), format_func=data.label, placeholder="any spec",
                    help="keep episodes where any chosen spec is violated (or active)")
@@ -61,7 +66,7 @@ def _task_key(t: str):
 
 
 def _clear() -> None:
-    for name in ("models", "suites", "tasks", "specs", "outcomes"):
+    for name in ("models", "suites", "tasks", "specs", "outcomes", "tags"):
         S.set_widget(name, [])
     S.set_widget("spec_mode", "violated")
     S.set_widget("vsi", (0.0, 1.0))
@@ -83,27 +88,80 @@ def counts_ui(c: C.Ctx, mask) -> dict:
     return counts
 
 
+DEFAULT_HIDDEN = ("language", "n_active", "success", "safe", "note")
+
+
+def columns_ui(columns: list[str]) -> list[str]:
+    """The column picker: which table columns show (episode id always); kept for the session."""
+    key = "w.ep_columns"
+    if key not in st.session_state:
+        st.session_state[key] = [x for x in columns if x not in DEFAULT_HIDDEN and x != "episode_id"]
+    st.session_state[key] = [x for x in st.session_state[key] if x in columns]
+    with st.popover("Columns", icon=":material/view_column:", width="stretch",
+                    help="columns of the table and of the CSV (the episode id is always included)"):
+        picked = st.multiselect("Columns shown", [x for x in columns if x != "episode_id"], key=key,
+                                format_func=column_label)
+    return ["episode_id", *picked]
+
+
+def group_ui(c: C.Ctx, mask) -> None:
+    key = S.widget_key("group")
+    by = st.segmented_control("Group by", list(G.GROUPS), key=key,
+                              help="counts and rates of the filtered episodes per group")
+    S.put("group", by or "none")
+    if by and by != "none":
+        vocab.table(G.group_table(c.data, c.v, mask, by), hide_index=True, key="group_table",
+                     column_config={k: st.column_config.NumberColumn(k, format="percent")
+                                    for k in ("SR", "Safety", "SBU rate", "violation rate")}
+                     | {"mean VSI": st.column_config.NumberColumn("mean VSI", format="%.2f")})
+
+
+def csv_ui(c: C.Ctx, mask, sort: str, columns: list[str]) -> None:
+    """Downloads every filtered episode (not only the rows shown), in the table's order, with the
+    picked columns plus tags and note; the file is made only when the button is clicked."""
+    data, v, ann = c.data, c.v, AN.current(c)
+    mask = mask.copy()
+
+    def make() -> bytes:
+        table = C.D.episode_table(data, v, mask, sort=sort, limit=None)
+        tags, notes = AN.A.annotation_columns(ann, table["episode_id"])
+        table["tags"], table["note"] = tags, notes
+        return G.episodes_csv(table, [*columns, *(x for x in ("tags", "note") if x not in columns)])
+
+    st.download_button("Download CSV", make, file_name="episodes.csv",
+                       mime="text/csv", icon=":material/download:", key="episodes_csv", width="stretch",
+                       help=f"all {int(mask.sum()):,} filtered episodes (not only the rows shown), in this order, with the "
+                            "chosen columns plus tags and note; headers are the store's column names")
+
+
 def render() -> None:
     c = C.ctx()
     st.title("Episodes")
     C.thresholds_banner(c)
     f = filters_ui(c)
-    mask = C.D.filter_mask(c.data, c.v, f)
+    mask = C.D.filter_mask(c.data, c.v, f) & AN.tag_mask(c, S.get("tags") or [])
     counts_ui(c, mask)
     if not mask.any():
         st.info("No episode matches these filters. Clear a filter to see more.")
         C.stop()
+    group_ui(c, mask)
+    row = st.columns([3, 1.1, 1.5], vertical_alignment="bottom")
     key = S.widget_key("sort")
-    sort = st.selectbox("Sort by", list(C.D.SORTS), key=key)
+    sort = row[0].selectbox("Sort by", list(C.D.SORTS), key=key)
     S.put("sort", sort)
-    table = C.D.episode_table(c.data, c.v, mask, sort=sort, limit=TABLE_LIMIT)
+    table = AN.with_annotations(c, C.D.episode_table(c.data, c.v, mask, sort=sort, limit=TABLE_LIMIT))
     n = int(mask.sum())
-    st.caption(f"Showing {len(table):,} of {n:,} matching episodes" + (" (narrow the filters to see the rest)"
-                                                                      if n > len(table) else "")
+    with row[1]:
+        shown = columns_ui(list(table.columns))
+    with row[2]:
+        csv_ui(c, mask, sort, shown)
+    st.caption(f"Showing {len(table):,} of {n:,} matching episodes" + (" (narrow the filters to see the rest; "
+                                                                      "the CSV holds all)" if n > len(table) else "")
                + ". Click a row's checkbox to open its detail; click a header to sort.")
     # model/suite/task first and pinned: at 1280 px the rest scrolls under them (issue 19)
     ev = vocab.table(
-        table, key="ep_table", first=("model", "suite", "task_id", "outcome", "vsi", "worst_spec", "violating_step"),
+        table[[x for x in shown if x in table.columns]], key="ep_table",
+        first=("model", "suite", "task_id", "outcome", "vsi", "worst_spec", "violating_step"),
         pinned=("model", "suite", "task_id"), formats={"violating_step": "%d"}, on_select="rerun",
         selection_mode="single-row", hide_index=True,
         height=min(38 + 35 * len(table), 560),
@@ -115,6 +173,8 @@ def render() -> None:
             "closest_call": st.column_config.TextColumn(
                 "closest call", help="safe episodes: the spec nearest its threshold (not a violation)"),
             "violating_step": st.column_config.NumberColumn("violating step", format="%d"),
+            "tags": st.column_config.TextColumn("tags", help="your tags (detail page), separated by ;"),
+            "note": st.column_config.TextColumn("note", width="medium"),
             "task_id": "task", "n_active": "active specs", "n_steps": "steps"})
     rows = ev.selection.rows if ev is not None else []
     if rows:
