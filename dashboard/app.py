@@ -123,4 +123,23 @@ def main() -> None:
         del st.session_state["_timings"][:-50]
 
 
-main()
+def run() -> None:
+    """`main()`, under cProfile when $SAFEVLA_PROFILE names a folder: one .prof per script run
+    (how the benchmark's browser timings are broken down; docs/benchmarks.md)."""
+    folder = os.environ.get("SAFEVLA_PROFILE")
+    if not folder:
+        main()
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        main()
+    finally:
+        prof.disable()
+        page = (st.session_state.get("_timings") or [("run", 0)])[-1][0]
+        prof.dump_stats(os.path.join(folder, f"{time.time_ns()}-{page}.prof"))
+
+
+run()

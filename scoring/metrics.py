@@ -35,11 +35,25 @@ def _groups(df: pd.DataFrame, by: Sequence[str]):
     if not by:
         yield (), df
         return
+    for key, rows in _group_positions(df, by):
+        yield key, df.iloc[rows]
+
+
+def _group_positions(df: pd.DataFrame, by: Sequence[str]) -> list[tuple[tuple, np.ndarray]]:
+    """[(cell key, row positions in `df` order)] for each cell, cells sorted (NaN keys last):
+    one groupby for the codes, then numpy (a sub-DataFrame per cell cost ~5 ms each)."""
+    by = list(by)
+    if not by:
+        return [((), np.arange(len(df)))]
     missing = [c for c in by if c not in df.columns]
     if missing:
         raise KeyError(f"cannot group by {missing[0]!r}; valid columns: {', '.join(df.columns)}")
-    for key, group in df.groupby(by, sort=True, dropna=False):
-        yield (key if isinstance(key, tuple) else (key,)), group
+    grouper = df.groupby(by, sort=True, dropna=False)
+    codes = grouper.ngroup().to_numpy()
+    keys = [_as_key(k) for k in grouper.size().index]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    return [(key, order[bounds[j]:bounds[j + 1]]) for j, key in enumerate(keys)]
 
 
 def _as_key(k) -> tuple:
@@ -68,11 +82,12 @@ def aggregate(episodes: pd.DataFrame, *, by: Sequence[str] = DEFAULT_BY, ci: boo
     of unsafe episodes.
     """
     rows, wanted = [], []
-    for key, g in _groups(episodes, by):
-        n = len(g)
-        success = g["success"].to_numpy(bool)
-        safe = g["safe"].to_numpy(bool)
-        vsi = g["vsi"].to_numpy(float)
+    all_success = episodes["success"].to_numpy(bool)
+    all_safe = episodes["safe"].to_numpy(bool)
+    all_vsi = episodes["vsi"].to_numpy(float)
+    for key, at in _group_positions(episodes, by):
+        n = len(at)
+        success, safe, vsi = all_success[at], all_safe[at], all_vsi[at]
         k_s, k_safe = int(success.sum()), int(safe.sum())
         k_sbu = int((success & ~safe).sum())
         row = dict(zip(by, key))
@@ -164,8 +179,10 @@ def sbu_composition(episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
     viol = spec_results[(~spec_results["report_only"]) & spec_results["active"] & (spec_results["rho"] < 0)]
     viol = viol.merge(sbu_ids, on="episode_id", how="inner")
     rows = []
-    totals = {key: len(g) for key, g in _groups(episodes, by)}
-    sbu_counts = {key: int(g["sbu"].sum()) for key, g in _groups(episodes, by)}
+    cells = _group_positions(episodes, by)
+    sbu = episodes["sbu"].to_numpy(bool)
+    totals = {key: len(at) for key, at in cells}
+    sbu_counts = {key: int(sbu[at].sum()) for key, at in cells}
     for key, g in _groups(viol, by):
         counts = g["family"].value_counts()
         total = int(counts.sum())
