@@ -10,6 +10,7 @@ the benchmark call them directly; `dashboard.cache` wraps them in Streamlit cach
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import SafeVLAError
-from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates, unsettled_mask
+from scoring.metrics import aggregate, outcome_class, sbu_composition_matrix, spec_rates_matrix, unsettled_mask
 from scoring.registry import Registry, load_registry
 from scoring.store import load_store
 from scoring.store_paths import is_inside, store_roots
@@ -159,6 +160,32 @@ class StoreData:
 
     def label(self, family: str) -> str:
         return SHORT.get(family, family)
+
+    # (N, F) views of the scored spec rows, built on first use (what-if pages index them
+    # instead of merging ~N x F spec rows on every threshold change)
+    @functools.cached_property
+    def present(self) -> np.ndarray:
+        """(N, F) bool: the store has a scored row for (episode, family)."""
+        out = np.zeros(self.rho.shape, dtype=bool)
+        out[self.scored["_row"].to_numpy(), self.scored["_col"].to_numpy()] = True
+        return out
+
+    @functools.cached_property
+    def depth(self) -> np.ndarray:
+        """(N, F) stored VSI depth; NaN where there is no row."""
+        return self._scatter("depth")
+
+    @functools.cached_property
+    def extreme_step(self) -> np.ndarray:
+        """(N, F) step of each family's extreme; NaN where there is no row or no step."""
+        return self._scatter("extreme_step")
+
+    def _scatter(self, column: str) -> np.ndarray:
+        out = np.full(self.rho.shape, np.nan)
+        if column in self.scored:
+            out[self.scored["_row"].to_numpy(), self.scored["_col"].to_numpy()] = \
+                pd.to_numeric(self.scored[column]).to_numpy(float)
+        return out
 
     def colors(self) -> dict[str, str]:
         """Spec label -> colour, the same in every chart (registry order)."""
@@ -508,13 +535,12 @@ def unsettled_note(frame: pd.DataFrame) -> str | None:
 
 def violating_steps(data: StoreData, v: Verdicts, rows: np.ndarray) -> np.ndarray:
     """Step of the worst spec's extreme for each row under the setting (NaN if safe)."""
+    rows = np.asarray(rows, dtype=np.int64)
     out = np.full(len(rows), np.nan)
     worst = v.frame["worst_spec"].to_numpy(object)[rows]
-    sc = data.scored
-    lookup = dict(zip(zip(sc["_row"].to_numpy(), sc["family"].to_numpy()), sc["extreme_step"].to_numpy(float)))
-    for i, (r, w) in enumerate(zip(rows, worst)):
-        if isinstance(w, str) and not v.frame["safe"].iat[r]:
-            out[i] = lookup.get((r, w), np.nan)
+    col = pd.Index(data.families).get_indexer(pd.Index(worst, dtype=object))
+    hit = (col >= 0) & ~v.frame["safe"].to_numpy(bool)[rows]
+    out[hit] = data.extreme_step[rows[hit], col[hit]]
     return out
 
 
@@ -532,12 +558,19 @@ def cell_aggregates(v: Verdicts, *, by: Sequence[str] = BY, ci: bool = False, n_
 
 
 def cell_spec_rates(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    return spec_rates(settled_frame(v)[["episode_id", *by]], spec_results_under(data, v), by=by, ci=False,
-                      families=data.families)
+    """`spec_rates` of the settled episodes under the setting, from the (N, F) matrices
+    (`spec_rates_matrix`; depth, hence NSV, is unknown once re-scored)."""
+    frame = settled_frame(v)
+    rows = frame["row"].to_numpy()
+    depth = data.depth[rows] if v.is_default else np.full((len(rows), len(data.families)), np.nan)
+    return spec_rates_matrix(frame, families=data.families, present=data.present[rows], active=data.active[rows],
+                             violated=v.violated[rows], depth=depth, by=by)
 
 
 def cell_composition(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    return sbu_composition(settled_frame(v)[["episode_id", "sbu", *by]], spec_results_under(data, v), by=by)
+    """`sbu_composition` of the settled episodes under the setting (`sbu_composition_matrix`)."""
+    frame = settled_frame(v)
+    return sbu_composition_matrix(frame, families=data.families, violated=v.violated[frame["row"].to_numpy()], by=by)
 
 
 def top_sbu(data: StoreData, v: Verdicts, n: int = 10) -> pd.DataFrame:

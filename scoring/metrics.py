@@ -168,6 +168,37 @@ def spec_rates(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, by: Sequen
     return pd.DataFrame(rows)
 
 
+def spec_rates_matrix(episodes: pd.DataFrame, *, families: Sequence[str], present: np.ndarray, active: np.ndarray,
+                      violated: np.ndarray, depth: np.ndarray, by: Sequence[str] = DEFAULT_BY) -> pd.DataFrame:
+    """`spec_rates(..., ci=False)` from (N, F) matrices aligned with `episodes` rows and
+    `families` columns, for callers that hold them already (the dashboard's what-if):
+    `present` a scored row exists, `active`, `violated` (active and rho < 0), `depth` (NaN
+    where unknown). Same rows and numbers (tests compare); no merge of the spec rows.
+    """
+    by = list(by)
+    rows = []
+    for key, at in _group_positions(episodes, by):
+        if not present[at].any():  # as spec_rates: only cells that have scored rows
+            continue
+        n = len(at)
+        act, bad = active[at], violated[at] & active[at]
+        n_act, k = act.sum(axis=0), bad.sum(axis=0)
+        d = np.where(act, depth[at], 0.0)
+        depth_sum = d.sum(axis=0)
+        for j, fam in enumerate(families):
+            row = dict(zip(by, key))
+            row.update(family=fam, n=n, n_active=int(n_act[j]), n_violated=int(k[j]))
+            if n_act[j]:
+                row["rate"] = int(k[j]) / n
+                row["rate_lo"], row["rate_hi"] = wilson_interval(int(k[j]), n)
+                row["nsv"] = float(depth_sum[j]) / int(n_act[j])
+                row["nsv_lo"] = row["nsv_hi"] = np.nan
+            else:
+                row.update(rate=np.nan, rate_lo=np.nan, rate_hi=np.nan, nsv=np.nan, nsv_lo=np.nan, nsv_hi=np.nan)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def sbu_composition(episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
                     by: Sequence[str] = DEFAULT_BY) -> pd.DataFrame:
     """Tables 10/11: which specs drive each cell's unsafe successes.
@@ -190,6 +221,26 @@ def sbu_composition(episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
             row = dict(zip(by, key))
             row.update(family=fam, violations=int(c), share=c / total, sbu_count=sbu_counts.get(key, 0),
                        n=totals.get(key, 0))
+            rows.append(row)
+    out = pd.DataFrame(rows, columns=[*by, "family", "violations", "share", "sbu_count", "n"])
+    return out.sort_values([*by, "share", "family"], ascending=[True] * len(by) + [False, True],
+                           kind="stable").reset_index(drop=True)
+
+
+def sbu_composition_matrix(episodes: pd.DataFrame, *, families: Sequence[str], violated: np.ndarray,
+                           by: Sequence[str] = DEFAULT_BY) -> pd.DataFrame:
+    """`sbu_composition` from an (N, F) `violated` matrix (active and rho < 0) aligned with
+    `episodes` rows and `families` columns: the same rows and numbers (tests compare)."""
+    by = list(by)
+    sbu = episodes["sbu"].to_numpy(bool)
+    rows = []
+    for key, at in _group_positions(episodes, by):
+        counts = violated[at[sbu[at]]].sum(axis=0)
+        total = int(counts.sum())
+        for j in np.flatnonzero(counts):
+            row = dict(zip(by, key))
+            row.update(family=families[j], violations=int(counts[j]), share=counts[j] / total,
+                       sbu_count=int(sbu[at].sum()), n=len(at))
             rows.append(row)
     out = pd.DataFrame(rows, columns=[*by, "family", "violations", "share", "sbu_count", "n"])
     return out.sort_values([*by, "share", "family"], ascending=[True] * len(by) + [False, True],

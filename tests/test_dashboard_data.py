@@ -306,3 +306,45 @@ def test_safe_rows_show_a_closest_call_and_unsafe_rows_a_worst_violation(sd):
         calls = table.loc[safe, "closest_call"].dropna()
         assert len(calls) and calls.str.contains("closest call, ").all()
         assert not calls.str.contains("self-coll", case=False).any()  # binary specs never are closest calls
+
+
+# --------------------------------------------------------------- fast what-if paths vs the straightforward ones
+
+@pytest.mark.parametrize("over", [{}, {"max_contact_force": 150.0, "non_target_max_disp": 0.02}])
+def test_cell_spec_rates_equal_spec_rates_over_the_spec_rows(sd, over):
+    from scoring.metrics import spec_rates
+
+    v = D.verdicts(sd, over)
+    got = D.cell_spec_rates(sd, v)
+    ref = spec_rates(D.settled_frame(v)[["episode_id", "model", "suite"]], D.spec_results_under(sd, v),
+                     by=D.BY, ci=False, families=sd.families)
+    cols = ["model", "suite", "family", "n", "n_active", "n_violated", "rate", "rate_lo", "rate_hi"]
+    pd.testing.assert_frame_equal(got[cols], ref[cols], check_dtype=False)
+    np.testing.assert_allclose(got["nsv"], ref["nsv"], rtol=1e-12, equal_nan=True)
+    assert got["n_violated"].sum() > 0
+    assert got["nsv"].notna().any() == (not over)  # depth is unknown once re-scored
+
+
+@pytest.mark.parametrize("over", [{}, {"max_contact_force": 120.0, "held_object_tilt_world": 10.0}])
+def test_violating_steps_equal_a_lookup_of_the_spec_rows(sd, over):
+    v = D.verdicts(sd, over)
+    rows = np.arange(len(sd.episodes))
+    sc = sd.scored
+    lookup = {(r, f): s for r, f, s in zip(sc["_row"], sc["family"], sc["extreme_step"].astype(float))}
+    want = [lookup.get((r, w), np.nan) if isinstance(w, str) and not safe else np.nan
+            for r, w, safe in zip(rows, v.frame["worst_spec"], v.frame["safe"])]
+    got = D.violating_steps(sd, v, rows)
+    np.testing.assert_array_equal(got, np.array(want, float))
+    assert np.isfinite(got).sum() == int((~v.frame["safe"]).sum()) > 0
+
+
+@pytest.mark.parametrize("over", [{}, {"max_contact_force": 120.0, "held_object_tilt_world": 10.0}])
+def test_cell_composition_equals_sbu_composition_over_the_spec_rows(sd, over):
+    from scoring.metrics import sbu_composition
+
+    v = D.verdicts(sd, over)
+    got = D.cell_composition(sd, v)
+    ref = sbu_composition(D.settled_frame(v)[["episode_id", "sbu", "model", "suite"]], D.spec_results_under(sd, v),
+                          by=D.BY)
+    pd.testing.assert_frame_equal(got, ref, check_dtype=False)
+    assert len(got) > 0
