@@ -161,6 +161,14 @@ class StoreData:
     def label(self, family: str) -> str:
         return SHORT.get(family, family)
 
+    @functools.cached_property
+    def choices(self) -> dict[str, frozenset]:
+        """The values a link's model/suite/task filters may take (built once per store: a
+        set of 20k strings per new session cost ~0.2 s)."""
+        ep = self.episodes
+        return {name: frozenset(str(x) for x in pd.unique(ep[col].to_numpy(object)))
+                for name, col in (("models", "model"), ("suites", "suite"), ("tasks", "task_id"))}
+
     # (N, F) views of the scored spec rows, built on first use (what-if pages index them
     # instead of merging ~N x F spec rows on every threshold change)
     @functools.cached_property

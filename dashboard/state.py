@@ -114,11 +114,9 @@ def _raw(params, key: str) -> list[str]:
 
 def parse_params(params, data: StoreData) -> tuple[dict, list[str]]:
     """Canonical state from query parameters, validated against the store; (state, problems)."""
-    ep = data.episodes
     state: dict = {}
     problems: list[str] = []
-    options = {"models": set(ep["model"].astype(str)), "suites": set(ep["suite"].astype(str)),
-               "tasks": set(ep["task_id"].astype(str)), "specs": set(data.families), "outcomes": set(OUTCOMES)}
+    options = {**data.choices, "specs": set(data.families), "outcomes": set(OUTCOMES)}
     for key, name in LIST_PARAMS.items():
         vals = _values(params, key)
         if vals:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
 from dashboard import common as C
 
 BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click
@@ -71,20 +70,19 @@ def render() -> None:
         table = C.main_table(data, c.key, c.items, bool(want_ci))
     st.dataframe(table, hide_index=True)
 
+    figures = C.overview_charts(data, c.key, c.items)
     left, right = st.columns(2)
     with left:
-        C.show(charts.sr_safety_scatter(tabs["agg"]))
+        C.show(figures["scatter"])
     with right:
-        labels = {f: data.label(f) for f in data.families}
-        C.show(charts.violation_heatmap(tabs["rates"], labels=labels))
+        C.show(figures["heatmap"])
 
     st.subheader("SBU composition (Tables 10/11)")
     comp = tabs["comp"]
     if comp.empty:
         st.info("No successful-but-unsafe episodes, so nothing to decompose.")
     else:
-        labels = {f: data.label(f) for f in data.families}
-        C.show(charts.composition_bars(comp, tabs["agg"], labels=labels, colors=data.colors()))
+        C.show(figures["composition"])
         if st.toggle("Show the composition table", key="ov_comp_table"):
             st.dataframe(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
 
