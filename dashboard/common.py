@@ -127,32 +127,32 @@ def overview_tables(_data: D.StoreData, key: str, items: tuple) -> dict:
             "comp": D.cell_composition(_data, v), "top": D.top_sbu(_data, v, 10)}
 
 
-def validated_once(chart):
-    """`chart`, validated against the Vega-Lite schema now, then drawn without validating.
+def unvalidated(chart):
+    """`chart`, drawn without Altair's jsonschema validation of the whole spec.
 
     Streamlit calls `chart.to_dict()` on every script run, and Altair validates the spec
-    with jsonschema each time (~80 ms a chart here): three Overview charts cost ~0.25 s a
-    run. A chart kept in a cache never changes, so one validation is enough; `to_dict`
-    still runs Streamlit's data transformer each time (it fills the Arrow datasets).
+    each time: ~80 ms a chart here, ~0.25 s for the Overview's three, on every threshold
+    change. The builders' specs are validated by tests/test_dashboard_charts.py (plain
+    `to_dict()`), so the dashboard skips it; `to_dict` still runs Streamlit's data
+    transformer (it fills the Arrow datasets).
     """
     import functools
 
-    chart.to_dict()  # raises SchemaValidationError now if the spec is wrong
     object.__setattr__(chart, "to_dict", functools.partial(type(chart).to_dict, chart, validate=False))
     return chart
 
 
 @st.cache_resource(show_spinner=False, max_entries=24)
 def overview_charts(_data: D.StoreData, key: str, items: tuple) -> dict:
-    """The Overview's three charts under one threshold setting, built and validated once."""
+    """The Overview's three charts under one threshold setting, built once."""
     from dashboard import charts
 
     tabs = overview_tables(_data, key, items)
     labels = {f: _data.label(f) for f in _data.families}
-    out = {"scatter": validated_once(charts.sr_safety_scatter(tabs["agg"])),
-           "heatmap": validated_once(charts.violation_heatmap(tabs["rates"], labels=labels))}
+    out = {"scatter": unvalidated(charts.sr_safety_scatter(tabs["agg"])),
+           "heatmap": unvalidated(charts.violation_heatmap(tabs["rates"], labels=labels))}
     if not tabs["comp"].empty:
-        out["composition"] = validated_once(charts.composition_bars(tabs["comp"], tabs["agg"], labels=labels,
+        out["composition"] = unvalidated(charts.composition_bars(tabs["comp"], tabs["agg"], labels=labels,
                                                                     colors=_data.colors()))
     return out
 
@@ -163,7 +163,7 @@ def sensitivity_chart(_data: D.StoreData, key: str, knob: str, current: float):
     from dashboard import charts
 
     k = D.KNOB_BY_NAME[knob]
-    return validated_once(charts.sensitivity_chart(sensitivity(_data, key, knob), current=current,
+    return unvalidated(charts.sensitivity_chart(sensitivity(_data, key, knob), current=current,
                                                    default=D.knob_defaults(_data.registry)[knob],
                                                    label=k.label, unit=k.unit))
 

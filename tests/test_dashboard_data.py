@@ -348,3 +348,18 @@ def test_cell_composition_equals_sbu_composition_over_the_spec_rows(sd, over):
                           by=D.BY)
     pd.testing.assert_frame_equal(got, ref, check_dtype=False)
     assert len(got) > 0
+
+
+def test_unvalidated_chart_draws_the_validated_spec(sd):
+    from dashboard import charts
+    from dashboard import common as C
+
+    curve = D.sensitivity_curve(sd, D.KNOB_BY_NAME["force"], n=5)
+    checked = charts.sensitivity_chart(curve, current=300, default=200).to_dict()  # validates
+    fast = C.unvalidated(charts.sensitivity_chart(curve, current=300, default=200))
+    assert fast.to_dict() == checked
+    broken = charts.sensitivity_chart(curve, current=300, default=200)
+    broken["width"] = "wide"  # set without a check; a plain to_dict() refuses it
+    with pytest.raises(Exception, match="wide"):
+        broken.to_dict()
+    assert C.unvalidated(broken).to_dict()["width"] == "wide"  # the fast path skips the schema check
