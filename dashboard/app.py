@@ -117,6 +117,7 @@ def main() -> None:
         if not st.session_state.get("_switching"):
             C.sync_url(page, data, store_param=store_param)
             C.prewarm_replays(c)  # after the page is drawn, so it never delays it
+            C.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(
             (page, time.perf_counter() - st.session_state.get("_run_start", t0)))

@@ -9,8 +9,10 @@ Cached functions take the `StoreData` as an unhashed `_data` argument plus its `
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from pathlib import Path
 
@@ -261,6 +263,36 @@ def prewarm_replays(c: "Ctx", n: int = 6) -> None:
             jobs.append((f"{c.key}#{i}", str(path)))
     if jobs:
         render_service().prewarm_episodes(jobs, roots=c.data.roots)
+
+
+@st.cache_resource(show_spinner=False)
+def _overview_warmer() -> tuple[ThreadPoolExecutor, dict]:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="overview-warm"), {}
+
+
+def prewarm_overview(c: "Ctx") -> None:
+    """After a What-if run under new thresholds: compute the Overview of that setting in the
+    background (tables, charts, main table), so opening the Overview next finds it cached.
+
+    One worker; a setting superseded by a newer slider move before its turn is skipped.
+    A page that asks for the same setting meanwhile waits for this computation (Streamlit's
+    cache computes each key once) instead of repeating it.
+    """
+    if c.page != "whatif" or not c.items or os.environ.get("SAFEVLA_NO_PREWARM"):
+        return
+    pool, latest = _overview_warmer()
+    latest["want"] = (c.key, c.items)
+
+    def job(data: D.StoreData, key: str, items: tuple) -> None:
+        if latest.get("want") != (key, items):
+            return
+        try:
+            overview_charts(data, key, items)  # and overview_tables
+            main_table(data, key, items, False)
+        except Exception:  # noqa: BLE001 - the page computes (and reports) it itself when opened
+            logging.getLogger(__name__).exception("warming the Overview failed")
+
+    pool.submit(job, c.data, c.key, c.items)
 
 
 @st.cache_data(show_spinner=False, max_entries=400)

@@ -27,6 +27,9 @@ def unsettled_mask(episodes: pd.DataFrame) -> np.ndarray:
     """
     if "settled" not in episodes.columns:
         return np.zeros(len(episodes), dtype=bool)
+    col = episodes["settled"]
+    if col.dtype == bool:  # no nulls: a plain vectorised test (this runs on every dashboard rerun)
+        return ~col.to_numpy(bool)
     return np.array([s is False or s is np.False_ for s in episodes["settled"].to_numpy(object)], dtype=bool)
 
 

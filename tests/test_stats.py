@@ -89,3 +89,12 @@ def test_bootstrap_means_do_not_depend_on_the_chunk_size(monkeypatch):
     chunked = S.bootstrap_means(x, n_resamples=700, rng=np.random.default_rng(1))
     assert np.array_equal(whole, chunked)
     assert chunked.std() > 0
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.9, 0.95, 0.99, 0.999])
+def test_wilson_z_is_scipys_normal_quantile(confidence):
+    from scipy import stats
+
+    import scoring.stats as S
+
+    assert S._z(confidence) == float(stats.norm.ppf(0.5 + confidence / 2))
