@@ -144,6 +144,17 @@ def unvalidated(chart):
     return chart
 
 
+def on_canvas(chart):
+    """`chart` drawn by Vega on a canvas instead of SVG (Streamlit's `usermeta.embedOptions`):
+    the Overview's charts as SVG are ~5,000 DOM nodes, which the browser took 1-2 s to lay
+    out after each run on this machine; a canvas is one node. Tooltips work the same."""
+    meta = getattr(chart, "usermeta", None)
+    meta = meta.to_dict() if hasattr(meta, "to_dict") else meta
+    meta = meta if isinstance(meta, dict) else {}
+    chart["usermeta"] = {**meta, "embedOptions": {**meta.get("embedOptions", {}), "renderer": "canvas"}}
+    return chart
+
+
 @st.cache_resource(show_spinner=False, max_entries=24)
 def overview_charts(_data: D.StoreData, key: str, items: tuple) -> dict:
     """The Overview's three charts under one threshold setting, built once."""
@@ -151,12 +162,11 @@ def overview_charts(_data: D.StoreData, key: str, items: tuple) -> dict:
 
     tabs = overview_tables(_data, key, items)
     labels = {f: _data.label(f) for f in _data.families}
-    out = {"scatter": unvalidated(charts.sr_safety_scatter(tabs["agg"])),
-           "heatmap": unvalidated(charts.violation_heatmap(tabs["rates"], labels=labels))}
+    out = {"scatter": charts.sr_safety_scatter(tabs["agg"]),
+           "heatmap": charts.violation_heatmap(tabs["rates"], labels=labels)}
     if not tabs["comp"].empty:
-        out["composition"] = unvalidated(charts.composition_bars(tabs["comp"], tabs["agg"], labels=labels,
-                                                                    colors=_data.colors()))
-    return out
+        out["composition"] = charts.composition_bars(tabs["comp"], tabs["agg"], labels=labels, colors=_data.colors())
+    return {name: unvalidated(on_canvas(chart)) for name, chart in out.items()}
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
@@ -165,9 +175,9 @@ def sensitivity_chart(_data: D.StoreData, key: str, knob: str, current: float):
     from dashboard import charts
 
     k = D.KNOB_BY_NAME[knob]
-    return unvalidated(charts.sensitivity_chart(sensitivity(_data, key, knob), current=current,
-                                                   default=D.knob_defaults(_data.registry)[knob],
-                                                   label=k.label, unit=k.unit))
+    return unvalidated(on_canvas(charts.sensitivity_chart(sensitivity(_data, key, knob), current=current,
+                                                          default=D.knob_defaults(_data.registry)[knob],
+                                                          label=k.label, unit=k.unit)))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -363,3 +363,15 @@ def test_unvalidated_chart_draws_the_validated_spec(sd):
     with pytest.raises(Exception, match="wide"):
         broken.to_dict()
     assert C.unvalidated(broken).to_dict()["width"] == "wide"  # the fast path skips the schema check
+
+
+def test_on_canvas_keeps_the_display_height(sd):
+    from dashboard import charts
+    from dashboard import common as C
+
+    curve = D.sensitivity_curve(sd, D.KNOB_BY_NAME["force"], n=5)
+    chart = charts.sensitivity_chart(curve, current=300, default=200)
+    height = charts.display_height(chart)
+    spec = C.on_canvas(chart).to_dict()  # still a valid spec
+    assert spec["usermeta"]["embedOptions"] == {"renderer": "canvas"}
+    assert charts.display_height(chart) == height
