@@ -500,14 +500,16 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     df = ep[keep].copy()
     if unsettled_mask(v.frame).any():  # a visible marker on scenes that never came to rest
         df.insert(1, "scene", np.where(unsettled_mask(ep), UNSETTLED_MARK, ""))
-    if "closest_spec" in ep.columns:
+    if "closest_spec" in ep.columns:  # the texts are filled in for the rows kept, below
         df.insert(df.columns.get_loc("violating_step") + 1 if "violating_step" in df else len(df.columns),
-                  "closest_call", closest_call_texts(data, ep))
+                  "closest_call", None)
     if "_sbu_rank" in cols:
         df["_sbu_rank"] = (ep["outcome"] != "SBU").to_numpy(int)
     df = df.sort_values(cols, ascending=asc, kind="stable", na_position="last")
     if limit is not None:
         df = df.head(limit)
+    if "closest_call" in df:  # only for the rows shown: a text per row of 20k cost ~50 ms a rerun
+        df["closest_call"] = closest_call_texts(data, ep.loc[df.index])
     df = df.drop(columns=[c for c in ("_sbu_rank",) if c in df])
     if "worst_spec" in df:
         safe = df["safe"].to_numpy(bool) if "safe" in df else np.zeros(len(df), bool)

@@ -375,3 +375,13 @@ def test_on_canvas_keeps_the_display_height(sd):
     spec = C.on_canvas(chart).to_dict()  # still a valid spec
     assert spec["usermeta"]["embedOptions"] == {"renderer": "canvas"}
     assert charts.display_height(chart) == height
+
+
+def test_episode_table_closest_calls_of_the_kept_rows_equal_the_full_table(sd):
+    v = D.verdicts(sd, {"max_contact_force": 400.0})
+    mask = np.ones(len(sd.episodes), bool)
+    full = D.episode_table(sd, v, mask, sort="episode id", limit=None)
+    head = D.episode_table(sd, v, mask, sort="episode id", limit=10)
+    pd.testing.assert_frame_equal(head, full.head(10))
+    want = D.closest_call_texts(sd, v.frame.set_index("episode_id").loc[full["episode_id"]].reset_index())
+    assert full["closest_call"].tolist() == want and any(want)
