@@ -509,7 +509,7 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     if limit is not None:
         df = df.head(limit)
     if "closest_call" in df:  # only for the rows shown: a text per row of 20k cost ~50 ms a rerun
-        df["closest_call"] = closest_call_texts(data, ep.loc[df.index])
+        df["closest_call"] = pd.Series(closest_call_texts(data, ep.loc[df.index]), index=df.index, dtype=object)
     df = df.drop(columns=[c for c in ("_sbu_rank",) if c in df])
     if "worst_spec" in df:
         safe = df["safe"].to_numpy(bool) if "safe" in df else np.zeros(len(df), bool)
