@@ -62,6 +62,7 @@ class Server:
     def __init__(self, app: Path, *, store: Path, cwd: Path, env: dict | None = None, log: Path | None = None):
         self.app, self.store, self.cwd = Path(app), Path(store), Path(cwd)
         self.env = {**os.environ, "MUJOCO_GL": "egl", **(env or {})}
+        self._own_log = log is None  # a log we made is removed unless something failed
         self.log = log or Path(tempfile.mkstemp(prefix="safevla-bench-server-", suffix=".log")[1])
         self.proc = None
         self.url = ""
@@ -102,6 +103,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._own_log and exc[0] is None:
+            self.log.unlink(missing_ok=True)
 
 
 class Browser:
