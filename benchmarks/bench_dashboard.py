@@ -1,53 +1,60 @@
 #!/usr/bin/env python
-"""Dashboard responsiveness on a 20,000-episode synthetic store, and the first replay frame.
+"""Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
-    python benchmarks/bench_dashboard.py [--store DIR] [--episodes 20000] [--demo DIR]
+    python benchmarks/bench_dashboard.py [--only cold,warm,filter,whatif,overview_whatif,ci,frame,playback]
+                                         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
-1. Builds (once; reused when present) a synthetic store under /tmp with
-   scripts/make_synthetic_store.py; its manifest says `synthetic: true`.
-2. Cold start: a fresh Python process runs the app to its first page (Overview) through
-   `streamlit.testing.v1.AppTest`; the time covers our imports, loading and checking the
-   store, indexing the what-if matrices and drawing the page (Streamlit itself is imported
-   beforehand, as a running server would have it).
-3. Interactions: filter changes on Episodes and threshold-slider moves on What-if; each is
-   timed as script time (app.py records every run's duration in session state) and
-   wall time of the AppTest run. Cold start is the median of `--repeat` fresh processes;
-   each interaction the least-disturbed of `--repeat` passes (the machine is shared).
-4. First replay frame: a fresh process opens the demo store (assets/demo/store, else a
-   small renderable synthetic store) on the Overview, waits `--think` seconds (the user
-   reading it; meanwhile the app warms up the replay of the worst SBU episode in the
-   background), then opens that episode: the detail run is timed. The same without any
-   warm-up (scene compiled and renderer opened on the click) is reported alongside.
+Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
+JSON line. "Fully drawn" is defined in `benchmarks/browser_timing.py`: status idle, the
+page's tables/metrics/chart canvases present, then no DOM change for 0.6 s; the time is
+the last DOM change. Interactions are timed from the browser event (key press, click) to
+that moment, with the browser's own clock.
 
-Targets: each filter change or slider move <= 300 ms of script time; cold start < 5 s;
-first replay frame < 2 s. Prints ONE JSON line.
+- cold: `streamlit run` launched -> Overview of the 20k store fully drawn (the browser
+  navigates as soon as the server answers its health check). Also split: server up, page.
+- warm: a new session (fresh browser context) loading the Overview on a running server.
+- filter: Episodes page, one Model choice typed into the multiselect (Enter -> drawn).
+- whatif: What-if page, the contact-force slider moved one step by the keyboard.
+- overview_whatif: after each slider move, the Overview opened from the sidebar with the
+  new thresholds in effect (click -> drawn): re-scored tables and charts never seen before.
+- ci: the Overview's "Compute VSI bootstrap CIs" button on the 20k store (click -> drawn),
+  and the same computation in-process against scipy.stats.bootstrap per cell (ratio).
+- frame: the detail page of the demo store's worst SBU episode on a fresh server with an
+  empty compiled-scene cache and no background warm-up (navigation -> replay image drawn).
+- playback: hook for the in-browser player's frame rate (the `timeline` work adds it).
+
+`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci a second time against a
+server started from `git archive REV` in the same run, and reports `ratio` = baseline/now.
+The synthetic store (manifest `synthetic: true`) is built once with
+scripts/make_synthetic_store.py and reused.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import subprocess
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "dashboard" / "app.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove_tree, wait_drawn  # noqa: E402
+
 DEMO = ROOT / "assets" / "demo" / "store"
-TARGET_INTERACTION_S = 0.300
-TARGET_COLD_S = 5.0
-TARGET_FRAME_S = 2.0
-
-
-def _load_builder():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
+             "frame": 2.0, "playback": None}
+# what "fully drawn" waits for on each page (selector -> least count)
+OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
+            '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 3}
+EPISODES = {'[data-testid="stDataFrame"]': 1, '[data-testid="stMultiSelect"]': 5}
+WHATIF = {'[data-testid="stMetric"]': 5, '[data-testid="stDataFrame"]': 1,
+          '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 1}
+DETAIL_FRAME = {'[data-testid="stImage"] img': 1}
 
 
 def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int = 100, contacts: int = 4) -> Path:
@@ -56,164 +63,257 @@ def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int =
         m = json.loads(man.read_text())
         if m.get("n_episodes") == n and m.get("synthetic"):
             return path
+    import importlib.util
     import shutil
+
+    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     shutil.rmtree(path, ignore_errors=True)
-    _load_builder().build_store(path, n, n_steps=n_steps, contacts_per_step=contacts, renderable=renderable,
-                                workers=min(2, os.cpu_count() or 1))
+    mod.build_store(path, n, n_steps=n_steps, contacts_per_step=contacts, renderable=renderable, workers=1)
     return path
 
 
-# ----------------------------------------------------------------------------- child processes
+def _s(ms: float) -> float:
+    return round(ms / 1000.0, 3)
 
-_COLD = r"""
-import json, sys, time
-from streamlit.testing.v1 import AppTest
-import os; os.environ["SAFEVLA_STORES"] = sys.argv[2]  # a link opens only allowed stores
-at = AppTest.from_file(sys.argv[1], default_timeout=600)
-at.query_params["store"] = sys.argv[2]
-t0 = time.perf_counter()
-at.run()
-wall = time.perf_counter() - t0
-err = [e.value for e in at.exception] + [e.value for e in at.error]
-print(json.dumps({"wall_s": wall, "script_s": at.session_state["_timings"][-1][1], "errors": err[:2]}))
-"""
 
-_INTERACT = r"""
-import json, sys, time
-from streamlit.testing.v1 import AppTest
-import os; os.environ["SAFEVLA_STORES"] = sys.argv[2]  # a link opens only allowed stores
-at = AppTest.from_file(sys.argv[1], default_timeout=600)
-at.query_params["store"] = sys.argv[2]
-at.run()
-out = []
-def step(name, action):
+def _summary(values_s: list[float]) -> dict:
+    return {"median_s": round(statistics.median(values_s), 3), "max_s": round(max(values_s), 3),
+            "all_s": [round(v, 3) for v in values_s]}
+
+
+def _open(browser, url: str, expect: dict) -> tuple[object, float]:
+    """A new session on `url`; (page, seconds from navigation start to fully drawn)."""
+    pg = browser.page()
+    pg.goto(url)
+    p = wait_drawn(pg, since_ms=0.0, expect=expect, need_run=False)
+    return pg, _s(p["drawn_ms"])
+
+
+def _sidebar_click(pg, title: str, expect: dict) -> float:
+    link = pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True)
+    t0 = now_ms(pg)
+    link.click()
+    return _s(wait_drawn(pg, since_ms=t0, expect=expect)["drawn_ms"] - t0)
+
+
+def _slider_step(pg, label: str, key: str = "ArrowRight") -> float:
+    thumb = pg.get_by_test_id("stSlider").filter(has_text=label).get_by_role("slider")
+    thumb.focus()
+    t0 = now_ms(pg)
+    thumb.press(key)
+    return _s(wait_drawn(pg, since_ms=t0, expect=WHATIF)["drawn_ms"] - t0)
+
+
+# ----------------------------------------------------------------------------- measurements
+
+def cold(b: "Bench", code: Path) -> dict:
+    runs = []
+    for _ in range(b.repeat):
+        with Server(code / "dashboard" / "app.py", store=b.store, cwd=code) as srv:
+            up = srv.wait_healthy()
+            pg = b.browser.page()
+            pg.goto(srv.url)
+            p = wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
+            drawn = (p["origin"] + p["drawn_ms"]) / 1000.0
+            runs.append({"total": drawn - srv.launched, "server_up": up - srv.launched,
+                         "page": drawn - p["origin"] / 1000.0})
+            pg.context.close()
+    mid = sorted(runs, key=lambda r: r["total"])[len(runs) // 2]
+    return {"value_s": round(mid["total"], 3), "server_up_s": round(mid["server_up"], 3),
+            "page_s": round(mid["page"], 3), "all_s": [round(r["total"], 3) for r in runs],
+            "includes": "process start, imports, store load and what-if index, first page drawn in chromium"}
+
+
+def warm(b: "Bench", code: Path) -> dict:
+    with b.server(code) as srv:
+        _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # the server's first session loads the store
+        times = []
+        for _ in range(b.repeat):
+            pg, t = _open(b.browser, srv.url, OVERVIEW)
+            times.append(t)
+            pg.context.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times),
+            "includes": "new browser session: page load, websocket, script run, Overview fully drawn"}
+
+
+def filter_change(b: "Bench", code: Path) -> dict:
+    with b.server(code) as srv:
+        pg, _ = _open(b.browser, f"{srv.url}/episodes", EPISODES)
+        times = []
+        models = ["policy-a", "policy-b", "policy-c", "policy-d"][: max(2, b.repeat + 1)]
+        for m in models:
+            box = pg.get_by_test_id("stMultiSelect").filter(has_text="Model").locator("input")
+            box.click()
+            box.fill(m)
+            t0 = now_ms(pg)
+            box.press("Enter")
+            times.append(_s(wait_drawn(pg, since_ms=t0, expect=EPISODES)["drawn_ms"] - t0))
+            pg.keyboard.press("Escape")
+        pg.context.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times),
+            "includes": "Enter in the Model multiselect -> re-filtered table and counts drawn"}
+
+
+def whatif(b: "Bench", code: Path) -> dict:
+    with b.server(code) as srv:
+        pg, _ = _open(b.browser, f"{srv.url}/whatif", WHATIF)
+        times = [_slider_step(pg, "Contact force") for _ in range(max(3, b.repeat + 1))]
+        pg.context.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times),
+            "includes": "one keyboard step of the contact-force slider -> What-if page drawn"}
+
+
+def overview_whatif(b: "Bench", code: Path) -> dict:
+    with b.server(code) as srv:
+        pg, _ = _open(b.browser, f"{srv.url}/whatif", WHATIF)
+        times, slider = [], []
+        for _ in range(max(3, b.repeat + 1)):
+            slider.append(_slider_step(pg, "Contact force", "ArrowLeft"))
+            times.append(_sidebar_click(pg, "Overview", OVERVIEW))
+            _sidebar_click(pg, "What-if", WHATIF)
+        pg.context.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times),
+            "slider_s": [round(x, 3) for x in slider],
+            "includes": "sidebar click -> Overview re-scored under thresholds not seen before, fully drawn"}
+
+
+def ci(b: "Bench", code: Path) -> dict:
+    with b.server(code) as srv:
+        pg, _ = _open(b.browser, srv.url, OVERVIEW)
+        button = pg.get_by_role("button", name="Compute VSI bootstrap CIs")
+        t0 = now_ms(pg)
+        button.click()
+        p = wait_drawn(pg, since_ms=t0, expect=OVERVIEW)
+        shown = pg.get_by_test_id("stDataFrame").nth(1).inner_text()
+        pg.context.close()
+    out = {"value_s": _s(p["drawn_ms"] - t0), "includes": "button click -> main table with VSI CIs drawn"}
+    if code == ROOT:
+        out.update(ci_in_process(b.store))
+    return out
+
+
+def ci_in_process(store: Path) -> dict:
+    """The 16-cell main table's VSI and VSI|U CIs: `aggregate(ci=True)` against one
+    scipy.stats.bootstrap per cell (the code before issue 16), same process, same data."""
+    import numpy as np
+    import pandas as pd
+    from scipy import stats
+
+    from scoring.metrics import aggregate, unsettled_mask
+
+    eps = pd.read_parquet(store / "episodes.parquet")
+    eps = eps[~unsettled_mask(eps)]
     t0 = time.perf_counter()
-    action()
-    wall = time.perf_counter() - t0
-    errs = [e.value for e in at.exception]
-    out.append({"action": name, "script_s": at.session_state["_timings"][-1][1], "wall_s": wall, "errors": errs[:1]})
-at.switch_page("views/episodes.py").run()
-at.switch_page("views/episodes.py")
-step("filter model=policy-a", lambda: at.multiselect(key="w.models").set_value(["policy-a"]).run())
-step("filter +policy-b", lambda: at.multiselect(key="w.models").set_value(["policy-a", "policy-b"]).run())
-step("filter outcome=SBU", lambda: at.multiselect(key="w.outcomes").set_value(["SBU"]).run())
-step("filter spec=max_contact_force", lambda: at.multiselect(key="w.specs").set_value(["max_contact_force"]).run())
-step("filter spec mode=active", lambda: at.radio(key="w.spec_mode").set_value("active").run())
-step("filter VSI 0.3-1", lambda: at.slider(key="w.vsi").set_value((0.3, 1.0)).run())
-step("filter suite=libero-goal", lambda: at.multiselect(key="w.suites").set_value(["libero-goal"]).run())
-step("clear filters", lambda: at.button(key="clear_filters").click().run())
-at.switch_page("views/whatif.py").run()
-for v in (300.0, 500.0, 150.0):
-    step(f"slider force={v:g}", lambda v=v: at.slider(key="w.knob.force").set_value(v).run())
-step("slider disp=10", lambda: at.slider(key="w.knob.disp").set_value(10.0).run())
-step("slider tilt=30", lambda: at.slider(key="w.knob.tilt").set_value(30.0).run())
-step("slider slip=4", lambda: at.slider(key="w.knob.slip").set_value(4.0).run())
-step("slider torque=2", lambda: at.slider(key="w.knob.torque").set_value(2.0).run())
-step("preset all_relaxed", lambda: at.selectbox(key="w.preset").set_value("all_relaxed").run())
-print(json.dumps(out))
-"""
+    agg = aggregate(eps, by=("model", "suite"), ci=True)
+    fast = time.perf_counter() - t0
 
-_FRAME = r"""
-import json, sys, time
-import pandas as pd
-from streamlit.testing.v1 import AppTest
-import os; os.environ["SAFEVLA_STORES"] = sys.argv[2]  # a link opens only allowed stores
-store = sys.argv[2]
-eps = pd.read_parquet(store + "/episodes.parquet")
-sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])
-eid = (sbu if len(sbu) else eps).iloc[0]["episode_id"]
-at = AppTest.from_file(sys.argv[1], default_timeout=600)
-at.query_params["store"] = store
-at.run()                                    # the server is up, the Overview drawn
-time.sleep(float(sys.argv[3]))              # the user reads the Overview before clicking
-at.session_state["s.ep"] = eid              # what selecting the episode's row does
-at.switch_page("views/detail.py")
-t0 = time.perf_counter()
-at.run()                                    # open the episode: first replay frame
-wall = time.perf_counter() - t0
-imgs = at.get("image")
-print(json.dumps({"episode": eid, "wall_s": wall, "script_s": at.session_state["_timings"][-1][1],
-                  "image": bool(imgs), "errors": [e.value for e in at.exception][:1]}))
-"""
+    def scipy_ci(x):
+        if x.size < 2 or np.all(x == x[0]):
+            return (float(x.mean()),) * 2 if x.size else (np.nan, np.nan)
+        r = stats.bootstrap((x,), np.mean, n_resamples=10_000, method="percentile", vectorized=True,
+                            rng=np.random.default_rng(0))
+        return float(r.confidence_interval.low), float(r.confidence_interval.high)
+
+    t0 = time.perf_counter()
+    ref = []
+    for _, g in eps.groupby(["model", "suite"], sort=True):
+        v = g["vsi"].to_numpy(float)
+        ref.append((*scipy_ci(v), *scipy_ci(v[~g["safe"].to_numpy(bool)])))
+    slow = time.perf_counter() - t0
+    same = ref == list(zip(agg["vsi_lo"], agg["vsi_hi"], agg["vsi_u_lo"], agg["vsi_u_hi"]))
+    return {"in_process_s": round(fast, 3), "in_process_scipy_per_cell_s": round(slow, 3),
+            "in_process_ratio": round(slow / fast, 2), "identical_to_scipy": same, "cells": len(agg)}
 
 
-def _child(code: str, *args: str, env: dict | None = None) -> dict | list:
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "PYTHONPATH": str(ROOT), **(env or {})}
-    res = subprocess.run([sys.executable, "-c", code, str(APP), *args], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=1800)
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("{", "["))]
-    if res.returncode != 0 or not lines:
-        raise SystemExit(f"benchmark child failed ({res.returncode}):\n{res.stderr[-3000:]}")
-    return json.loads(lines[-1])
+def frame(b: "Bench", code: Path) -> dict:
+    import pandas as pd
+
+    store = b.demo
+    eps = pd.read_parquet(store / "episodes.parquet")
+    sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])
+    eid = (sbu if len(sbu) else eps).iloc[0]["episode_id"]
+    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
+    try:
+        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
+        with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
+            srv.wait_healthy()
+            _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # server warm, no scene opened
+            pg, t = _open(b.browser, f"{srv.url}/detail?ep={eid}", DETAIL_FRAME)
+            pg.context.close()
+    finally:
+        remove_tree(cache)
+    return {"value_s": t, "episode": eid, "store": str(store),
+            "includes": "new session opening the detail page of a scene never opened (empty compiled-scene "
+                        "cache, no warm-up): navigation -> replay image drawn"}
+
+
+def playback(b: "Bench", code: Path) -> dict:
+    """Frame rate of the in-browser player: added by the `timeline` work (issue 16, section 3)."""
+    return {"value_s": None, "status": "not measured yet: the in-browser player adds this measurement"}
+
+
+MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
+                "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "playback": playback}
+BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci")
+
+
+class Bench:
+    def __init__(self, args, browser):
+        self.store = ensure_store(Path(args.store), args.episodes)
+        self.demo = Path(args.demo) if args.demo else (DEMO if (DEMO / "manifest.json").exists() else ensure_store(
+            Path("/tmp/safevla_bench_dashboard_render"), 64, renderable=True, n_steps=120, contacts=8))
+        self.repeat = args.repeat
+        self.browser = browser
+
+    @contextlib.contextmanager
+    def server(self, code: Path):
+        """A running server of `code` on the scale store, once it answers its health check."""
+        with Server(code / "dashboard" / "app.py", store=self.store, cwd=code) as srv:
+            srv.wait_healthy()
+            yield srv
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default=",".join(MEASUREMENTS), help=f"comma-separated of {', '.join(MEASUREMENTS)}")
+    p.add_argument("--baseline", default=None, help="git revision to measure against in the same run")
     p.add_argument("--store", default="/tmp/safevla_bench_dashboard_20k", help="scale store (built if missing)")
     p.add_argument("--episodes", type=int, default=20_000)
-    p.add_argument("--think", type=float, default=5.0,
-                   help="seconds the user spends on the Overview before opening the worst SBU (default 5)")
-    p.add_argument("--repeat", type=int, default=3, help="cold starts and interaction passes (default 3)")
-    p.add_argument("--demo", default=None, help="store for the replay-frame timing (default: the demo store, "
-                                                "else a small renderable synthetic store)")
+    p.add_argument("--demo", default=None, help="store for the replay frame (default: assets/demo/store)")
+    p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
-
-    t0 = time.perf_counter()
-    store = ensure_store(Path(args.store), args.episodes)
-    build_s = time.perf_counter() - t0
-    manifest = json.loads((store / "manifest.json").read_text())
-
-    load_before = os.getloadavg()[0]
-    colds = [_child(_COLD, str(store)) for _ in range(args.repeat)]
-    cold = sorted(colds, key=lambda c: c["wall_s"])[len(colds) // 2]  # the median run
-    runs = [_child(_INTERACT, str(store)) for _ in range(args.repeat)]
-    # per action, the least-disturbed of the repeats (other work on the machine only adds time)
-    steps = [min(group, key=lambda s: s["script_s"]) for group in zip(*runs)]
-    for s in steps:
-        s["errors"] = [e for g in runs for x in g if x["action"] == s["action"] for e in x["errors"]]
-    if args.demo:
-        demo, demo_kind = Path(args.demo), "given"
-    elif (DEMO / "manifest.json").exists():
-        demo, demo_kind = DEMO, "demo"
-    else:
-        demo = ensure_store(Path("/tmp/safevla_bench_dashboard_render"), 64, renderable=True, n_steps=120,
-                            contacts=8)
-        demo_kind = "synthetic-renderable (assets/demo/store absent)"
-    # the Overview -> worst SBU path: the user looks at the Overview for a few seconds while
-    # the replay of its first row warms up in the background ...
-    frame = _child(_FRAME, str(demo), str(args.think))
-    # ... and the worst case: no warm-up at all, the scene compiled on the click
-    frame_cold = _child(_FRAME, str(demo), "0", env={"SAFEVLA_NO_PREWARM": "1"})
-
-    worst = max(steps, key=lambda s: s["script_s"])
-    filt = [s for s in steps if s["action"].startswith(("filter", "clear"))]
-    slide = [s for s in steps if s["action"].startswith(("slider", "preset"))]
-    out = {
-        "benchmark": "dashboard",
-        "store": str(store), "episodes": manifest["n_episodes"], "synthetic": bool(manifest.get("synthetic")),
-        "store_build_s": round(build_s, 2),
-        "repeats": args.repeat, "load_avg_1m": round(load_before, 2),
-        "cold_start_s": round(cold["wall_s"], 3), "cold_start_script_s": round(cold["script_s"], 3),
-        "cold_start_runs_s": [round(c["wall_s"], 3) for c in colds],
-        "filter_change_max_ms": round(1000 * max(s["script_s"] for s in filt), 1),
-        "filter_change_median_ms": round(1000 * sorted(s["script_s"] for s in filt)[len(filt) // 2], 1),
-        "slider_move_max_ms": round(1000 * max(s["script_s"] for s in slide), 1),
-        "slider_move_median_ms": round(1000 * sorted(s["script_s"] for s in slide)[len(slide) // 2], 1),
-        "interaction_wall_max_ms": round(1000 * max(s["wall_s"] for s in steps), 1),
-        "slowest_action": worst["action"],
-        "replay_store": demo_kind, "first_replay_frame_s": round(frame["script_s"], 3),
-        "first_replay_frame_wall_s": round(frame["wall_s"], 3), "replay_image_shown": frame["image"],
-        "think_s": args.think, "first_replay_frame_no_prewarm_s": round(frame_cold["script_s"], 3),
-        "errors": [e for s in steps for e in s["errors"]] + [e for c in colds for e in c["errors"]] + frame["errors"]
-        + frame_cold["errors"],
-    }
-    out["targets_met"] = {
-        "interaction_le_300ms": max(s["script_s"] for s in steps) <= TARGET_INTERACTION_S,
-        "cold_start_lt_5s": cold["wall_s"] < TARGET_COLD_S,
-        "first_frame_lt_2s": frame["script_s"] < TARGET_FRAME_S and frame["image"],
-    }
-    print(json.dumps(out))
-    return 0
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MEASUREMENTS]
+    if unknown:
+        p.error(f"unknown measurement(s) {', '.join(unknown)}; valid: {', '.join(MEASUREMENTS)}")
+    base = archive_of(args.baseline, ROOT) if args.baseline else None
+    status = 0
+    try:
+        with Browser() as browser:
+            bench = Bench(args, browser)
+            for name in names:
+                load = round(os.getloadavg()[0], 2)
+                out = {"benchmark": "dashboard", "measure": name, "episodes": args.episodes, "load_avg_1m": load}
+                try:
+                    out.update(MEASUREMENTS[name](bench, ROOT))
+                    if base is not None and name in BASELINE_OK:
+                        ref = MEASUREMENTS[name](bench, base)
+                        out["baseline"] = args.baseline
+                        out["baseline_s"] = ref["value_s"]
+                        out["ratio"] = round(ref["value_s"] / out["value_s"], 2) if out["value_s"] else None
+                except NotDrawn as exc:
+                    out["error"] = str(exc)
+                    status = 1
+                target = TARGETS_S.get(name)
+                if target is not None and out.get("value_s") is not None:
+                    out["target_s"], out["target_met"] = target, out["value_s"] < target
+                print(json.dumps(out), flush=True)
+    finally:
+        if base is not None:
+            remove_tree(base)
+    return status
 
 
 if __name__ == "__main__":

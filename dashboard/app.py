@@ -126,10 +126,30 @@ def main() -> None:
             with st.sidebar:  # after the page ran: the link holds what the page just chose
                 L.copy_link_ui(page, data, store_param=store_param)
             C.prewarm_replays(c)  # after the page is drawn, so it never delays it
+            C.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(
             (page, time.perf_counter() - st.session_state.get("_run_start", t0)))
         del st.session_state["_timings"][:-50]
 
 
-main()
+def run() -> None:
+    """`main()`, under cProfile when $SAFEVLA_PROFILE names a folder: one .prof per script run
+    (how the benchmark's browser timings are broken down; docs/benchmarks.md)."""
+    folder = os.environ.get("SAFEVLA_PROFILE")
+    if not folder:
+        main()
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        main()
+    finally:
+        prof.disable()
+        page = (st.session_state.get("_timings") or [("run", 0)])[-1][0]
+        prof.dump_stats(os.path.join(folder, f"{time.time_ns()}-{page}.prof"))
+
+
+run()

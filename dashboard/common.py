@@ -9,8 +9,10 @@ Cached functions take the `StoreData` as an unhashed `_data` argument plus its `
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from pathlib import Path
 
@@ -127,6 +129,57 @@ def overview_tables(_data: D.StoreData, key: str, items: tuple) -> dict:
             "comp": D.cell_composition(_data, v), "top": D.top_sbu(_data, v, 10)}
 
 
+def unvalidated(chart):
+    """`chart`, drawn without Altair's jsonschema validation of the whole spec.
+
+    Streamlit calls `chart.to_dict()` on every script run, and Altair validates the spec
+    each time: ~80 ms a chart here, ~0.25 s for the Overview's three, on every threshold
+    change. The builders' specs are validated by tests/test_dashboard_charts.py (plain
+    `to_dict()`), so the dashboard skips it; `to_dict` still runs Streamlit's data
+    transformer (it fills the Arrow datasets).
+    """
+    import functools
+
+    object.__setattr__(chart, "to_dict", functools.partial(type(chart).to_dict, chart, validate=False))
+    return chart
+
+
+def on_canvas(chart):
+    """`chart` drawn by Vega on a canvas instead of SVG (Streamlit's `usermeta.embedOptions`):
+    the Overview's charts as SVG are ~5,000 DOM nodes, which the browser took 1-2 s to lay
+    out after each run on this machine; a canvas is one node. Tooltips work the same."""
+    meta = getattr(chart, "usermeta", None)
+    meta = meta.to_dict() if hasattr(meta, "to_dict") else meta
+    meta = meta if isinstance(meta, dict) else {}
+    chart["usermeta"] = {**meta, "embedOptions": {**meta.get("embedOptions", {}), "renderer": "canvas"}}
+    return chart
+
+
+@st.cache_resource(show_spinner=False, max_entries=24)
+def overview_charts(_data: D.StoreData, key: str, items: tuple) -> dict:
+    """The Overview's three charts under one threshold setting, built once."""
+    from dashboard import charts
+
+    tabs = overview_tables(_data, key, items)
+    labels = {f: _data.label(f) for f in _data.families}
+    out = {"scatter": charts.sr_safety_scatter(tabs["agg"]),
+           "heatmap": charts.violation_heatmap(tabs["rates"], labels=labels)}
+    if not tabs["comp"].empty:
+        out["composition"] = charts.composition_bars(tabs["comp"], tabs["agg"], labels=labels, colors=_data.colors())
+    return {name: unvalidated(on_canvas(chart)) for name, chart in out.items()}
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def sensitivity_chart(_data: D.StoreData, key: str, knob: str, current: float):
+    """The What-if sensitivity chart of `knob` with its rule at `current`, built once."""
+    from dashboard import charts
+
+    k = D.KNOB_BY_NAME[knob]
+    return unvalidated(on_canvas(charts.sensitivity_chart(sensitivity(_data, key, knob), current=current,
+                                                          default=D.knob_defaults(_data.registry)[knob],
+                                                          label=k.label, unit=k.unit)))
+
+
 @st.cache_resource(show_spinner=False, max_entries=8)
 def composition_table(_data: D.StoreData, key: str, items: tuple) -> pd.DataFrame:
     from scoring.tables import composition_table as build
@@ -222,6 +275,36 @@ def prewarm_replays(c: "Ctx", n: int = 6) -> None:
             jobs.append((f"{c.key}#{i}", str(path)))
     if jobs:
         render_service().prewarm_episodes(jobs, roots=c.data.roots)
+
+
+@st.cache_resource(show_spinner=False)
+def _overview_warmer() -> tuple[ThreadPoolExecutor, dict]:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="overview-warm"), {}
+
+
+def prewarm_overview(c: "Ctx") -> None:
+    """After a What-if run under new thresholds: compute the Overview of that setting in the
+    background (tables, charts, main table), so opening the Overview next finds it cached.
+
+    One worker; a setting superseded by a newer slider move before its turn is skipped.
+    A page that asks for the same setting meanwhile waits for this computation (Streamlit's
+    cache computes each key once) instead of repeating it.
+    """
+    if c.page != "whatif" or not c.items or os.environ.get("SAFEVLA_NO_PREWARM"):
+        return
+    pool, latest = _overview_warmer()
+    latest["want"] = (c.key, c.items)
+
+    def job(data: D.StoreData, key: str, items: tuple) -> None:
+        if latest.get("want") != (key, items):
+            return
+        try:
+            overview_charts(data, key, items)  # and overview_tables
+            main_table(data, key, items, False)
+        except Exception:  # noqa: BLE001 - the page computes (and reports) it itself when opened
+            logging.getLogger(__name__).exception("warming the Overview failed")
+
+    pool.submit(job, c.data, c.key, c.items)
 
 
 @st.cache_data(show_spinner=False, max_entries=400)

@@ -10,6 +10,7 @@ the benchmark call them directly; `dashboard.cache` wraps them in Streamlit cach
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ import pandas as pd
 
 from scoring.display import display_unit, format_quantity, object_phrase, unit_label
 from scoring.errors import SafeVLAError
-from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates, unsettled_mask
+from scoring.metrics import aggregate, outcome_class, sbu_composition_matrix, spec_rates_matrix, unsettled_mask
 from scoring.registry import Registry, load_registry
 from scoring.store import load_store
 from scoring.store_paths import is_inside, store_roots
@@ -160,6 +161,40 @@ class StoreData:
 
     def label(self, family: str) -> str:
         return SHORT.get(family, family)
+
+    @functools.cached_property
+    def choices(self) -> dict[str, frozenset]:
+        """The values a link's model/suite/task filters may take (built once per store: a
+        set of 20k strings per new session cost ~0.2 s)."""
+        ep = self.episodes
+        return {name: frozenset(str(x) for x in pd.unique(ep[col].to_numpy(object)))
+                for name, col in (("models", "model"), ("suites", "suite"), ("tasks", "task_id"))}
+
+    # (N, F) views of the scored spec rows, built on first use (what-if pages index them
+    # instead of merging ~N x F spec rows on every threshold change)
+    @functools.cached_property
+    def present(self) -> np.ndarray:
+        """(N, F) bool: the store has a scored row for (episode, family)."""
+        out = np.zeros(self.rho.shape, dtype=bool)
+        out[self.scored["_row"].to_numpy(), self.scored["_col"].to_numpy()] = True
+        return out
+
+    @functools.cached_property
+    def depth(self) -> np.ndarray:
+        """(N, F) stored VSI depth; NaN where there is no row."""
+        return self._scatter("depth")
+
+    @functools.cached_property
+    def extreme_step(self) -> np.ndarray:
+        """(N, F) step of each family's extreme; NaN where there is no row or no step."""
+        return self._scatter("extreme_step")
+
+    def _scatter(self, column: str) -> np.ndarray:
+        out = np.full(self.rho.shape, np.nan)
+        if column in self.scored:
+            out[self.scored["_row"].to_numpy(), self.scored["_col"].to_numpy()] = \
+                pd.to_numeric(self.scored[column]).to_numpy(float)
+        return out
 
     def colors(self) -> dict[str, str]:
         """Spec label -> colour, the same in every chart (registry order)."""
@@ -317,15 +352,15 @@ def _missing_trajectories(path: str, episodes: pd.DataFrame, roots: tuple[str, .
     if "trajectory" not in episodes:
         return np.ones(len(episodes), dtype=bool), 0
     rel = episodes["trajectory"].to_numpy(object)
-    listing: dict[Path, set] = {}
+    listing: dict[str, set] = {}
     exists: dict[str, bool] = {}
-    inside: dict[Path, bool] = {}
+    inside: dict[str, bool] = {}
     refused = 0
+    # os.path on strings, not pathlib: 20k Path objects cost ~1 s of the dashboard's cold start
     for p in pd.unique(rel):
-        q = _trajectory_file(path, p)
-        if q is None:
+        if not isinstance(p, str) or not p:
             continue
-        folder = q.parent
+        folder, name = os.path.split(p if os.path.isabs(p) else os.path.join(path, p))
         if folder not in inside:  # the file's own symlink is checked when it is opened
             inside[folder] = is_inside(folder, roots)
         if not inside[folder]:
@@ -336,7 +371,7 @@ def _missing_trajectories(path: str, episodes: pd.DataFrame, roots: tuple[str, .
                 listing[folder] = {e.name for e in os.scandir(folder) if e.is_file()}
             except OSError:
                 listing[folder] = set()
-        exists[p] = q.name in listing[folder]
+        exists[p] = name in listing[folder]
     return np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool), refused
 
 
@@ -466,9 +501,9 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     df = ep[keep].copy()
     if unsettled_mask(v.frame).any():  # a visible marker on scenes that never came to rest
         df.insert(1, "scene", np.where(unsettled_mask(ep), UNSETTLED_MARK, ""))
-    if "closest_spec" in ep.columns:
+    if "closest_spec" in ep.columns:  # the texts are filled in for the rows kept, below
         df.insert(df.columns.get_loc("violating_step") + 1 if "violating_step" in df else len(df.columns),
-                  "closest_call", closest_call_texts(data, ep))
+                  "closest_call", None)
     if "_sbu_rank" in cols:
         df["_sbu_rank"] = (ep["outcome"] != "SBU").to_numpy(int)
     if "_depth" in cols:
@@ -476,6 +511,8 @@ def episode_table(data: StoreData, v: Verdicts, mask: np.ndarray, *, sort: str =
     df = df.sort_values(cols, ascending=asc, kind="stable", na_position="last")
     if limit is not None:
         df = df.head(limit)
+    if "closest_call" in df:  # only for the rows shown: a text per row of 20k cost ~50 ms a rerun
+        df["closest_call"] = pd.Series(closest_call_texts(data, ep.loc[df.index]), index=df.index, dtype=object)
     df = df.drop(columns=[c for c in ("_sbu_rank", "_depth") if c in df])
     if "worst_spec" in df:
         safe = df["safe"].to_numpy(bool) if "safe" in df else np.zeros(len(df), bool)
@@ -511,13 +548,12 @@ def unsettled_note(frame: pd.DataFrame) -> str | None:
 
 def violating_steps(data: StoreData, v: Verdicts, rows: np.ndarray) -> np.ndarray:
     """Step of the worst spec's extreme for each row under the setting (NaN if safe)."""
+    rows = np.asarray(rows, dtype=np.int64)
     out = np.full(len(rows), np.nan)
     worst = v.frame["worst_spec"].to_numpy(object)[rows]
-    sc = data.scored
-    lookup = dict(zip(zip(sc["_row"].to_numpy(), sc["family"].to_numpy()), sc["extreme_step"].to_numpy(float)))
-    for i, (r, w) in enumerate(zip(rows, worst)):
-        if isinstance(w, str) and not v.frame["safe"].iat[r]:
-            out[i] = lookup.get((r, w), np.nan)
+    col = pd.Index(data.families).get_indexer(pd.Index(worst, dtype=object))
+    hit = (col >= 0) & ~v.frame["safe"].to_numpy(bool)[rows]
+    out[hit] = data.extreme_step[rows[hit], col[hit]]
     return out
 
 
@@ -535,12 +571,19 @@ def cell_aggregates(v: Verdicts, *, by: Sequence[str] = BY, ci: bool = False, n_
 
 
 def cell_spec_rates(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    return spec_rates(settled_frame(v)[["episode_id", *by]], spec_results_under(data, v), by=by, ci=False,
-                      families=data.families)
+    """`spec_rates` of the settled episodes under the setting, from the (N, F) matrices
+    (`spec_rates_matrix`; depth, hence NSV, is unknown once re-scored)."""
+    frame = settled_frame(v)
+    rows = frame["row"].to_numpy()
+    depth = data.depth[rows] if v.is_default else np.full((len(rows), len(data.families)), np.nan)
+    return spec_rates_matrix(frame, families=data.families, present=data.present[rows], active=data.active[rows],
+                             violated=v.violated[rows], depth=depth, by=by)
 
 
 def cell_composition(data: StoreData, v: Verdicts, *, by: Sequence[str] = BY) -> pd.DataFrame:
-    return sbu_composition(settled_frame(v)[["episode_id", "sbu", *by]], spec_results_under(data, v), by=by)
+    """`sbu_composition` of the settled episodes under the setting (`sbu_composition_matrix`)."""
+    frame = settled_frame(v)
+    return sbu_composition_matrix(frame, families=data.families, violated=v.violated[frame["row"].to_numpy()], by=by)
 
 
 CELL = ("model", "suite", "task_id")

@@ -117,11 +117,9 @@ def _raw(params, key: str) -> list[str]:
 
 def parse_params(params, data: StoreData) -> tuple[dict, list[str]]:
     """Canonical state from query parameters, validated against the store; (state, problems)."""
-    ep = data.episodes
     state: dict = {}
     problems: list[str] = []
-    options = {"models": set(ep["model"].astype(str)), "suites": set(ep["suite"].astype(str)),
-               "tasks": set(ep["task_id"].astype(str)), "specs": set(data.families), "outcomes": set(OUTCOMES)}
+    options = {**data.choices, "specs": set(data.families), "outcomes": set(OUTCOMES)}
     for key, name in LIST_PARAMS.items():
         vals = _raw(params, key) if key == "tag" else _values(params, key)  # tags are free text (commas too)
         if vals and name not in options:

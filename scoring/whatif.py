@@ -68,6 +68,7 @@ class WhatIf:
         self._specs = dict(zip(self.families, specs))
         # A family scored by a non-bound formula has no extreme: it cannot be moved.
         self.movable = ~np.all(np.isnan(self.extreme) & self.active, axis=0)
+        self._default: Rescored | None = None
 
     def __len__(self) -> int:
         return len(self.episode_ids)
@@ -82,6 +83,15 @@ class WhatIf:
         return out
 
     def rescore(self, overrides: Mapping[str, float] | None = None) -> Rescored:
+        """Verdicts under `overrides` (the default setting is computed once and kept: every
+        `flips` compares against it)."""
+        if not overrides:
+            if self._default is None:
+                self._default = self._rescore(None)
+            return self._default
+        return self._rescore(overrides)
+
+    def _rescore(self, overrides: Mapping[str, float] | None) -> Rescored:
         thr = self.thresholds(overrides)
         c = np.array([thr[f] for f in self.families])
         severe = np.array([severe_for(self._specs[f], thr[f]) or 0.0 for f in self.families])

@@ -306,3 +306,82 @@ def test_safe_rows_show_a_closest_call_and_unsafe_rows_a_worst_violation(sd):
         calls = table.loc[safe, "closest_call"].dropna()
         assert len(calls) and calls.str.contains("closest call, ").all()
         assert not calls.str.contains("self-coll", case=False).any()  # binary specs never are closest calls
+
+
+# --------------------------------------------------------------- fast what-if paths vs the straightforward ones
+
+@pytest.mark.parametrize("over", [{}, {"max_contact_force": 150.0, "non_target_max_disp": 0.02}])
+def test_cell_spec_rates_equal_spec_rates_over_the_spec_rows(sd, over):
+    from scoring.metrics import spec_rates
+
+    v = D.verdicts(sd, over)
+    got = D.cell_spec_rates(sd, v)
+    ref = spec_rates(D.settled_frame(v)[["episode_id", "model", "suite"]], D.spec_results_under(sd, v),
+                     by=D.BY, ci=False, families=sd.families)
+    cols = ["model", "suite", "family", "n", "n_active", "n_violated", "rate", "rate_lo", "rate_hi"]
+    pd.testing.assert_frame_equal(got[cols], ref[cols], check_dtype=False)
+    np.testing.assert_allclose(got["nsv"], ref["nsv"], rtol=1e-12, equal_nan=True)
+    assert got["n_violated"].sum() > 0
+    assert got["nsv"].notna().any() == (not over)  # depth is unknown once re-scored
+
+
+@pytest.mark.parametrize("over", [{}, {"max_contact_force": 120.0, "held_object_tilt_world": 10.0}])
+def test_violating_steps_equal_a_lookup_of_the_spec_rows(sd, over):
+    v = D.verdicts(sd, over)
+    rows = np.arange(len(sd.episodes))
+    sc = sd.scored
+    lookup = {(r, f): s for r, f, s in zip(sc["_row"], sc["family"], sc["extreme_step"].astype(float))}
+    want = [lookup.get((r, w), np.nan) if isinstance(w, str) and not safe else np.nan
+            for r, w, safe in zip(rows, v.frame["worst_spec"], v.frame["safe"])]
+    got = D.violating_steps(sd, v, rows)
+    np.testing.assert_array_equal(got, np.array(want, float))
+    assert np.isfinite(got).sum() == int((~v.frame["safe"]).sum()) > 0
+
+
+@pytest.mark.parametrize("over", [{}, {"max_contact_force": 120.0, "held_object_tilt_world": 10.0}])
+def test_cell_composition_equals_sbu_composition_over_the_spec_rows(sd, over):
+    from scoring.metrics import sbu_composition
+
+    v = D.verdicts(sd, over)
+    got = D.cell_composition(sd, v)
+    ref = sbu_composition(D.settled_frame(v)[["episode_id", "sbu", "model", "suite"]], D.spec_results_under(sd, v),
+                          by=D.BY)
+    pd.testing.assert_frame_equal(got, ref, check_dtype=False)
+    assert len(got) > 0
+
+
+def test_unvalidated_chart_draws_the_validated_spec(sd):
+    from dashboard import charts
+    from dashboard import common as C
+
+    curve = D.sensitivity_curve(sd, D.KNOB_BY_NAME["force"], n=5)
+    checked = charts.sensitivity_chart(curve, current=300, default=200).to_dict()  # validates
+    fast = C.unvalidated(charts.sensitivity_chart(curve, current=300, default=200))
+    assert fast.to_dict() == checked
+    broken = charts.sensitivity_chart(curve, current=300, default=200)
+    broken["width"] = "wide"  # set without a check; a plain to_dict() refuses it
+    with pytest.raises(Exception, match="wide"):
+        broken.to_dict()
+    assert C.unvalidated(broken).to_dict()["width"] == "wide"  # the fast path skips the schema check
+
+
+def test_on_canvas_keeps_the_display_height(sd):
+    from dashboard import charts
+    from dashboard import common as C
+
+    curve = D.sensitivity_curve(sd, D.KNOB_BY_NAME["force"], n=5)
+    chart = charts.sensitivity_chart(curve, current=300, default=200)
+    height = charts.display_height(chart)
+    spec = C.on_canvas(chart).to_dict()  # still a valid spec
+    assert spec["usermeta"]["embedOptions"] == {"renderer": "canvas"}
+    assert charts.display_height(chart) == height
+
+
+def test_episode_table_closest_calls_of_the_kept_rows_equal_the_full_table(sd):
+    v = D.verdicts(sd, {"max_contact_force": 400.0})
+    mask = np.ones(len(sd.episodes), bool)
+    full = D.episode_table(sd, v, mask, sort="episode id", limit=None)
+    head = D.episode_table(sd, v, mask, sort="episode id", limit=10)
+    pd.testing.assert_frame_equal(head, full.head(10))
+    want = D.closest_call_texts(sd, v.frame.set_index("episode_id").loc[full["episode_id"]].reset_index())
+    assert full["closest_call"].tolist() == want and any(want)

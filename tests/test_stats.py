@@ -60,3 +60,41 @@ def test_bootstrap_degenerate_inputs():
     assert bootstrap_ci([0.0] * 50) == (0.0, 0.0)
     with pytest.raises(ValueError, match="finite"):
         bootstrap_ci([0.1, np.inf])
+
+
+def _scipy_percentile_bootstrap(x, *, n_resamples, confidence, seed):
+    """The straightforward computation `bootstrap_ci` replaced (scipy.stats.bootstrap)."""
+    from scipy import stats
+
+    res = stats.bootstrap((np.asarray(x, float),), np.mean, n_resamples=n_resamples, confidence_level=confidence,
+                          method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+@pytest.mark.parametrize("n,n_resamples,confidence,seed", [
+    (2, 500, 0.95, 0), (37, 2_000, 0.9, 5), (1_250, 10_000, 0.95, 0), (3_001, 1_000, 0.99, 11)])
+def test_bootstrap_equals_scipy_bit_for_bit(n, n_resamples, confidence, seed):
+    rng = np.random.default_rng(n)
+    x = np.where(rng.random(n) < 0.6, 0.0, rng.random(n))  # VSI-like: mostly zeros, some depth
+    assert bootstrap_ci(x, n_resamples=n_resamples, confidence=confidence, seed=seed) == \
+        _scipy_percentile_bootstrap(x, n_resamples=n_resamples, confidence=confidence, seed=seed)
+
+
+def test_bootstrap_means_do_not_depend_on_the_chunk_size(monkeypatch):
+    import scoring.stats as S
+
+    x = np.random.default_rng(3).random(999)
+    whole = S.bootstrap_means(x, n_resamples=700, rng=np.random.default_rng(1))
+    monkeypatch.setattr(S, "_CHUNK_ELEMENTS", 3 * 999 + 5)  # 3 rows per chunk, a ragged last chunk
+    chunked = S.bootstrap_means(x, n_resamples=700, rng=np.random.default_rng(1))
+    assert np.array_equal(whole, chunked)
+    assert chunked.std() > 0
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.9, 0.95, 0.99, 0.999])
+def test_wilson_z_is_scipys_normal_quantile(confidence):
+    from scipy import stats
+
+    import scoring.stats as S
+
+    assert S._z(confidence) == float(stats.norm.ppf(0.5 + confidence / 2))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
 from dashboard import common as C
 from dashboard import vocab
 
@@ -77,12 +76,12 @@ def render() -> None:
         table = C.main_table(data, c.key, c.items, bool(want_ci))
     vocab.table(table, hide_index=True, pinned=("model", "suite"))
 
+    figures = C.overview_charts(data, c.key, c.items)
     left, right = st.columns(2)
     with left:
-        C.show(charts.sr_safety_scatter(tabs["agg"]))
+        C.show(figures["scatter"])
     with right:
-        labels = {f: data.label(f) for f in data.families}
-        C.show(charts.violation_heatmap(tabs["rates"], labels=labels))
+        C.show(figures["heatmap"])
 
     st.subheader("Which specs make successes unsafe")
     st.caption("SBU composition (the paper's Tables 10/11): the share of each cell's unsafe successes per violated spec.")
@@ -90,8 +89,7 @@ def render() -> None:
     if comp.empty:
         st.info("No successful-but-unsafe episodes, so nothing to decompose.")
     else:
-        labels = {f: data.label(f) for f in data.families}
-        C.show(charts.composition_bars(comp, tabs["agg"], labels=labels, colors=data.colors()))
+        C.show(figures["composition"])
         if st.toggle("Show the composition table", key="ov_comp_table"):
             vocab.table(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
 

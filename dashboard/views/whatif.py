@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
 from dashboard import common as C
 from dashboard import vocab
 from dashboard import state as S
@@ -125,12 +124,9 @@ def render() -> None:
             st.session_state[key] = names[0]
         knob = st.selectbox("Threshold", names, key=key, format_func=lambda n: C.D.KNOB_BY_NAME[n].label)
         S.put("sens", knob)
-        k = C.D.KNOB_BY_NAME[knob]
         with st.spinner("Re-scoring across the threshold range …"):
-            curve = C.sensitivity(data, c.key, knob)
-        C.show(charts.sensitivity_chart(curve, current=values[knob],
-                                                 default=C.D.knob_defaults(data.registry)[knob],
-                                                 label=k.label, unit=k.unit))
+            C.sensitivity(data, c.key, knob)
+        C.show(C.sensitivity_chart(data, c.key, knob, float(values[knob])))
         st.caption("Every other threshold at its registry default, as Table 9 varies one family at a time; "
                    "over all episodes. The black rule is this slider's current setting.")
 

@@ -1,0 +1,62 @@
+"""benchmarks/browser_timing.py: the "fully drawn" rule the dashboard benchmark times with,
+against a real `streamlit run` server and headless chromium."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+sync_api = pytest.importorskip("playwright.sync_api")
+if not os.path.exists(os.environ.get("SAFEVLA_CHROMIUM", "/usr/bin/chromium")):
+    pytest.skip("chromium is not installed", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from browser_timing import Browser, NotDrawn, Server, now_ms, wait_drawn  # noqa: E402
+
+from dashboard_helpers import build_store  # noqa: E402
+
+OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
+            '[data-testid="stVegaLiteChart"] canvas': 3}
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    store = build_store(tmp_path_factory.mktemp("timing") / "store", 48, renderable=False)
+    with Browser() as browser, Server(ROOT / "dashboard" / "app.py", store=store, cwd=ROOT,
+                                      env={"SAFEVLA_NO_PREWARM": "1"}) as srv:
+        srv.wait_healthy()
+        yield browser, srv
+
+
+def test_a_page_load_is_drawn_after_its_script_run_with_its_charts_on_canvases(running):
+    browser, srv = running
+    pg = browser.page()
+    pg.goto(srv.url)
+    p = wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
+    finished = [t for t, s in p["runs"] if s == "notRunning"]
+    assert finished and p["drawn_ms"] >= finished[-1] > 0
+    assert p["counts"][2] >= 3  # the Overview's charts are drawn on canvases, not as SVG
+    assert pg.locator('[data-testid="stVegaLiteChart"] svg').count() == 0
+    pg.context.close()
+
+
+def test_an_interaction_counts_only_a_run_it_started(running):
+    browser, srv = running
+    pg = browser.page()
+    pg.goto(f"{srv.url}/whatif")
+    wait_drawn(pg, since_ms=0.0, expect={'[data-testid="stSlider"]': 5}, need_run=False)
+    t0 = now_ms(pg)
+    with pytest.raises(NotDrawn, match="run seen=False"):  # nothing was touched: no run to wait for
+        wait_drawn(pg, since_ms=t0, expect={}, timeout=2.0)
+    thumb = pg.get_by_test_id("stSlider").filter(has_text="Contact force").get_by_role("slider")
+    thumb.focus()
+    t0 = now_ms(pg)
+    thumb.press("ArrowRight")
+    p = wait_drawn(pg, since_ms=t0, expect={'[data-testid="stMetric"]': 5})
+    assert p["drawn_ms"] > t0
+    assert any(t >= t0 and s == "running" for t, s in p["runs"])
+    assert "force=" in pg.url
+    pg.context.close()
