@@ -83,6 +83,7 @@ def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     caption, df = unpaired_table(pairs, n_resamples=10_000, seed=0, alpha=0.05)
     st.caption(caption)
     show = answer_first(df[is_pair(df["model A"], df["model B"], a, b)])
-    vocab.table(show, hide_index=True, width="stretch", key="cmp_unpaired_pairs", pinned=("metric",))
+    vocab.table(show, hide_index=True, width="stretch", key="cmp_unpaired_pairs", pinned=("metric",),
+                row_delta=("A - B", "metric"))
     st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_unpaired_pairs.md",
                        mime="text/markdown", key="cmp_unpaired_md")

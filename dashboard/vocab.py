@@ -95,10 +95,34 @@ def delta_colour(name: str, value) -> str:
     return f"color: {SAFER_RGB if x * sign > 0 else LESS_SAFE_RGB}; font-weight: 600"
 
 
+def row_sign(metric: str) -> int:
+    """+1 for a metric labelled "(higher is better)", -1 for "(lower is better)", else 0:
+    the sign rule of a difference column whose metric changes from row to row (Compare)."""
+    text = str(metric)
+    return +1 if "higher is better" in text else -1 if "lower is better" in text else 0
+
+
+def row_delta_colours(shown: pd.DataFrame, delta: str, metric: str) -> pd.DataFrame:
+    """CSS per cell: `delta` coloured green where it favours the row's first model (A) under
+    the row's `metric` sign rule (`row_sign`), red where it favours B; other cells plain."""
+    css = pd.DataFrame("", index=shown.index, columns=shown.columns)
+    signs = shown[metric].map(row_sign)
+    for i, (value, sign) in enumerate(zip(shown[delta], signs)):
+        try:
+            x = float(str(value).replace("+", "").replace("−", "-").split()[0])
+        except (ValueError, IndexError):
+            continue
+        if sign and np.isfinite(x) and abs(x) >= 1e-12:
+            css.iloc[i, shown.columns.get_loc(delta)] = (
+                f"color: {SAFER_RGB if x * sign > 0 else LESS_SAFE_RGB}; font-weight: 600")
+    return css
+
+
 def table(df: pd.DataFrame, *, column_config: Mapping | None = None, formats: Mapping[str, str] | None = None,
-          first: Sequence[str] = (), pinned: Sequence[str] = (), **kw):
+          first: Sequence[str] = (), pinned: Sequence[str] = (), row_delta: tuple[str, str] | None = None, **kw):
     """`st.dataframe(df)` with readable headers, empty missing cells, `first` columns in
-    front, `pinned` columns fixed, and delta columns (`SAFER_WHEN`) coloured."""
+    front, `pinned` columns fixed, and delta columns (`SAFER_WHEN`) coloured; `row_delta`
+    = (difference column, metric column) colours a difference by each row's metric."""
     import streamlit as st
 
     shown = shown_frame(df, formats=formats)
@@ -111,4 +135,7 @@ def table(df: pd.DataFrame, *, column_config: Mapping | None = None, formats: Ma
         data = shown.style
         for c in deltas:
             data = data.map(lambda x, c=c: delta_colour(c, x), subset=[c])
+    if row_delta and all(c in shown.columns for c in row_delta):
+        data = data if deltas else shown.style
+        data = data.apply(lambda frame: row_delta_colours(frame, *row_delta), axis=None)
     return st.dataframe(data, column_config=cfg, **kw)

@@ -184,3 +184,17 @@ def test_knob_active_count_sees_inactive_families():
     data = demo_store()
     assert D.knob_active_count(data, D.KNOB_BY_NAME["tilt"]) == 0  # tilt: inactive in all 360
     assert D.knob_active_count(data, D.KNOB_BY_NAME["disp"]) > 0
+
+
+def test_compare_differences_are_coloured_by_each_rows_metric():
+    from dashboard.vocab import row_delta_colours, row_sign
+
+    assert (row_sign("Safety (higher is better)"), row_sign("VSI (lower is better)"), row_sign("n")) == (1, -1, 0)
+    df = pd.DataFrame({"metric": ["Safety (higher is better)", "SBU (lower is better)", "VSI (lower is better)",
+                                  "SR (higher is better)", "Safety (higher is better)"],
+                       "A - B": ["+26.7", "+5.0", "−0.120", "−3.1", "0.0"]})
+    css = row_delta_colours(df, "A - B", "metric")["A - B"].tolist()
+    green, red = "#1a7f37", "#cf222e"
+    assert [green in c for c in css] == [True, False, True, False, False]
+    assert [red in c for c in css] == [False, True, False, True, False]
+    assert (row_delta_colours(df, "A - B", "metric")["metric"] == "").all()

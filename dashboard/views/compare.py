@@ -186,12 +186,14 @@ def tables_ui(c: C.Ctx, cmp, tables: dict, a: str, b: str) -> None:
     tabs = st.tabs(["Paired tests", "Ranking and tiers", "Rank agreement", f"Unpaired ({len(cmp.unpaired)})"])
     with tabs[0]:
         caption, df = tables["compare_pairs"]
-        st.caption(caption + " b = only A has the outcome, c = only B: the discordant counts McNemar tests.")
+        st.caption(caption + " b = only A has the outcome, c = only B: the discordant counts McNemar tests."
+                   " A - B is green where it favours A, red where it favours B.")
         show = answer_first(df[(df["group"] == group) & is_pair(df["model A"], df["model B"], a, b)]
                              .drop(columns=["group"]))
         # counts are "—" for VSI: show mixed columns as text (Arrow needs one type per column)
         show = show.astype({col: str for col in show.columns if show[col].dtype == object})
         vocab.table(show, hide_index=True, width="stretch", key="cmp_pairs", pinned=("metric",),
+                    row_delta=("A - B", "metric"),
                     first=("metric", "model A", "model B", "A - B", "95% CI", "p", "p (Holm)", "significant"))
         st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_pairs.md",
                            mime="text/markdown", key="cmp_pairs_md")
