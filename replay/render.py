@@ -24,7 +24,8 @@ import numpy as np  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
                               Violation, draw_arrow, draw_border, draw_captions)
-from replay.offscreen import ContextPool, OffscreenContext, pool_for_this_thread  # noqa: E402
+from replay.offscreen import (MODEL_VIS_LOCK, ContextPool, OffscreenContext, pool_for_this_thread,  # noqa: E402
+                              preview_texture_px)
 from replay.scene_assets import SceneAssetError, resolve_scene  # noqa: E402
 from replay.scene_cache import compile_cached  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
@@ -33,7 +34,9 @@ from scoring.schema import EpisodeRecord  # noqa: E402
 
 FREE, FREE_VIOLATION = "free", "free:violation"
 AGENT_VIEWS = ("agentview", "robot0_agentview_center")
+WRIST_VIEWS = ("robot0_eye_in_hand",)  # robosuite's wrist camera (LIBERO's observation/wrist_image)
 QUALITIES = ("fast", "high")
+TEXTURES = ("full", "preview")
 _MODEL_CACHE: OrderedDict = OrderedDict()
 _MODEL_CACHE_SIZE = 4
 
@@ -57,7 +60,9 @@ def scene_key(record: EpisodeRecord) -> tuple:
 
 def load_model(record: EpisodeRecord) -> mujoco.MjModel:
     """A fresh copy of the record's compiled model (see `scene_model` for errors)."""
-    return copy.copy(scene_model(record))
+    model = scene_model(record)
+    with MODEL_VIS_LOCK:  # not while a context upload has its textures shrunk for a moment
+        return copy.copy(model)
 
 
 def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
@@ -85,6 +90,16 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
             _MODEL_CACHE.popitem(last=False)
     _MODEL_CACHE.move_to_end(key)
     return model
+
+
+def cameras(record: EpisodeRecord) -> tuple[str, ...]:
+    """The camera names a replay of `record` can use: its scene's cameras, the agent and wrist
+    views first, then the free cameras "free" and "free:violation". Compiles (or loads) the
+    scene, opens no GL context; errors as for `scene_model`."""
+    m = scene_model(record)
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) or str(i) for i in range(m.ncam)]
+    first = [c for c in (*AGENT_VIEWS, *WRIST_VIEWS) if c in names]
+    return (*first, *(c for c in names if c not in first), FREE, FREE_VIOLATION)
 
 
 def _compile(resolved: str, base: Path, origin: str) -> mujoco.MjModel:
@@ -125,6 +140,10 @@ class Replayer:
       window: steps on each side of a violation's step that are highlighted too.
       quality: "fast" (no multisampling or reflections; for video) or "high" (the model's
         own visual quality; for figures).
+      textures: "full" (every texel uploaded; exports, figures) or "preview" (2D textures
+        box-downscaled to the frame size before the upload, `offscreen.preview_texture_px`:
+        a never-opened LIBERO scene opens in about half the time; docs/replay.md gives the
+        measured cost and the pixel difference). Frames of one setting are bit-exact.
       geom_groups: geom groups to draw; None hides group 0 (collision meshes) when the
         model keeps visual geoms in group 1 (robosuite/LIBERO), else draws all.
       xray: on highlighted frames, make every other movable body translucent (close-ups).
@@ -132,10 +151,12 @@ class Replayer:
 
     def __init__(self, record: EpisodeRecord | str | os.PathLike, *, width: int = 640, height: int = 480,
                  camera: str | None = None, window: int = 3, quality: str = "fast",
-                 geom_groups: Sequence[int] | None = None, xray: bool = False):
+                 textures: str = "full", geom_groups: Sequence[int] | None = None, xray: bool = False):
         self.record = record if isinstance(record, EpisodeRecord) else load_record(record)
         if quality not in QUALITIES:
             raise RenderError(f"unknown quality {quality!r}; expected one of {', '.join(QUALITIES)}")
+        if textures not in TEXTURES:
+            raise RenderError(f"unknown textures {textures!r}; expected one of {', '.join(TEXTURES)}")
         for name, v in (("width", width), ("height", height)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 16 <= v <= 8192:
                 raise RenderError(f"{name}: expected pixels in [16, 8192], got {v!r}")
@@ -166,9 +187,11 @@ class Replayer:
         # replayers of one scene, size and quality on this thread: see replay/offscreen.py.
         _ensure_offscreen_gl()
         self._pool: ContextPool = pool_for_this_thread()
-        self._ctx_key = (scene_key(self.record), quality)
-        self._ctx = self._pool.acquire(self._ctx_key, m, width=self.width, height=self.height,
-                                       multisample=quality == "high")
+        self.textures = textures
+        self._ctx_key = (scene_key(self.record), quality, textures)
+        self._ctx = self._pool.acquire(
+            self._ctx_key, m, width=self.width, height=self.height, multisample=quality == "high",
+            max_texture_px=preview_texture_px(self.width, self.height) if textures == "preview" else None)
 
     # ------------------------------------------------------------ set-up
 
