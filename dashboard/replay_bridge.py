@@ -70,7 +70,73 @@ def build_violations(record, rows: Sequence[dict]):
     return tuple(out)
 
 
-USER, BACKGROUND = 0, 10  # render-queue priorities: what a page waits for goes first
+USER, PLAYER, BACKGROUND = 0, 5, 10  # render-queue priorities: what a page waits for goes first
+PLAYER_WINDOW = 20  # steps each side of the violation pre-rendered first (1 s at LIBERO's 20 Hz)
+
+
+def violation_first_order(steps: Sequence[int], focus: int | None, *, window: int | None = PLAYER_WINDOW) -> list[int]:
+    """`steps` (duplicates dropped) in the order a player wants them: `focus`, then alternating
+    outwards (focus+1, focus-1, focus+2, ...) while within `window` steps (None: all), then
+    the rest from the first step on. Without a focus: ascending."""
+    uniq = sorted({int(s) for s in steps})
+    if focus is None:
+        return uniq
+    f = int(focus)
+
+    def outwards(s: int) -> tuple[int, int]:
+        return abs(s - f), 0 if s >= f else 1
+
+    near = sorted((s for s in uniq if window is None or abs(s - f) <= window), key=outwards)
+    taken = set(near)
+    return near + [s for s in uniq if s not in taken]
+
+
+class FrameBatch:
+    """Frames of one episode being pre-rendered on the render thread, for a player to poll.
+
+    `order`: the steps in render order. `ready`: {step: JPEG bytes} (or the (H, W, 3) uint8
+    array with `encode=None`), filled as each frame completes; read it from any thread
+    (`dict(batch.ready)` for a snapshot). `done`/`total`: progress. `complete`: every step
+    rendered (or failed). `errors`: {step: message} of steps that could not be rendered.
+    `wait(timeout)`: block until complete; `cancel()`: drop the steps not yet rendered (e.g.
+    the user left the episode) so they stop taking the render thread.
+    """
+
+    def __init__(self, order: Sequence[int]):
+        self.order = list(order)
+        self.ready: dict[int, object] = {}
+        self.errors: dict[int, str] = {}
+        self.cancelled = False
+        self._finished = threading.Event()
+        self._left = len(self.order)
+        self._lock = threading.Lock()
+        if not self.order:
+            self._finished.set()
+
+    @property
+    def total(self) -> int:
+        return len(self.order)
+
+    @property
+    def done(self) -> int:
+        return len(self.ready) + len(self.errors)
+
+    @property
+    def complete(self) -> bool:
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._finished.wait(timeout)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._finished.set()
+
+    def _one_finished(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left <= 0:
+                self._finished.set()
 
 
 class RenderService:
@@ -80,7 +146,8 @@ class RenderService:
     renderer) that run only when no page is waiting, one small job at a time.
     """
 
-    def __init__(self, max_open: int = MAX_OPEN):
+    def __init__(self, max_open: int = MAX_OPEN, *, textures: str = "preview"):
+        self.textures = textures  # frames for the pages: "preview" textures, 2x quicker to open (docs/replay.md)
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
@@ -127,13 +194,15 @@ class RenderService:
             cache.save_pending()
 
     # -- runs on the render thread ------------------------------------------------
-    def _replayer(self, key: str, record, size: tuple[int, int]):
+    def _replayer(self, key: str, record, size: tuple[int, int], *, camera: str | None = None,
+                  textures: str | None = None):
         from replay.render import Replayer
 
-        k = (key, size)
+        textures = textures or self.textures
+        k = (key, size, camera, textures)
         rp = self._open.get(k)
         if rp is None:
-            rp = Replayer(record, width=size[0], height=size[1])
+            rp = Replayer(record, width=size[0], height=size[1], camera=camera, textures=textures)
             if not self._open_registered:
                 # registered after MuJoCo's EGL set-up, so (atexit runs last-in first-out) the
                 # renderers close before EGL terminates
@@ -146,10 +215,22 @@ class RenderService:
         self._open.move_to_end(k)
         return rp
 
-    def _frame(self, key, record, step, violations, size, highlight):
-        rp = self._replayer(key, record, size)
+    def _frame(self, key, record, step, violations, size, highlight, camera=None):
+        rp = self._replayer(key, record, size, camera=camera)
         step = int(min(max(step, 0), rp.n_steps - 1))
         return rp.frame(step, violation=violations, highlight=highlight)
+
+    def _batch_frame(self, batch: FrameBatch, key, record, step, violations, size, highlight, camera,
+                     encode, jpeg_quality) -> None:
+        if batch.cancelled:
+            return
+        try:
+            img = self._frame(key, record, step, violations, size, highlight, camera)
+            batch.ready[step] = jpeg(img, jpeg_quality) if encode == "jpeg" else img
+        except Exception as exc:  # noqa: BLE001 - one bad step never sinks the batch
+            batch.errors[step] = f"{type(exc).__name__}: {exc}"
+        finally:
+            batch._one_finished()
 
     @staticmethod
     def _compile(record) -> None:
@@ -199,9 +280,54 @@ class RenderService:
         return fut
 
     def frame(self, key: str, record, step: int, violations=(), *, size=FRAME_SIZE, highlight: bool = True,
-              timeout: float = 120.0) -> np.ndarray:
-        """The (H, W, 3) uint8 frame of `step`, with `violations` highlighted."""
-        return self.submit(self._frame, key, record, step, violations, tuple(size), highlight).result(timeout)
+              camera: str | None = None, timeout: float = 120.0) -> np.ndarray:
+        """The (H, W, 3) uint8 frame of `step`, with `violations` highlighted.
+
+        `camera`: a camera name of the record's scene (`cameras(record)`: e.g. "agentview",
+        the wrist's "robot0_eye_in_hand"), "free", "free:violation", or None for the agent
+        view. An unknown name raises `replay.highlight.RenderError` listing the valid ones.
+        """
+        return self.submit(self._frame, key, record, step, violations, tuple(size), highlight,
+                           camera).result(timeout)
+
+    def frames(self, key: str, record, steps: Sequence[int] | None = None, violations=(), *,
+               camera: str | None = None, size=FRAME_SIZE, highlight: bool = True, order: str = "violation-first",
+               focus: int | None = None, window: int | None = PLAYER_WINDOW, encode: str | None = "jpeg",
+               jpeg_quality: int = 85) -> FrameBatch:
+        """Pre-renders many steps of one episode in the background; returns a `FrameBatch` at once.
+
+        For a player: poll `batch.ready` ({step: JPEG bytes}) and show what is there.
+        - `steps`: the steps wanted (None: every step of the episode); out-of-range steps
+          are clamped, as `frame` does.
+        - `order`: "violation-first" renders `focus` (default: the first of `violations`,
+          the worst) first, then alternating outwards within `window` steps, then the rest
+          from step 0 (`violation_first_order`); "in-order" renders ascending.
+        - `camera`, `size`, `highlight`, `violations`: as for `frame`. Frames equal `frame`'s.
+        - `encode`: "jpeg" (bytes, `jpeg_quality`) or None (uint8 arrays).
+        Each step is its own job at a priority between a page's frame and background
+        warm-up: a `frame()` call (the slider) overtakes the batch; `batch.cancel()` drops
+        what is left. The episode's replayer (scene, GL context) is reused for every step.
+        """
+        if order not in ("violation-first", "in-order"):
+            raise ValueError(f"order: expected 'violation-first' or 'in-order', got {order!r}")
+        if encode not in ("jpeg", None):
+            raise ValueError(f"encode: expected 'jpeg' or None, got {encode!r}")
+        n = int(record.replay.qpos.shape[0]) if getattr(record, "replay", None) is not None else 0
+        wanted = range(n) if steps is None else [min(max(int(s), 0), max(n - 1, 0)) for s in steps]
+        if focus is None and violations and order == "violation-first":
+            focus = violations[0].step
+        batch = FrameBatch(violation_first_order(wanted, focus if order == "violation-first" else None,
+                                                 window=window))
+        for step in batch.order:
+            self.submit(self._batch_frame, batch, key, record, step, violations, tuple(size), highlight, camera,
+                        encode, jpeg_quality, priority=PLAYER)
+        return batch
+
+    def cameras(self, record, *, timeout: float = 120.0) -> tuple[str, ...]:
+        """The record's camera names, agent and wrist views first (`replay.render.cameras`)."""
+        from replay.render import cameras
+
+        return self.submit(cameras, record).result(timeout)
 
     def prewarm(self, key: str | None, record, size=FRAME_SIZE, *, renderer: bool = True) -> Future:
         """In the background: compile the record's scene and (with `renderer`) open its
