@@ -67,25 +67,27 @@ def preview_texture_px(width: int, height: int) -> int:
 
 
 def _shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
-    """Box-downscales, in place, each 2D texture larger than `max_px` a side (by a whole
-    factor, with Pillow's `reduce`), writing the small image at the start of the texture's
-    own slot of `tex_data`. Returns what `_restore_textures` needs to put the model back.
-    Cube and skybox textures (6 faces stacked) are left whole: they are small in LIBERO."""
+    """Box-downscales (Pillow), in place, each texture whose image (a cube or skybox face,
+    when its 6 faces are stacked) is larger than `max_px` a side to `max_px`, writing the small image at the start of the texture's own slot of
+    `tex_data`. Returns what `_restore_textures` needs to put the model back."""
     from PIL import Image
 
     saved = []
-    for i in np.flatnonzero((model.tex_type == mujoco.mjtTexture.mjTEXTURE_2D)
-                            & (np.maximum(model.tex_width, model.tex_height) > max_px)):
+    for i in range(model.ntex):
         w, h, c, adr = (int(model.tex_width[i]), int(model.tex_height[i]), int(model.tex_nchannel[i]),
                         int(model.tex_adr[i]))
-        if c not in (1, 3, 4):
+        faces = 6 if model.tex_type[i] != mujoco.mjtTexture.mjTEXTURE_2D and h == 6 * w else 1
+        fh = h // faces
+        if max(w, fh) <= max_px or c not in (1, 3, 4):
             continue
-        k = -(-max(w, h) // max_px)
-        pixels = model.tex_data[adr: adr + w * h * c].reshape(h, w, c)
-        small = np.asarray(Image.fromarray(pixels[..., 0] if c == 1 else pixels).reduce(k)).reshape(-1)
+        scale = max_px / max(w, fh)
+        sw, sh = max(1, round(w * scale)), max(1, round(fh * scale))
+        pixels = model.tex_data[adr: adr + w * h * c].reshape(faces, fh, w, c)
+        small = np.concatenate([np.asarray(Image.fromarray(f[..., 0] if c == 1 else f).resize(
+            (sw, sh), Image.Resampling.BOX)).reshape(-1) for f in pixels])
         saved.append((i, w, h, adr, model.tex_data[adr: adr + small.size].copy()))
         model.tex_data[adr: adr + small.size] = small
-        model.tex_width[i], model.tex_height[i] = -(-w // k), -(-h // k)
+        model.tex_width[i], model.tex_height[i] = sw, faces * sh
     return saved
 
 

@@ -140,7 +140,7 @@ class Replayer:
       window: steps on each side of a violation's step that are highlighted too.
       quality: "fast" (no multisampling or reflections; for video) or "high" (the model's
         own visual quality; for figures).
-      textures: "full" (every texel uploaded; exports, figures) or "preview" (2D textures
+      textures: "full" (every texel uploaded; exports, figures) or "preview" (textures
         box-downscaled to the frame size before the upload, `offscreen.preview_texture_px`:
         a never-opened LIBERO scene opens in about half the time; docs/replay.md gives the
         measured cost and the pixel difference). Frames of one setting are bit-exact.

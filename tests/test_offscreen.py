@@ -67,11 +67,15 @@ BIG_TEXTURE_XML = """<mujoco model="bigtex">
   <asset>
     <texture name="grid" type="2d" builtin="checker" rgb1=".9 .1 .1" rgb2=".1 .1 .9" width="1024" height="1024"
              mark="random" random="0.3" markrgb="1 1 1"/>
+    <texture type="skybox" builtin="gradient" rgb1=".3 .5 .7" rgb2="0 0 0" width="800" height="800"/>
+    <texture name="cube" type="cube" builtin="checker" rgb1=".2 .8 .2" rgb2=".8 .8 .2" width="700" height="700"/>
+    <material name="cube" texture="cube"/>
     <material name="grid" texture="grid" texrepeat="1 1"/>
   </asset>
   <worldbody>
     <light pos="0 0 3" dir="0 0 -1"/>
     <geom name="floor" type="plane" size="1 1 .1" material="grid"/>
+    <geom name="dice" type="box" size=".05 .05 .05" pos=".35 -.1 .05" material="cube"/>
     <camera name="cam" pos=".3 -.4 .35" xyaxes="1 0 0 0 .7 .7"/>
   </worldbody>
 </mujoco>"""
@@ -93,6 +97,7 @@ def test_preview_upload_leaves_the_shared_model_as_it_was():
 
     m = mujoco.MjModel.from_xml_string(BIG_TEXTURE_XML)
     before = (m.tex_data.copy(), m.tex_width.copy(), m.tex_height.copy())
+    assert list(m.tex_type) == [0, 2, 1] and (np.maximum(m.tex_width, m.tex_height // 6) > 256).all()  # 2D, skybox, cube
     OffscreenContext(m, width=W, height=H, max_texture_px=256).close()
     assert np.array_equal(m.tex_data, before[0])
     assert np.array_equal(m.tex_width, before[1]) and np.array_equal(m.tex_height, before[2])
