@@ -147,7 +147,7 @@ class RenderService:
     """
 
     def __init__(self, max_open: int = MAX_OPEN, *, textures: str = "preview"):
-        self.textures = textures  # frames for the pages: "preview" textures, 2x quicker to open (docs/replay.md)
+        self.textures = textures  # the pages' frames and prewarm: "preview" textures, quicker to open (docs/replay.md)
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
@@ -195,10 +195,11 @@ class RenderService:
 
     # -- runs on the render thread ------------------------------------------------
     def _replayer(self, key: str, record, size: tuple[int, int], *, camera: str | None = None,
-                  textures: str | None = None):
+                  textures: str = "full"):
+        """The open replayer of (key, size, camera, textures), opened if need be. Full
+        textures unless asked: callers that export (the pair clip) get full quality."""
         from replay.render import Replayer
 
-        textures = textures or self.textures
         k = (key, size, camera, textures)
         rp = self._open.get(k)
         if rp is None:
@@ -216,7 +217,7 @@ class RenderService:
         return rp
 
     def _frame(self, key, record, step, violations, size, highlight, camera=None):
-        rp = self._replayer(key, record, size, camera=camera)
+        rp = self._replayer(key, record, size, camera=camera, textures=self.textures)
         step = int(min(max(step, 0), rp.n_steps - 1))
         return rp.frame(step, violation=violations, highlight=highlight)
 
@@ -333,7 +334,7 @@ class RenderService:
         """In the background: compile the record's scene and (with `renderer`) open its
         replayer, so the first frame of that episode is quick."""
         if renderer and key is not None:
-            return self.submit(self._replayer, key, record, tuple(size), priority=BACKGROUND)
+            return self.submit(self._replayer, key, record, tuple(size), textures=self.textures, priority=BACKGROUND)
         return self.submit(self._compile, record, priority=BACKGROUND)
 
     def clip(self, record, violations, *, size=CLIP_SIZE, fps: float = 20, step_range=None,

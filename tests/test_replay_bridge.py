@@ -154,3 +154,16 @@ def test_service_renders_another_camera_and_refuses_an_unknown_one():
             svc.frame("toy", rec, 2, size=(W, H), camera="wrist")
     finally:
         svc.close()
+
+
+def test_prewarm_opens_the_replayer_the_page_then_uses():
+    rec = toy_record(mjcf=toy_scene(2))
+    svc = RenderService()
+    try:
+        svc.prewarm("toy", rec, (W, H)).result(60)
+        assert [k[3] for k in svc._open] == ["preview"]
+        svc.frame("toy", rec, 1, size=(W, H))
+        svc.frames("toy", rec, [0, 2], size=(W, H)).wait(60)
+        assert len(svc._open) == 1  # the prewarmed replayer served both: nothing opened again
+    finally:
+        svc.close()
