@@ -29,6 +29,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
+PAGE_TEXTURES = "preview"  # the pages' frames: textures shrunk to the frame size for the upload (docs/replay.md)
 MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/offscreen.py)
 
 
@@ -146,7 +147,7 @@ class RenderService:
     renderer) that run only when no page is waiting, one small job at a time.
     """
 
-    def __init__(self, max_open: int = MAX_OPEN, *, textures: str = "preview"):
+    def __init__(self, max_open: int = MAX_OPEN, *, textures: str = PAGE_TEXTURES):
         self.textures = textures  # the pages' frames and prewarm: "preview" textures, quicker to open (docs/replay.md)
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
