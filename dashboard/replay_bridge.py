@@ -306,6 +306,8 @@ class RenderService:
           from step 0 (`violation_first_order`); "in-order" renders ascending.
         - `camera`, `size`, `highlight`, `violations`: as for `frame`. Frames equal `frame`'s.
         - `encode`: "jpeg" (bytes, `jpeg_quality`) or None (uint8 arrays).
+        Raises `RecordError` at once for a record without replay state; a step that cannot
+        be rendered (e.g. an unknown camera) lands in `batch.errors` as a one-line message.
         Each step is its own job at a priority between a page's frame and background
         warm-up: a `frame()` call (the slider) overtakes the batch; `batch.cancel()` drops
         what is left. The episode's replayer (scene, GL context) is reused for every step.
@@ -314,7 +316,10 @@ class RenderService:
             raise ValueError(f"order: expected 'violation-first' or 'in-order', got {order!r}")
         if encode not in ("jpeg", None):
             raise ValueError(f"encode: expected 'jpeg' or None, got {encode!r}")
-        n = int(record.replay.qpos.shape[0]) if getattr(record, "replay", None) is not None else 0
+        if record.replay is None:  # the same one-line error the page's frame() gives, at once
+            from scoring.io import resolve_mjcf
+            resolve_mjcf(record)
+        n = int(record.replay.qpos.shape[0])
         wanted = range(n) if steps is None else [min(max(int(s), 0), max(n - 1, 0)) for s in steps]
         if focus is None and violations and order == "violation-first":
             focus = violations[0].step

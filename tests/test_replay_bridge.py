@@ -167,3 +167,20 @@ def test_prewarm_opens_the_replayer_the_page_then_uses():
         assert len(svc._open) == 1  # the prewarmed replayer served both: nothing opened again
     finally:
         svc.close()
+
+
+def test_batch_errors_are_one_line_messages_and_a_record_without_replay_is_refused():
+    import dataclasses
+
+    from scoring.errors import RecordError
+
+    rec = toy_record(mjcf=toy_scene(0))
+    svc = RenderService()
+    try:
+        batch = svc.frames("toy", rec, [0, 1], camera="wrist", size=(W, H))
+        assert batch.wait(60) and not batch.ready and set(batch.errors) == {0, 1}
+        assert all(m.startswith("RenderError: unknown camera 'wrist'") and "\n" not in m for m in batch.errors.values())
+        with pytest.raises(RecordError, match="has no replay state"):
+            svc.frames("bare", dataclasses.replace(rec, replay=None), None)
+    finally:
+        svc.close()
