@@ -22,9 +22,10 @@ another episode of the same scene file. Per scene, in this order:
 - `before`: the code at `--baseline-rev` (default: the commit before issue 16's changes),
   from `git archive`; without git, this code with the scene cache off;
 - `cold`: this code, the scene not in the disk cache (compiles it and stores it);
-- `cold_preview`: as `cold`, with the dashboard's "preview" textures (its own cache);
+- `cold_preview`: as `cold`, with the dashboard's "preview" textures, in a cache of its
+  own; after its frame it stores the full scene and the preview scene (small textures);
 - `cached` / `cached_preview`: this code, the scene compiled by an earlier process (in the
-  disk cache), full and preview textures interleaved `--repeats` times.
+  disk cache; for preview, the small-texture scene), interleaved `--repeats` times.
 Ratios: median `before` / median `cached` (and `cached_preview`), `cached` / `cached_preview`. Usage:
 python benchmarks/bench_render.py --first-frame [--scenes 3] [--repeats 2] [--baseline-rev REV]
 
@@ -197,7 +198,7 @@ def first_frame(args) -> None:
             runs["cold_preview"].append(child(ROOT, cache2, pair, "preview"))
             for _ in range(args.repeats):  # full and preview interleaved, so load hits both alike
                 runs["cached"].append(child(ROOT, cache, pair, "full"))
-                runs["cached_preview"].append(child(ROOT, cache, pair, "preview"))
+                runs["cached_preview"].append(child(ROOT, cache2, pair, "preview"))
 
     def med(kind: str, which: str) -> float:
         return round(float(np.median([r[which]["total_s"] for r in runs[kind]])), 2)

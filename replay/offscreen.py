@@ -66,10 +66,10 @@ def preview_texture_px(width: int, height: int) -> int:
     return 1 << (side - 1).bit_length()
 
 
-def _shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
+def shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
     """Box-downscales (Pillow), in place, each texture whose image (a cube or skybox face,
     when its 6 faces are stacked) is larger than `max_px` a side to `max_px`, writing the small image at the start of the texture's own slot of
-    `tex_data`. Returns what `_restore_textures` needs to put the model back."""
+    `tex_data`. Returns what `restore_textures` needs to put the model back."""
     from PIL import Image
 
     saved = []
@@ -91,7 +91,7 @@ def _shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
     return saved
 
 
-def _restore_textures(model: mujoco.MjModel, saved: list) -> None:
+def restore_textures(model: mujoco.MjModel, saved: list) -> None:
     for i, w, h, adr, head in saved:
         model.tex_data[adr: adr + head.size] = head
         model.tex_width[i], model.tex_height[i] = w, h
@@ -110,10 +110,10 @@ def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisampl
             q.offsamples = 0
         shrunk = []
         try:
-            shrunk = _shrink_textures(model, max_texture_px) if max_texture_px else []
+            shrunk = shrink_textures(model, max_texture_px) if max_texture_px else []
             con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
         finally:
-            _restore_textures(model, shrunk)
+            restore_textures(model, shrunk)
             g.offwidth, g.offheight, q.offsamples = saved
     mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, con)
     return con

@@ -27,7 +27,8 @@ from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHigh
 from replay.offscreen import (MODEL_VIS_LOCK, ContextPool, OffscreenContext, pool_for_this_thread,  # noqa: E402
                               preview_texture_px)
 from replay.scene_assets import SceneAssetError, resolve_scene  # noqa: E402
-from replay.scene_cache import compile_cached  # noqa: E402
+from replay.preview_scene import compile_preview, preview_text  # noqa: E402
+from replay.scene_cache import build_later, compile_cached, load_cached  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import load_record, resolve_mjcf  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
@@ -76,20 +77,47 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
     key = scene_key(record)
     model = _MODEL_CACHE.get(key)
     if model is None:
-        kind, src, _ = key
-        path = Path(src) if kind == "path" else None
-        text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
-        origin = str(path) if path else "embedded MJCF"
-        try:
-            resolved = resolve_scene(text, base=base, origin=origin)
-        except SceneAssetError as exc:
-            raise RenderError(str(exc)) from None
+        resolved, base, origin = _resolved_scene(key)
         model = compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
-        _MODEL_CACHE[key] = model
-        while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
-            _MODEL_CACHE.popitem(last=False)
+        _remember(key, model)
     _MODEL_CACHE.move_to_end(key)
     return model
+
+
+def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
+    """The record's scene with textures shrunk to `max_px` (replay/preview_scene.py), from
+    memory or the disk cache; None if not built yet (then it is queued for a render
+    service's idle time, and the caller shrinks the full model's textures on upload)."""
+    key = (scene_key(record), "preview", int(max_px))
+    model = _MODEL_CACHE.get(key)
+    if model is None:
+        resolved, base, _ = _resolved_scene(key[0])
+        text, folder = preview_text(resolved, max_px), str(base) + os.sep
+        model = load_cached(text, folder)
+        if model is None:
+            full = scene_model(record)
+            build_later(text, folder, lambda: compile_preview(resolved, folder, full, max_px))
+            return None
+        _remember(key, model)
+    _MODEL_CACHE.move_to_end(key)
+    return model
+
+
+def _resolved_scene(key: tuple) -> tuple[str, Path, str]:
+    kind, src, _ = key
+    path = Path(src) if kind == "path" else None
+    text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
+    origin = str(path) if path else "embedded MJCF"
+    try:
+        return resolve_scene(text, base=base, origin=origin), base, origin
+    except SceneAssetError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def _remember(key, model: mujoco.MjModel) -> None:
+    _MODEL_CACHE[key] = model
+    while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
+        _MODEL_CACHE.popitem(last=False)
 
 
 def cameras(record: EpisodeRecord) -> tuple[str, ...]:
@@ -163,7 +191,11 @@ class Replayer:
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
             raise RenderError(f"window: expected a number of steps >= 0, got {window!r}")
         self._ctx: OffscreenContext | None = None
-        self.model = m = scene_model(self.record)  # shared by the replayers of this scene: read only
+        shrink_px = preview_texture_px(width, height) if textures == "preview" else None
+        small = preview_scene_model(self.record, shrink_px) if shrink_px else None
+        if small is not None:
+            shrink_px = None  # its textures are already that small
+        self.model = m = small if small is not None else scene_model(self.record)  # shared by the replayers of this scene: read only
         self._check_state()
         self.data = mujoco.MjData(m)
         self.width, self.height, self.window, self.quality = int(width), int(height), int(window), quality
@@ -189,9 +221,8 @@ class Replayer:
         self._pool: ContextPool = pool_for_this_thread()
         self.textures = textures
         self._ctx_key = (scene_key(self.record), quality, textures)
-        self._ctx = self._pool.acquire(
-            self._ctx_key, m, width=self.width, height=self.height, multisample=quality == "high",
-            max_texture_px=preview_texture_px(self.width, self.height) if textures == "preview" else None)
+        self._ctx = self._pool.acquire(self._ctx_key, m, width=self.width, height=self.height,
+                                       multisample=quality == "high", max_texture_px=shrink_px)
 
     # ------------------------------------------------------------ set-up
 
