@@ -70,9 +70,10 @@ def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_pat
         assert scene_cache._DEFER[0]
         assert svc.frame("new", rec, 0, size=(W, H)).std() > 10
         deadline = time.monotonic() + 30
-        while not any(tmp_path.glob("*" + scene_cache.SUFFIX)) and time.monotonic() < deadline:
+        while len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 1
+        time.sleep(0.2)
+        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 2  # the scene and its preview (page frames)
     finally:
         svc.close()
         monkeypatch.setattr(scene_cache, "_DEFER", [False])
