@@ -169,10 +169,13 @@ class RenderService:
         finally:
             batch._one_finished()
 
-    @staticmethod
-    def _compile(record) -> None:
-        from replay.render import scene_model
+    def _compile(self, record) -> None:
+        from replay.offscreen import preview_texture_px
+        from replay.render import preview_scene_model, scene_model
+
         scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
+        if self.textures == "preview":  # and queues its small-texture scene for the idle time
+            preview_scene_model(record, preview_texture_px(*FRAME_SIZE))
 
     def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int, roots) -> None:
         """Queues, in the background, a renderer for the first `n_renderers` (key, record path)

@@ -86,7 +86,7 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
 
 def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
     """The record's scene with textures shrunk to `max_px` (replay/preview_scene.py), from
-    memory or the disk cache; None if not built yet (then it is queued for a render
+    memory or the disk cache (the scene itself when no texture is larger); None if not built yet (then it is queued for a render
     service's idle time, and the caller shrinks the full model's textures on upload)."""
     key = (scene_key(record), "preview", int(max_px))
     model = _MODEL_CACHE.get(key)
@@ -96,6 +96,9 @@ def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | 
         model = load_cached(text, folder)
         if model is None:
             full = scene_model(record)
+            faces = np.where(full.tex_height == 6 * full.tex_width, full.tex_width, full.tex_height)
+            if full.ntex == 0 or max(full.tex_width.max(), faces.max()) <= max_px:
+                return full  # nothing to shrink: the scene itself
             build_later(text, folder, lambda: compile_preview(resolved, folder, full, max_px))
             return None
         _remember(key, model)

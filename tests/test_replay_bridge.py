@@ -70,10 +70,10 @@ def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_pat
         assert scene_cache._DEFER[0]
         assert svc.frame("new", rec, 0, size=(W, H)).std() > 10
         deadline = time.monotonic() + 30
-        while len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) < 2 and time.monotonic() < deadline:
+        while not any(tmp_path.glob("*" + scene_cache.SUFFIX)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.2)
-        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 2  # the scene and its preview (page frames)
+        time.sleep(0.5)
+        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 1  # its textures are small: no preview scene
     finally:
         svc.close()
         monkeypatch.setattr(scene_cache, "_DEFER", [False])
@@ -185,3 +185,25 @@ def test_batch_errors_are_one_line_messages_and_a_record_without_replay_is_refus
             svc.frames("bare", dataclasses.replace(rec, replay=None), None)
     finally:
         svc.close()
+
+
+def test_a_background_compile_also_stores_the_preview_scene(tmp_path, monkeypatch):
+    import replay.scene_cache as scene_cache
+
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
+    from test_offscreen import BIG_TEXTURE_XML
+
+    xml = BIG_TEXTURE_XML.replace("</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/>'
+                                  '</body><body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1"/></body></worldbody>')
+    rec = toy_record(mjcf=xml.replace('model="bigtex"', 'model="bigtex-bridge"'))  # a 1024-px texture
+    svc = RenderService()
+    try:
+        svc.prewarm(None, rec, renderer=False).result(60)
+        svc.submit(lambda: None).result(60)  # the idle time after it: the writes
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 2
+    finally:
+        svc.close()
+        monkeypatch.setattr(scene_cache, "_DEFER", [False])
