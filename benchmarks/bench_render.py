@@ -22,9 +22,16 @@ another episode of the same scene file. Per scene, in this order:
 - `before`: the code at `--baseline-rev` (default: the commit before issue 16's changes),
   from `git archive`; without git, this code with the scene cache off;
 - `cold`: this code, the scene not in the disk cache (compiles it and stores it);
-- `cached`: this code, the scene compiled by an earlier process (in the disk cache).
-Ratio: median `before` / median `cached`. Usage:
-python benchmarks/bench_render.py --first-frame [--scenes 3] [--baseline-rev REV]
+- `cold_preview`: as `cold`, with the dashboard's "preview" textures, in a cache of its
+  own; after its frame it stores the full scene and the preview scene (small textures);
+- `cached` / `cached_preview`: this code, the scene compiled by an earlier process (in the
+  disk cache; for preview, the small-texture scene), interleaved `--repeats` times.
+Ratios: median `before` / median `cached` (and `cached_preview`), `cached` / `cached_preview`. Usage:
+python benchmarks/bench_render.py --first-frame [--scenes 3] [--repeats 2] [--baseline-rev REV]
+
+`--player` measures `RenderService.frames` (the in-browser player's violation-first
+pre-render, JPEG-encoded) against frame-by-frame `frame()` calls in the same run, and how
+soon the violating frame is ready. Usage: python benchmarks/bench_render.py --player [--frames 40]
 """
 
 from __future__ import annotations
@@ -129,12 +136,16 @@ try:  # as the dashboard's render service: write compiled scenes once no frame w
 except ImportError:  # the baseline has no scene cache
     save_pending = lambda: None
 out = {}
+textures = {"textures": sys.argv[3]} if len(sys.argv) > 3 else {}  # the baseline has no textures option
 for name, path in (("first", sys.argv[1]), ("same_scene", sys.argv[2])):
     t = time.perf_counter()
     rec = load_record(path)
-    getattr(render, "scene_model", render.load_model)(rec)  # compile or load (the baseline also copies)
+    if textures.get("textures") == "preview" and render.preview_scene_model(rec, 512) is not None:
+        pass  # the small-texture scene from the disk cache: what the replayer will use
+    else:
+        getattr(render, "scene_model", render.load_model)(rec)  # compile or load (the baseline also copies)
     model = time.perf_counter()
-    r = Replayer(rec, width=480, height=360)
+    r = Replayer(rec, width=480, height=360, **textures)
     opened = time.perf_counter()
     r.frame(rec.n_steps // 2)
     out[name] = {"model_s": model - t, "open_s": opened - model, "total_s": time.perf_counter() - t}
@@ -164,9 +175,9 @@ def first_frame(args) -> None:
     import shutil
     import subprocess
 
-    def child(tree: Path, cache: str, pair) -> dict:
+    def child(tree: Path, cache: str, pair, *textures: str) -> dict:
         env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(tree), "SAFEVLA_SCENE_CACHE": cache}
-        got = subprocess.run([sys.executable, "-c", FIRST_FRAME_CHILD, *map(str, pair)], cwd=tree, env=env,
+        got = subprocess.run([sys.executable, "-c", FIRST_FRAME_CHILD, *map(str, pair), *textures], cwd=tree, env=env,
                              capture_output=True, text=True, check=True)
         return json.loads(got.stdout.strip().splitlines()[-1])
 
@@ -182,12 +193,15 @@ def first_frame(args) -> None:
             (base_tree / "assets").symlink_to(ROOT / "assets")
         except (OSError, subprocess.CalledProcessError):
             base_tree, baseline = ROOT, "this code, scene cache off"
-        runs = {"before": [], "cold": [], "cached": []}
-        for pair in pairs:
-            cache = str(Path(tmp) / "scenes")
+        runs = {"before": [], "cold": [], "cached": [], "cached_preview": [], "cold_preview": []}
+        for i, pair in enumerate(pairs):
+            cache, cache2 = str(Path(tmp) / "scenes"), str(Path(tmp) / f"scenes-{i}")
             runs["before"].append(child(base_tree, "off", pair))
-            runs["cold"].append(child(ROOT, cache, pair))
-            runs["cached"].append(child(ROOT, cache, pair))
+            runs["cold"].append(child(ROOT, cache, pair, "full"))
+            runs["cold_preview"].append(child(ROOT, cache2, pair, "preview"))
+            for _ in range(args.repeats):  # full and preview interleaved, so load hits both alike
+                runs["cached"].append(child(ROOT, cache, pair, "full"))
+                runs["cached_preview"].append(child(ROOT, cache2, pair, "preview"))
 
     def med(kind: str, which: str) -> float:
         return round(float(np.median([r[which]["total_s"] for r in runs[kind]])), 2)
@@ -198,11 +212,64 @@ def first_frame(args) -> None:
         **{f"{k}_first_frame_s": med(k, "first") for k in runs},
         **{f"{k}_same_scene_next_episode_s": med(k, "same_scene") for k in runs},
         "ratio_before_over_cached": round(med("before", "first") / med("cached", "first"), 2),
+        "ratio_before_over_cached_preview": round(med("before", "first") / med("cached_preview", "first"), 2),
+        "ratio_cached_full_over_preview": round(med("cached", "first") / med("cached_preview", "first"), 2),
+        "ratio_cached_full_over_preview_open_only": round(
+            float(np.median([r["first"]["open_s"] for r in runs["cached"]]))
+            / float(np.median([r["first"]["open_s"] for r in runs["cached_preview"]])), 2),
         "ratio_same_scene_before_over_now": round(med("before", "same_scene") / med("cached", "same_scene"), 2),
         "per_scene_first_frame_s": {k: [round(r["first"]["total_s"], 2) for r in v] for k, v in runs.items()},
         "first_frame_stages_median_s": {k: {s: round(float(np.median([r["first"][s] for r in v])), 2)
                                             for s in ("model_s", "open_s")} for k, v in runs.items()},
         "target_first_frame_s": 2.0, "load_avg_1m": round(os.getloadavg()[0], 2),
+    }))
+
+
+def player(args) -> None:
+    """Frames/s of `RenderService.frames` (the player's violation-first pre-render, JPEG
+    encoded) against the page's path measured in the same run: one `frame()` round trip
+    per step plus the JPEG encode, the way the detail page fetched each step."""
+    from dashboard.replay_bridge import FRAME_SIZE, RenderService, jpeg
+    from replay.highlight import Violation
+
+    path = next(f for f, _ in demo_scene_pairs(1))
+    rec = load_record(path)
+    n = min(args.frames, rec.n_steps)
+    mid = rec.n_steps // 2
+    v = Violation("max_contact_force", mid, 412.0, 200.0, "N", ">", ())
+    steps = list(range(max(0, mid - n // 2), max(0, mid - n // 2) + n))
+    svc = RenderService()
+    try:
+        t0 = time.perf_counter()
+        svc.frame("bench", rec, mid, (v,))  # the scene opened: both paths reuse its replayer
+        open_s = time.perf_counter() - t0
+        serial, batch_s = [], []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            for s in steps:
+                jpeg(svc.frame("bench", rec, s, (v,)), 85)
+            serial.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            batch = svc.frames("bench", rec, steps, (v,))
+            batch.wait(600)
+            batch_s.append(time.perf_counter() - t0)
+            assert not batch.errors and batch.done == n, batch.errors
+        t0 = time.perf_counter()
+        first = svc.frames("bench-other-size", rec, steps, (v,), size=(400, 300))
+        while mid not in first.ready:
+            time.sleep(0.005)
+        violation_frame_s = time.perf_counter() - t0
+        first.wait(600)
+    finally:
+        svc.close()
+    fps_batch, fps_serial = n / float(np.median(batch_s)), n / float(np.median(serial))
+    print(json.dumps({
+        "benchmark": "render_player", "episode": path.name, "frames": n, "size": list(FRAME_SIZE),
+        "textures": "preview", "jpeg_quality": 85, "scene_open_and_first_frame_s": round(open_s, 2),
+        "batch_fps": round(fps_batch, 2), "frame_by_frame_fps": round(fps_serial, 2),
+        "ratio_batch_over_frame_by_frame": round(fps_batch / fps_serial, 2),
+        "violation_frame_first_s_new_size": round(violation_frame_s, 3),
+        "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
     }))
 
 
@@ -213,8 +280,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--first-frame", action="store_true", help="measure the first frame of unopened scenes instead")
     ap.add_argument("--scenes", type=int, default=3, help="demo scenes for --first-frame (default 3)")
+    ap.add_argument("--repeats", type=int, default=2, help="cached full/preview runs per scene (--first-frame)")
     ap.add_argument("--baseline-rev", default=BASELINE_REV, help="git revision measured as 'before' (--first-frame)")
+    ap.add_argument("--player", action="store_true",
+                    help="measure RenderService.frames (the player's pre-render) against frame-by-frame instead")
     args = ap.parse_args()
+    if args.player:
+        player(args)
+        return
     if args.first_frame:
         first_frame(args)
         return

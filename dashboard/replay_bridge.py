@@ -25,10 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from dashboard.frame_batch import PLAYER_WINDOW, FrameBatch, violation_first_order  # noqa: F401 - the player's API
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
+PAGE_TEXTURES = "preview"  # the pages' frames: textures shrunk to the frame size for the upload (docs/replay.md)
 MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/offscreen.py)
 
 
@@ -70,8 +73,7 @@ def build_violations(record, rows: Sequence[dict]):
     return tuple(out)
 
 
-USER, BACKGROUND = 0, 10  # render-queue priorities: what a page waits for goes first
-
+USER, PLAYER, BACKGROUND = 0, 5, 10  # render-queue priorities: what a page waits for goes first
 
 class RenderService:
     """One rendering thread, a priority queue of jobs, and a few open `Replayer`s (LRU).
@@ -80,7 +82,8 @@ class RenderService:
     renderer) that run only when no page is waiting, one small job at a time.
     """
 
-    def __init__(self, max_open: int = MAX_OPEN):
+    def __init__(self, max_open: int = MAX_OPEN, *, textures: str = PAGE_TEXTURES):
+        self.textures = textures  # the pages' frames and prewarm: "preview" textures, quicker to open (docs/replay.md)
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
         self._open: OrderedDict = OrderedDict()
@@ -127,13 +130,16 @@ class RenderService:
             cache.save_pending()
 
     # -- runs on the render thread ------------------------------------------------
-    def _replayer(self, key: str, record, size: tuple[int, int]):
+    def _replayer(self, key: str, record, size: tuple[int, int], *, camera: str | None = None,
+                  textures: str = "full"):
+        """The open replayer of (key, size, camera, textures), opened if need be. Full
+        textures unless asked: callers that export (the pair clip) get full quality."""
         from replay.render import Replayer
 
-        k = (key, size)
+        k = (key, size, camera, textures)
         rp = self._open.get(k)
         if rp is None:
-            rp = Replayer(record, width=size[0], height=size[1])
+            rp = Replayer(record, width=size[0], height=size[1], camera=camera, textures=textures)
             if not self._open_registered:
                 # registered after MuJoCo's EGL set-up, so (atexit runs last-in first-out) the
                 # renderers close before EGL terminates
@@ -146,15 +152,30 @@ class RenderService:
         self._open.move_to_end(k)
         return rp
 
-    def _frame(self, key, record, step, violations, size, highlight):
-        rp = self._replayer(key, record, size)
+    def _frame(self, key, record, step, violations, size, highlight, camera=None):
+        rp = self._replayer(key, record, size, camera=camera, textures=self.textures)
         step = int(min(max(step, 0), rp.n_steps - 1))
         return rp.frame(step, violation=violations, highlight=highlight)
 
-    @staticmethod
-    def _compile(record) -> None:
-        from replay.render import scene_model
+    def _batch_frame(self, batch: FrameBatch, key, record, step, violations, size, highlight, camera,
+                     encode, jpeg_quality) -> None:
+        if batch.cancelled:
+            return
+        try:
+            img = self._frame(key, record, step, violations, size, highlight, camera)
+            batch.ready[step] = jpeg(img, jpeg_quality) if encode == "jpeg" else img
+        except Exception as exc:  # noqa: BLE001 - one bad step never sinks the batch
+            batch.errors[step] = f"{type(exc).__name__}: {exc}"
+        finally:
+            batch._one_finished()
+
+    def _compile(self, record) -> None:
+        from replay.offscreen import preview_texture_px
+        from replay.render import preview_scene_model, scene_model
+
         scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
+        if self.textures == "preview":  # and queues its small-texture scene for the idle time
+            preview_scene_model(record, preview_texture_px(*FRAME_SIZE))
 
     def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int, roots) -> None:
         """Queues, in the background, a renderer for the first `n_renderers` (key, record path)
@@ -199,15 +220,65 @@ class RenderService:
         return fut
 
     def frame(self, key: str, record, step: int, violations=(), *, size=FRAME_SIZE, highlight: bool = True,
-              timeout: float = 120.0) -> np.ndarray:
-        """The (H, W, 3) uint8 frame of `step`, with `violations` highlighted."""
-        return self.submit(self._frame, key, record, step, violations, tuple(size), highlight).result(timeout)
+              camera: str | None = None, timeout: float = 120.0) -> np.ndarray:
+        """The (H, W, 3) uint8 frame of `step`, with `violations` highlighted.
+
+        `camera`: a camera name of the record's scene (`cameras(record)`: e.g. "agentview",
+        the wrist's "robot0_eye_in_hand"), "free", "free:violation", or None for the agent
+        view. An unknown name raises `replay.highlight.RenderError` listing the valid ones.
+        """
+        return self.submit(self._frame, key, record, step, violations, tuple(size), highlight,
+                           camera).result(timeout)
+
+    def frames(self, key: str, record, steps: Sequence[int] | None = None, violations=(), *,
+               camera: str | None = None, size=FRAME_SIZE, highlight: bool = True, order: str = "violation-first",
+               focus: int | None = None, window: int | None = PLAYER_WINDOW, encode: str | None = "jpeg",
+               jpeg_quality: int = 85) -> FrameBatch:
+        """Pre-renders many steps of one episode in the background; returns a `FrameBatch` at once.
+
+        For a player: poll `batch.ready` ({step: JPEG bytes}) and show what is there.
+        - `steps`: the steps wanted (None: every step of the episode); out-of-range steps
+          are clamped, as `frame` does.
+        - `order`: "violation-first" renders `focus` (default: the first of `violations`,
+          the worst) first, then alternating outwards within `window` steps, then the rest
+          from step 0 (`violation_first_order`); "in-order" renders ascending.
+        - `camera`, `size`, `highlight`, `violations`: as for `frame`. Frames equal `frame`'s.
+        - `encode`: "jpeg" (bytes, `jpeg_quality`) or None (uint8 arrays).
+        Raises `RecordError` at once for a record without replay state; a step that cannot
+        be rendered (e.g. an unknown camera) lands in `batch.errors` as a one-line message.
+        Each step is its own job at a priority between a page's frame and background
+        warm-up: a `frame()` call (the slider) overtakes the batch; `batch.cancel()` drops
+        what is left. The episode's replayer (scene, GL context) is reused for every step.
+        """
+        if order not in ("violation-first", "in-order"):
+            raise ValueError(f"order: expected 'violation-first' or 'in-order', got {order!r}")
+        if encode not in ("jpeg", None):
+            raise ValueError(f"encode: expected 'jpeg' or None, got {encode!r}")
+        if record.replay is None:  # the same one-line error the page's frame() gives, at once
+            from scoring.io import resolve_mjcf
+            resolve_mjcf(record)
+        n = int(record.replay.qpos.shape[0])
+        wanted = range(n) if steps is None else [min(max(int(s), 0), max(n - 1, 0)) for s in steps]
+        if focus is None and violations and order == "violation-first":
+            focus = violations[0].step
+        batch = FrameBatch(violation_first_order(wanted, focus if order == "violation-first" else None,
+                                                 window=window))
+        for step in batch.order:
+            self.submit(self._batch_frame, batch, key, record, step, violations, tuple(size), highlight, camera,
+                        encode, jpeg_quality, priority=PLAYER)
+        return batch
+
+    def cameras(self, record, *, timeout: float = 120.0) -> tuple[str, ...]:
+        """The record's camera names, agent and wrist views first (`replay.render.cameras`)."""
+        from replay.render import cameras
+
+        return self.submit(cameras, record).result(timeout)
 
     def prewarm(self, key: str | None, record, size=FRAME_SIZE, *, renderer: bool = True) -> Future:
         """In the background: compile the record's scene and (with `renderer`) open its
         replayer, so the first frame of that episode is quick."""
         if renderer and key is not None:
-            return self.submit(self._replayer, key, record, tuple(size), priority=BACKGROUND)
+            return self.submit(self._replayer, key, record, tuple(size), textures=self.textures, priority=BACKGROUND)
         return self.submit(self._compile, record, priority=BACKGROUND)
 
     def clip(self, record, violations, *, size=CLIP_SIZE, fps: float = 20, step_range=None,

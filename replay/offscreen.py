@@ -58,18 +58,62 @@ def _release_current() -> None:
 MODEL_VIS_LOCK = threading.Lock()  # held while a shared model's vis settings are changed for a moment
 
 
-def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisample: bool) -> mujoco.MjrContext:
+def preview_texture_px(width: int, height: int) -> int:
+    """The largest texture side a "preview" context uploads for frames of this size: the
+    next power of two at or above the frame's longer side (at least 256). A texture can fill
+    at most about the whole frame, so more texels than that are never seen at once."""
+    side = max(int(width), int(height), 256)
+    return 1 << (side - 1).bit_length()
+
+
+def shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
+    """Box-downscales (Pillow), in place, each texture whose image (a cube or skybox face,
+    when its 6 faces are stacked) is larger than `max_px` a side to `max_px`, writing the small image at the start of the texture's own slot of
+    `tex_data`. Returns what `restore_textures` needs to put the model back."""
+    from PIL import Image
+
+    saved = []
+    for i in range(model.ntex):
+        w, h, c, adr = (int(model.tex_width[i]), int(model.tex_height[i]), int(model.tex_nchannel[i]),
+                        int(model.tex_adr[i]))
+        faces = 6 if model.tex_type[i] != mujoco.mjtTexture.mjTEXTURE_2D and h == 6 * w else 1
+        fh = h // faces
+        if max(w, fh) <= max_px or c not in (1, 3, 4):
+            continue
+        scale = max_px / max(w, fh)
+        sw, sh = max(1, round(w * scale)), max(1, round(fh * scale))
+        pixels = model.tex_data[adr: adr + w * h * c].reshape(faces, fh, w, c)
+        small = np.concatenate([np.asarray(Image.fromarray(f[..., 0] if c == 1 else f).resize(
+            (sw, sh), Image.Resampling.BOX)).reshape(-1) for f in pixels])
+        saved.append((i, w, h, adr, model.tex_data[adr: adr + small.size].copy()))
+        model.tex_data[adr: adr + small.size] = small
+        model.tex_width[i], model.tex_height[i] = sw, faces * sh
+    return saved
+
+
+def restore_textures(model: mujoco.MjModel, saved: list) -> None:
+    for i, w, h, adr, head in saved:
+        model.tex_data[adr: adr + head.size] = head
+        model.tex_width[i], model.tex_height[i] = w, h
+
+
+def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisample: bool,
+                      max_texture_px: int | None = None) -> mujoco.MjrContext:
     """`MjrContext` of a shared model: its offscreen buffer size and samples are read from
-    `model.vis` at creation only, so they are set for the call and put back."""
+    `model.vis` at creation only, so they are set for the call and put back; so are the
+    textures, shrunk to `max_texture_px` for the upload (None: uploaded whole)."""
     g, q = model.vis.global_, model.vis.quality
     with MODEL_VIS_LOCK:
         saved = g.offwidth, g.offheight, q.offsamples
         g.offwidth, g.offheight = max(g.offwidth, width), max(g.offheight, height)
         if not multisample:
             q.offsamples = 0
+        shrunk = []
         try:
+            shrunk = shrink_textures(model, max_texture_px) if max_texture_px else []
             con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
         finally:
+            restore_textures(model, shrunk)
             g.offwidth, g.offheight, q.offsamples = saved
     mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, con)
     return con
@@ -82,14 +126,15 @@ class OffscreenContext:
     any thread may use it, one at a time (`ContextPool` gives each thread its own).
     """
 
-    def __init__(self, model: mujoco.MjModel, *, width: int, height: int, multisample: bool = False):
+    def __init__(self, model: mujoco.MjModel, *, width: int, height: int, multisample: bool = False,
+                 max_texture_px: int | None = None):
         self.width, self.height = int(width), int(height)
         self._gl = _backend()(self.width, self.height)
         _close_pools_before_egl_terminates()
         self._con = None
         try:
             self._gl.make_current()
-            self._con = _make_mjr_context(model, self.width, self.height, multisample)
+            self._con = _make_mjr_context(model, self.width, self.height, multisample, max_texture_px)
         except BaseException:
             self.close()
             raise
@@ -149,15 +194,16 @@ class ContextPool:
         self._returned: deque = deque()  # keys released from other threads, handled here later
 
     def acquire(self, key: Hashable, model: mujoco.MjModel, *, width: int, height: int,
-                multisample: bool = False) -> OffscreenContext:
-        """The context for `key` (scene and quality) at this size: shared, reused or made from `model`."""
+                multisample: bool = False, max_texture_px: int | None = None) -> OffscreenContext:
+        """The context for `key` (scene, quality, textures) at this size: shared, reused or made from `model`."""
         self._drain()
         k = (key, int(width), int(height))
         if k in self._used:
             ctx, n = self._used[k]
             self._used[k] = (ctx, n + 1)
             return ctx
-        ctx = self._idle.pop(k, None) or OffscreenContext(model, width=width, height=height, multisample=multisample)
+        ctx = self._idle.pop(k, None) or OffscreenContext(model, width=width, height=height, multisample=multisample,
+                                                          max_texture_px=max_texture_px)
         self._used[k] = (ctx, 1)
         return ctx
 

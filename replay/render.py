@@ -24,16 +24,20 @@ import numpy as np  # noqa: E402
 
 from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
                               Violation, draw_arrow, draw_border, draw_captions)
-from replay.offscreen import ContextPool, OffscreenContext, pool_for_this_thread  # noqa: E402
+from replay.offscreen import (MODEL_VIS_LOCK, ContextPool, OffscreenContext, pool_for_this_thread,  # noqa: E402
+                              preview_texture_px)
 from replay.scene_assets import SceneAssetError, resolve_scene  # noqa: E402
-from replay.scene_cache import compile_cached  # noqa: E402
+from replay.preview_scene import compile_preview, preview_text  # noqa: E402
+from replay.scene_cache import build_later, compile_cached, load_cached  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.io import load_record, resolve_mjcf  # noqa: E402
 from scoring.schema import EpisodeRecord  # noqa: E402
 
 FREE, FREE_VIOLATION = "free", "free:violation"
 AGENT_VIEWS = ("agentview", "robot0_agentview_center")
+WRIST_VIEWS = ("robot0_eye_in_hand",)  # robosuite's wrist camera (LIBERO's observation/wrist_image)
 QUALITIES = ("fast", "high")
+TEXTURES = ("full", "preview")
 _MODEL_CACHE: OrderedDict = OrderedDict()
 _MODEL_CACHE_SIZE = 4
 
@@ -57,7 +61,9 @@ def scene_key(record: EpisodeRecord) -> tuple:
 
 def load_model(record: EpisodeRecord) -> mujoco.MjModel:
     """A fresh copy of the record's compiled model (see `scene_model` for errors)."""
-    return copy.copy(scene_model(record))
+    model = scene_model(record)
+    with MODEL_VIS_LOCK:  # not while a context upload has its textures shrunk for a moment
+        return copy.copy(model)
 
 
 def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
@@ -71,20 +77,60 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
     key = scene_key(record)
     model = _MODEL_CACHE.get(key)
     if model is None:
-        kind, src, _ = key
-        path = Path(src) if kind == "path" else None
-        text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
-        origin = str(path) if path else "embedded MJCF"
-        try:
-            resolved = resolve_scene(text, base=base, origin=origin)
-        except SceneAssetError as exc:
-            raise RenderError(str(exc)) from None
+        resolved, base, origin = _resolved_scene(key)
         model = compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
-        _MODEL_CACHE[key] = model
-        while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
-            _MODEL_CACHE.popitem(last=False)
+        _remember(key, model)
     _MODEL_CACHE.move_to_end(key)
     return model
+
+
+def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
+    """The record's scene with textures shrunk to `max_px` (replay/preview_scene.py), from
+    memory or the disk cache (the scene itself when no texture is larger); None if not built yet (then it is queued for a render
+    service's idle time, and the caller shrinks the full model's textures on upload)."""
+    key = (scene_key(record), "preview", int(max_px))
+    model = _MODEL_CACHE.get(key)
+    if model is None:
+        resolved, base, _ = _resolved_scene(key[0])
+        text, folder = preview_text(resolved, max_px), str(base) + os.sep
+        model = load_cached(text, folder)
+        if model is None:
+            full = scene_model(record)
+            faces = np.where(full.tex_height == 6 * full.tex_width, full.tex_width, full.tex_height)
+            if full.ntex == 0 or max(full.tex_width.max(), faces.max()) <= max_px:
+                return full  # nothing to shrink: the scene itself
+            build_later(text, folder, lambda: compile_preview(resolved, folder, full, max_px))
+            return None
+        _remember(key, model)
+    _MODEL_CACHE.move_to_end(key)
+    return model
+
+
+def _resolved_scene(key: tuple) -> tuple[str, Path, str]:
+    kind, src, _ = key
+    path = Path(src) if kind == "path" else None
+    text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
+    origin = str(path) if path else "embedded MJCF"
+    try:
+        return resolve_scene(text, base=base, origin=origin), base, origin
+    except SceneAssetError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def _remember(key, model: mujoco.MjModel) -> None:
+    _MODEL_CACHE[key] = model
+    while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
+        _MODEL_CACHE.popitem(last=False)
+
+
+def cameras(record: EpisodeRecord) -> tuple[str, ...]:
+    """The camera names a replay of `record` can use: its scene's cameras, the agent and wrist
+    views first, then the free cameras "free" and "free:violation". Compiles (or loads) the
+    scene, opens no GL context; errors as for `scene_model`."""
+    m = scene_model(record)
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) or str(i) for i in range(m.ncam)]
+    first = [c for c in (*AGENT_VIEWS, *WRIST_VIEWS) if c in names]
+    return (*first, *(c for c in names if c not in first), FREE, FREE_VIOLATION)
 
 
 def _compile(resolved: str, base: Path, origin: str) -> mujoco.MjModel:
@@ -125,6 +171,10 @@ class Replayer:
       window: steps on each side of a violation's step that are highlighted too.
       quality: "fast" (no multisampling or reflections; for video) or "high" (the model's
         own visual quality; for figures).
+      textures: "full" (every texel uploaded; exports, figures) or "preview" (textures
+        box-downscaled to the frame size before the upload, `offscreen.preview_texture_px`:
+        a never-opened LIBERO scene opens in about half the time; docs/replay.md gives the
+        measured cost and the pixel difference). Frames of one setting are bit-exact.
       geom_groups: geom groups to draw; None hides group 0 (collision meshes) when the
         model keeps visual geoms in group 1 (robosuite/LIBERO), else draws all.
       xray: on highlighted frames, make every other movable body translucent (close-ups).
@@ -132,17 +182,23 @@ class Replayer:
 
     def __init__(self, record: EpisodeRecord | str | os.PathLike, *, width: int = 640, height: int = 480,
                  camera: str | None = None, window: int = 3, quality: str = "fast",
-                 geom_groups: Sequence[int] | None = None, xray: bool = False):
+                 textures: str = "full", geom_groups: Sequence[int] | None = None, xray: bool = False):
         self.record = record if isinstance(record, EpisodeRecord) else load_record(record)
         if quality not in QUALITIES:
             raise RenderError(f"unknown quality {quality!r}; expected one of {', '.join(QUALITIES)}")
+        if textures not in TEXTURES:
+            raise RenderError(f"unknown textures {textures!r}; expected one of {', '.join(TEXTURES)}")
         for name, v in (("width", width), ("height", height)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 16 <= v <= 8192:
                 raise RenderError(f"{name}: expected pixels in [16, 8192], got {v!r}")
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
             raise RenderError(f"window: expected a number of steps >= 0, got {window!r}")
         self._ctx: OffscreenContext | None = None
-        self.model = m = scene_model(self.record)  # shared by the replayers of this scene: read only
+        shrink_px = preview_texture_px(width, height) if textures == "preview" else None
+        small = preview_scene_model(self.record, shrink_px) if shrink_px else None
+        if small is not None:
+            shrink_px = None  # its textures are already that small
+        self.model = m = small if small is not None else scene_model(self.record)  # shared by the replayers of this scene: read only
         self._check_state()
         self.data = mujoco.MjData(m)
         self.width, self.height, self.window, self.quality = int(width), int(height), int(window), quality
@@ -166,9 +222,10 @@ class Replayer:
         # replayers of one scene, size and quality on this thread: see replay/offscreen.py.
         _ensure_offscreen_gl()
         self._pool: ContextPool = pool_for_this_thread()
-        self._ctx_key = (scene_key(self.record), quality)
+        self.textures = textures
+        self._ctx_key = (scene_key(self.record), quality, textures)
         self._ctx = self._pool.acquire(self._ctx_key, m, width=self.width, height=self.height,
-                                       multisample=quality == "high")
+                                       multisample=quality == "high", max_texture_px=shrink_px)
 
     # ------------------------------------------------------------ set-up
 

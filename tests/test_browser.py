@@ -319,8 +319,8 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
     on the detail page, then goes back to ones the render service kept open and ones it closed;
     every frame the browser shows equals a fresh render of that step in this process.
 
-    The browser gets the service's JPEG (quality 90) of the frame; the fresh render goes
-    through the same encoder, so the decoded pixels must be equal (llvmpipe renders the same
+    The browser gets the service's JPEG (quality 90) of the frame; the fresh render (with the
+    service's texture setting) goes through the same encoder, so the decoded pixels must be equal (llvmpipe renders the same
     state to the same bytes in any context, see tests/render_helpers.py)."""
     import io
     from urllib.parse import urlencode, urljoin
@@ -330,7 +330,7 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
     from PIL import Image
 
     pytest.importorskip("mujoco")
-    from dashboard.replay_bridge import FRAME_SIZE, MAX_OPEN, jpeg
+    from dashboard.replay_bridge import FRAME_SIZE, MAX_OPEN, PAGE_TEXTURES, jpeg
     from replay.render import Replayer
     from scoring.io import load_record
 
@@ -371,7 +371,7 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
         shown.append(((n, steps[v]), np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))))
     bad = []
     for (n, step), got in shown:
-        with Replayer(chosen[n][1], width=FRAME_SIZE[0], height=FRAME_SIZE[1]) as r:
+        with Replayer(chosen[n][1], width=FRAME_SIZE[0], height=FRAME_SIZE[1], textures=PAGE_TEXTURES) as r:
             want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step)))).convert("RGB"))
         if got.shape != want.shape or not np.array_equal(got, want):
             diff = np.abs(got.astype(int) - want).mean() if got.shape == want.shape else got.shape

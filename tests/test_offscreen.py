@@ -59,3 +59,67 @@ def test_each_thread_renders_with_its_own_pool():
     assert pools["a"] is not pools["b"]
     for name in "ab":
         assert np.array_equal(got[name][0], ref[0, 0]) and np.array_equal(got[name][1], ref[0, 5])
+
+
+# -- "preview" textures: 2D textures box-downscaled for the upload only (issue 16, section 3) --
+
+BIG_TEXTURE_XML = """<mujoco model="bigtex">
+  <asset>
+    <texture name="grid" type="2d" builtin="checker" rgb1=".9 .1 .1" rgb2=".1 .1 .9" width="1024" height="1024"
+             mark="random" random="0.3" markrgb="1 1 1"/>
+    <texture type="skybox" builtin="gradient" rgb1=".3 .5 .7" rgb2="0 0 0" width="800" height="800"/>
+    <texture name="cube" type="cube" builtin="checker" rgb1=".2 .8 .2" rgb2=".8 .8 .2" width="700" height="700"/>
+    <material name="cube" texture="cube"/>
+    <material name="grid" texture="grid" texrepeat="1 1"/>
+  </asset>
+  <worldbody>
+    <light pos="0 0 3" dir="0 0 -1"/>
+    <geom name="floor" type="plane" size="1 1 .1" material="grid"/>
+    <geom name="dice" type="box" size=".05 .05 .05" pos=".35 -.1 .05" material="cube"/>
+    <camera name="cam" pos=".3 -.4 .35" xyaxes="1 0 0 0 .7 .7"/>
+  </worldbody>
+</mujoco>"""
+
+
+def test_preview_texture_size_follows_the_frame():
+    from replay.offscreen import preview_texture_px
+
+    assert preview_texture_px(480, 360) == 512
+    assert preview_texture_px(160, 120) == 256
+    assert preview_texture_px(640, 480) == 1024
+    assert preview_texture_px(512, 100) == 512
+
+
+def test_preview_upload_leaves_the_shared_model_as_it_was():
+    import mujoco
+
+    from replay.offscreen import OffscreenContext
+
+    m = mujoco.MjModel.from_xml_string(BIG_TEXTURE_XML)
+    before = (m.tex_data.copy(), m.tex_width.copy(), m.tex_height.copy())
+    assert list(m.tex_type) == [0, 2, 1] and (np.maximum(m.tex_width, m.tex_height // 6) > 256).all()  # 2D, skybox, cube
+    OffscreenContext(m, width=W, height=H, max_texture_px=256).close()
+    assert np.array_equal(m.tex_data, before[0])
+    assert np.array_equal(m.tex_width, before[1]) and np.array_equal(m.tex_height, before[2])
+
+
+def test_preview_frames_are_close_to_full_and_exact_among_themselves():
+    rec = toy_record(mjcf=BIG_TEXTURE_XML.replace('<geom name="floor"', '<geom name="floor0"').replace(
+        "</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1" rgba="0 0 1 1"/></body>'
+        '<body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1" rgba="0 .8 0 1"/></body></worldbody>'))
+    with Replayer(rec, width=W, height=H, camera="cam") as full:
+        a = full.frame(0, highlight=False)
+    with Replayer(rec, width=W, height=H, camera="cam", textures="preview") as p1:
+        b = p1.frame(0, highlight=False)
+    pool_for_this_thread().close()
+    with Replayer(rec, width=W, height=H, camera="cam", textures="preview") as p2:
+        assert np.array_equal(b, p2.frame(0, highlight=False))  # a fresh preview context: the same bytes
+    diff = np.abs(a.astype(int) - b.astype(int))
+    assert 0 < diff.mean() < 25  # the 1024-px speckled texture, seen up close, shrunk to 256 px: blurred, not another image
+
+
+def test_unknown_texture_setting_is_refused():
+    from replay.highlight import RenderError
+
+    with pytest.raises(RenderError, match="unknown textures 'tiny'; expected one of full, preview"):
+        Replayer(toy_record(), width=W, height=H, textures="tiny")

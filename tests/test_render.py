@@ -496,3 +496,50 @@ def test_a_frame_does_not_depend_on_the_step_shown_before(rp):
     for s in (T - 1, 0, VIOL.step + 1, 2):
         rp.frame(s, violation=VIOL)
     assert np.array_equal(rp.frame(VIOL.step, violation=VIOL), first)
+
+
+# ----------------------------------------------------------------- cameras (issue 16, section 3)
+
+def test_cameras_lists_the_scene_cameras_then_the_free_ones():
+    from replay.render import cameras
+
+    assert cameras(toy_record()) == ("cam", "side", "free", "free:violation")
+
+
+def test_an_unknown_camera_names_the_valid_ones():
+    with pytest.raises(RenderError, match=r"unknown camera 'wrist'; valid cameras: cam, side, free, free:violation"):
+        Replayer(toy_record(), width=W, height=H, camera="wrist")
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_demo_wrist_camera_differs_from_the_agent_view_and_equals_a_fresh_render():
+    from replay.offscreen import pool_for_this_thread
+    from replay.render import cameras
+
+    rec = demo_records_of_distinct_scenes(1)[0]
+    names = cameras(rec)
+    assert names[:2] == ("agentview", "robot0_eye_in_hand")  # agent view, then the wrist, then the rest
+    step = rec.n_steps // 2
+    with Replayer(rec, width=W, height=H) as agent, Replayer(rec, width=W, height=H, camera="robot0_eye_in_hand") as wrist:
+        assert agent._ctx is wrist._ctx  # one scene, one GL context: the wrist view costs no upload
+        a, w = agent.frame(step), wrist.frame(step)
+    assert w.std() > 10 and np.abs(a.astype(int) - w).mean() > 20  # another viewpoint, not the same image
+    pool_for_this_thread().close()
+    with Replayer(rec, width=W, height=H, camera="robot0_eye_in_hand") as fresh:
+        assert np.array_equal(w, fresh.frame(step))
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_demo_preview_textures_change_the_frame_little():
+    """The dashboard's "preview" textures against full ones on a real LIBERO scene at its
+    frame size (480x360: textures up to 4096 px shrunk to 512): nearly the same picture."""
+    rec = demo_records_of_distinct_scenes(1)[0]
+    step = rec.n_steps // 2
+    with Replayer(rec, width=480, height=360) as full:
+        a = full.frame(step)
+    with Replayer(rec, width=480, height=360, textures="preview") as preview:
+        b = preview.frame(step)
+    diff = np.abs(a.astype(int) - b)
+    assert 0 < diff.mean() < 2.0 and b.std() > 20

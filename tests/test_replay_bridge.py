@@ -5,6 +5,7 @@ render thread, every frame compared with a fresh render of the same step (issue 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def test_service_frames_of_evicted_and_kept_replayers_after_a_close_on_its_threa
 def test_service_on_demo_scenes_past_its_cache():
     recs = dict(zip("abcd", demo_records_of_distinct_scenes(4)))
     steps = [4]
-    ref = fresh_frames(recs, steps, size=(W, H))
+    ref = fresh_frames(recs, steps, size=(W, H), textures="preview")  # the service's pages use preview textures
     got = through_service(recs, ["a", "b", "c", "d", "c", "b", "a"], steps)
     assert_all_equal(got, ref)
 
@@ -71,7 +72,138 @@ def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_pat
         deadline = time.monotonic() + 30
         while not any(tmp_path.glob("*" + scene_cache.SUFFIX)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 1
+        time.sleep(0.5)
+        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 1  # its textures are small: no preview scene
+    finally:
+        svc.close()
+        monkeypatch.setattr(scene_cache, "_DEFER", [False])
+
+
+# -- batch pre-rendering for the player, cameras (issue 16, section 3) --------------------
+
+from dashboard.replay_bridge import violation_first_order  # noqa: E402
+
+
+@pytest.mark.parametrize("steps, focus, window, want", [
+    (range(8), 4, None, [4, 5, 3, 6, 2, 7, 1, 0]),
+    (range(10), 2, 1, [2, 3, 1, 0, 4, 5, 6, 7, 8, 9]),
+    (range(5), None, 3, [0, 1, 2, 3, 4]),
+    ([3, 3, 0, 9], 9, 2, [9, 0, 3]),
+    ([], 4, 2, []),
+])
+def test_violation_first_order(steps, focus, window, want):
+    assert violation_first_order(steps, focus, window=window) == want
+
+
+def test_batch_frames_come_violation_first_and_equal_fresh_renders():
+    from replay.offscreen import pool_for_this_thread
+    from replay.render import Replayer
+
+    rec = toy_record(mjcf=toy_scene(3))
+    pool_for_this_thread().close()
+    with Replayer(rec, width=W, height=H) as fresh:  # the violation passed for every step, as the batch does
+        ref = {(0, s): fresh.frame(s, violation=VIOL) for s in range(T)}
+    pool_for_this_thread().close()
+    svc = RenderService()
+    try:
+        batch = svc.frames("toy", rec, None, (VIOL,), size=(W, H), window=3, encode=None)
+        assert batch.order == [6, 7, 5, 8, 4, 9, 3, 0, 1, 2, 10, 11]
+        assert batch.wait(120) and batch.complete and batch.done == batch.total == T and not batch.errors
+        assert list(batch.ready) == batch.order  # completed in that order
+        assert_all_equal([((0, s), img) for s, img in batch.ready.items()], ref)
+        jpegs = svc.frames("toy", rec, [6, 0], (VIOL,), size=(W, H))
+        assert jpegs.wait(60) and all(b[:2] == b"\xff\xd8" for b in jpegs.ready.values())
+    finally:
+        svc.close()
+
+
+def test_a_page_frame_overtakes_a_running_batch_and_cancel_drops_the_rest():
+    import threading
+
+    rec = toy_record(mjcf=toy_scene(4))
+    svc = RenderService()
+    try:
+        busy, hold = threading.Event(), threading.Event()
+        svc.submit(busy.wait, 60)  # the render thread is busy while the batch and the page's frame queue up
+        batch = svc.frames("toy", rec, None, (VIOL,), size=(W, H), encode=None)
+        page = svc.submit(lambda: (svc._frame("toy", rec, 0, (), (W, H), True), batch.done, hold.wait(60))[1])
+        busy.set()
+        deadline = time.monotonic() + 60
+        while not page.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        batch.cancel()  # the user left the episode while the page's frame renders
+        hold.set()
+        assert page.result(60) == 0  # the page's frame ran before any of the batch
+        svc.submit(lambda: None).result(60)  # every queued job has run: the cancelled steps skipped
+        assert batch.complete and batch.done == 0 and batch.total == T
+    finally:
+        svc.close()
+
+
+def test_service_renders_another_camera_and_refuses_an_unknown_one():
+    from replay.highlight import RenderError
+
+    rec = toy_record(mjcf=toy_scene(1))
+    ref = fresh_frames({0: rec}, [2], camera="side")
+    svc = RenderService()
+    try:
+        assert svc.cameras(rec) == ("cam", "side", "free", "free:violation")
+        side = svc.frame("toy", rec, 2, size=(W, H), camera="side")
+        assert_all_equal([((0, 2), side)], ref)
+        assert not np.array_equal(side, svc.frame("toy", rec, 2, size=(W, H)))
+        with pytest.raises(RenderError, match="unknown camera 'wrist'; valid cameras: cam, side"):
+            svc.frame("toy", rec, 2, size=(W, H), camera="wrist")
+    finally:
+        svc.close()
+
+
+def test_prewarm_opens_the_replayer_the_page_then_uses():
+    rec = toy_record(mjcf=toy_scene(2))
+    svc = RenderService()
+    try:
+        svc.prewarm("toy", rec, (W, H)).result(60)
+        assert [k[3] for k in svc._open] == ["preview"]
+        svc.frame("toy", rec, 1, size=(W, H))
+        svc.frames("toy", rec, [0, 2], size=(W, H)).wait(60)
+        assert len(svc._open) == 1  # the prewarmed replayer served both: nothing opened again
+    finally:
+        svc.close()
+
+
+def test_batch_errors_are_one_line_messages_and_a_record_without_replay_is_refused():
+    import dataclasses
+
+    from scoring.errors import RecordError
+
+    rec = toy_record(mjcf=toy_scene(0))
+    svc = RenderService()
+    try:
+        batch = svc.frames("toy", rec, [0, 1], camera="wrist", size=(W, H))
+        assert batch.wait(60) and not batch.ready and set(batch.errors) == {0, 1}
+        assert all(m.startswith("RenderError: unknown camera 'wrist'") and "\n" not in m for m in batch.errors.values())
+        with pytest.raises(RecordError, match="has no replay state"):
+            svc.frames("bare", dataclasses.replace(rec, replay=None), None)
+    finally:
+        svc.close()
+
+
+def test_a_background_compile_also_stores_the_preview_scene(tmp_path, monkeypatch):
+    import replay.scene_cache as scene_cache
+
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
+    from test_offscreen import BIG_TEXTURE_XML
+
+    xml = BIG_TEXTURE_XML.replace("</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/>'
+                                  '</body><body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1"/></body></worldbody>')
+    rec = toy_record(mjcf=xml.replace('model="bigtex"', 'model="bigtex-bridge"'))  # a 1024-px texture
+    svc = RenderService()
+    try:
+        svc.prewarm(None, rec, renderer=False).result(60)
+        svc.submit(lambda: None).result(60)  # the idle time after it: the writes
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 2
     finally:
         svc.close()
         monkeypatch.setattr(scene_cache, "_DEFER", [False])

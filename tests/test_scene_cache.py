@@ -108,3 +108,29 @@ def test_off_writes_nothing(tmp_path, monkeypatch):
     xml = toy_scene(0)
     compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
     assert not any(tmp_path.rglob("*" + SUFFIX))
+
+
+def test_a_preview_scene_is_built_when_idle_and_renders_the_same_bytes(tmp_path, monkeypatch):
+    """replay/preview_scene.py: after a first preview open, the service's idle time compiles
+    the scene with its textures shrunk; later opens load that small model instead of the full
+    one, and their frames equal the shrink-on-upload frames exactly."""
+    from replay.offscreen import pool_for_this_thread
+    from test_offscreen import BIG_TEXTURE_XML
+
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])
+    monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())
+    xml = BIG_TEXTURE_XML.replace("</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/>'
+                                  '</body><body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1"/></body></worldbody>')
+    rec = toy_record(mjcf=xml)
+    pool_for_this_thread().close()
+    with render.Replayer(rec, width=W, height=H, camera="cam", textures="preview") as first:
+        shrunk_on_upload = first.frame(0, highlight=False)
+        full_texdata = first.model.ntexdata
+    assert scene_cache.save_pending() == 2  # the full scene, then its preview
+    render._MODEL_CACHE.clear()
+    pool_for_this_thread().close()
+    with render.Replayer(rec, width=W, height=H, camera="cam", textures="preview") as later:
+        assert later.model.ntexdata < full_texdata / 4  # the small model, not the full one
+        assert np.array_equal(later.frame(0, highlight=False), shrunk_on_upload)
+    pool_for_this_thread().close()
