@@ -49,28 +49,12 @@ def available() -> tuple[bool, str]:
 
 
 def build_violations(record, rows: Sequence[dict]):
-    """`replay.highlight.Violation`s for the violated spec rows of one episode (worst first).
+    """`replay.highlight.Violation`s for the violated spec rows of one episode (worst first):
+    `replay.cli.violations_from_rows`, with the bodies best effort (a frame without tinted
+    bodies beats no frame). `rows`: the store's spec rows, rho under the current thresholds."""
+    from replay.cli import violations_from_rows
 
-    `rows`: dicts with family, extreme, extreme_step, threshold, unit (the store's spec
-    rows, rho under the current thresholds). Bodies come from `replay.highlight.bodies_for`.
-    """
-    from replay.highlight import Violation, bodies_for
-
-    out = []
-    for r in rows:
-        step = r.get("extreme_step")
-        if step is None or (isinstance(step, float) and np.isnan(step)):
-            continue
-        value, thr = float(r["extreme"]), float(r["threshold"])
-        if not np.isfinite(value):
-            continue
-        try:
-            bodies = bodies_for(record, str(r["family"]), int(step), value=value)
-        except Exception:  # noqa: BLE001 - highlighting is best effort
-            bodies = ()
-        out.append(Violation(family=str(r["family"]), step=int(step), value=value, threshold=thr,
-                             unit=str(r.get("unit") or ""), op=">" if value > thr else "<", bodies=tuple(bodies)))
-    return tuple(out)
+    return violations_from_rows(record, rows, best_effort_bodies=True)
 
 
 USER, PLAYER, BACKGROUND = 0, 5, 10  # render-queue priorities: what a page waits for goes first

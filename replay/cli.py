@@ -102,10 +102,12 @@ def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
     return violations_from_rows(record, bad.to_dict("records"))
 
 
-def violations_from_rows(record: EpisodeRecord, rows) -> tuple:
+def violations_from_rows(record: EpisodeRecord, rows, *, best_effort_bodies: bool = False) -> tuple:
     """`replay.highlight.Violation`s from run-store spec rows (mappings with family, extreme,
     extreme_step, threshold, unit; first_violation_step when extreme_step is missing), in the
-    given order. Rows without a finite value or a step are skipped; bodies from `bodies_for`."""
+    given order. Rows without a finite value or a step are skipped; bodies from `bodies_for`.
+    `best_effort_bodies`: a failure to find the bodies leaves them empty instead of raising
+    (the dashboard still shows the frame and the caption)."""
     from replay.highlight import Violation, bodies_for
 
     out = []
@@ -116,9 +118,14 @@ def violations_from_rows(record: EpisodeRecord, rows) -> tuple:
         if _missing(step) or not math.isfinite(value):
             continue
         thr = float(r["threshold"])
+        try:
+            bodies = tuple(bodies_for(record, str(r["family"]), int(step), value=value))
+        except Exception:  # noqa: BLE001 - only when the caller asked for best effort
+            if not best_effort_bodies:
+                raise
+            bodies = ()
         out.append(Violation(family=str(r["family"]), step=int(step), value=value, threshold=thr,
-                             unit=str(r.get("unit") or ""), op=">" if value > thr else "<",
-                             bodies=bodies_for(record, str(r["family"]), int(step), value=value)))
+                             unit=str(r.get("unit") or ""), op=">" if value > thr else "<", bodies=bodies))
     return tuple(out)
 
 
