@@ -186,7 +186,7 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
 
 # ----------------------------------------------------------------------------- episode detail
 
-CURSOR_COLOR = "#ff9900"  # the current step: thick orange, never the violation's red dashes
+CURSOR_COLOR = "#2ca02c"  # the current step: thick green, never the violation's red dashes (no spec line is green)
 CURSOR_PARAM = "cursor"  # a Vega-Lite variable: the timeline player moves the cursor without a rerun
 PANEL_HEIGHT = 96
 
@@ -233,7 +233,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
     "margin" plots margin / |threshold| against zero. In each panel the violated steps are
     filled red (one rect per run, so a one-step spike is a visible band) and a one-step
     violation also gets its own red triangle; the violating step is a red dashed rule and the
-    current step a thick orange cursor driven by the Vega-Lite variable `cursor` (so a client
+    current step a thick green cursor driven by the Vega-Lite variable `cursor` (so a client
     can move it). The y-range of each panel fits its data and its reference line. The x axis
     gives steps and seconds (`dt`, else from the `t` column); dragging on x zooms all panels
     together (double-click resets). A nearest-step point selection named `selection` reports
@@ -272,7 +272,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
         y = alt.Y(f"{y_field}:Q", title=y_title, scale=alt.Scale(domain=list(dom), zero=False, nice=False),
                   axis=alt.Axis(format=".3~g", tickCount=3))
         data = _clean(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
-        tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"), alt.Tooltip("spec:N"),
+        tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"),
                    alt.Tooltip("value:Q", format=".4g", title=f"signal ({unit})" if unit else "signal"),
                    alt.Tooltip("threshold:Q", format=".4g"),
                    alt.Tooltip("margin:Q", format=".3f", title="margin / |threshold|")]
@@ -308,7 +308,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
         usermeta={"display_height": total, "dt": dt},
         title=alt.Title("Robustness over time" if mode == "margin" else "Signals over time",
                         subtitle="red band: violated steps; ▼ one-step violation; red dashes: violating step; "
-                                 "orange: current step; drag to zoom"))
+                                 "green: current step; drag to zoom"))
 
 
 # ----------------------------------------------------------------------------- what-if
