@@ -268,7 +268,8 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
         last = n == len(specs) - 1
         x = alt.X("step:Q", scale=alt.Scale(nice=False, domain=[0, int(traces["step"].max()) + 1]),
                   title="step · time (s)" if last else None,
-                  axis=alt.Axis(labelExpr=seconds, labels=last, ticks=True, tickCount=8, grid=True))
+                  axis=alt.Axis(labelExpr=seconds, labels=last, ticks=True, tickCount=8, grid=True, labelOverlap=True,
+                                labelFlush=True))
         y = alt.Y(f"{y_field}:Q", title=y_title, scale=alt.Scale(domain=list(dom), zero=False, nice=False),
                   axis=alt.Axis(format=".3~g", tickCount=3))
         data = _clean(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
