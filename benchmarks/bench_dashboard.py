@@ -20,8 +20,11 @@ that moment, with the browser's own clock.
 - ci: the Overview's "Compute VSI bootstrap CIs" button on the 20k store (click -> drawn),
   and the same computation in-process against scipy.stats.bootstrap per cell (ratio).
 - frame: the detail page of the demo store's worst SBU episode on a fresh server with an
-  empty compiled-scene cache and no background warm-up (navigation -> replay image drawn).
-- playback: hook for the in-browser player's frame rate (the `timeline` work adds it).
+  empty compiled-scene cache and no background warm-up (navigation -> the player's first
+  frame drawn).
+- playback: the in-browser player on the demo store: first playable frame on a fresh server,
+  all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
+  runs just this).
 
 `--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci a second time against a
 server started from `git archive REV` in the same run, and reports `ratio` = baseline/now.
@@ -36,6 +39,7 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove_tree, wait_drawn  # noqa: E402
 
 DEMO = ROOT / "assets" / "demo" / "store"
+APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
              "frame": 2.0, "playback": None}
 # what "fully drawn" waits for on each page (selector -> least count)
@@ -54,7 +59,7 @@ OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
 EPISODES = {'[data-testid="stDataFrame"]': 1, '[data-testid="stMultiSelect"]': 5}
 WHATIF = {'[data-testid="stMetric"]': 5, '[data-testid="stDataFrame"]': 1,
           '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 1}
-DETAIL_FRAME = {'[data-testid="stImage"] img': 1}
+PLAYER_IFRAME = 'iframe[title*="safevla_timeline"]'  # the detail page's frame is the player's
 
 
 def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int = 100, contacts: int = 4) -> Path:
@@ -240,18 +245,119 @@ def frame(b: "Bench", code: Path) -> dict:
         with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
             srv.wait_healthy()
             _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # server warm, no scene opened
-            pg, t = _open(b.browser, f"{srv.url}/detail?ep={eid}", DETAIL_FRAME)
+            pg = b.browser.page()
+            t0 = time.perf_counter()
+            pg.goto(f"{srv.url}/detail?ep={eid}")
+            pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+                const img = d && d.querySelector('#frame');
+                return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
+                                 arg=PLAYER_IFRAME, timeout=300_000)
+            t = round(time.perf_counter() - t0, 3)
             pg.context.close()
     finally:
         remove_tree(cache)
     return {"value_s": t, "episode": eid, "store": str(store),
             "includes": "new session opening the detail page of a scene never opened (empty compiled-scene "
-                        "cache, no warm-up): navigation -> replay image drawn"}
+                        "cache, no warm-up): navigation -> the player's first frame drawn"}
+
+
+# ----------------------------------------------------------------------------- timeline (issue 16 s3)
+
+def measure_timeline_playback(store: Path, *, play_s: float = 3.0, port: int | None = None) -> dict:
+    """In a real headless chromium against a fresh `streamlit run` server: open the first SBU
+    episode's detail page and time (a) goto -> the player shows its first pre-rendered frame
+    (page load, script run, component + vega bundle load, scene open and first render), (b)
+    -> every frame pre-rendered, then (c) play `play_s` seconds with all frames in and report
+    the frame rate the browser displayed (img load events per second) against the nominal
+    1/dt. Self-contained: its own server, port and browser."""
+    import socket
+    import urllib.request
+    from urllib.parse import urlencode
+
+    import pandas as pd
+    from playwright.sync_api import sync_playwright
+
+    eps = pd.read_parquet(store / "episodes.parquet")
+    ep = eps[eps["sbu"]].iloc[0] if eps["sbu"].any() else eps.iloc[0]
+    if port is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+                               "--server.port", str(port), "--browser.gatherUsageStats", "false",
+                               "--server.fileWatcherType", "none", "--", "--store", str(store)],
+                              cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    iframe = 'iframe[title*="safevla_timeline"]'
+
+    def attr(pg, name):
+        return pg.evaluate("""([s, n]) => { const f = document.querySelector(s);
+            const r = f && f.contentDocument && f.contentDocument.querySelector('#timeline');
+            return r ? r.getAttribute(n) : null; }""", [iframe, name])
+
+    def wait(pg, expr, timeout_s):
+        pg.wait_for_function(f"""(s) => {{ const f = document.querySelector(s); const d = f && f.contentDocument;
+            const r = d && d.querySelector('#timeline'); const img = d && d.querySelector('#frame');
+            return !!(r && img) && ({expr}); }}""", arg=iframe, timeout=timeout_s * 1000)
+
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.25)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            n = int(ep["n_steps"])
+            t0 = time.perf_counter()
+            page.goto(f"http://localhost:{port}/detail?" + urlencode({"ep": ep["episode_id"]}))
+            wait(page, "img.dataset.step !== '-1' && img.complete", 180)
+            first = time.perf_counter() - t0
+            frames_at_first = int(attr(page, "data-frames"))
+            wait(page, f"r.dataset.frames === '{n}'", 600)
+            all_in = time.perf_counter() - t0
+            time.sleep(1.5)  # the page's last rerun (pre-rendering over) settles
+            page.locator("h1").first.click()
+            page.keyboard.press("Home")
+            time.sleep(0.5)
+            page.keyboard.press("Space")
+            t_play = time.perf_counter()
+            wait(page, "r.dataset.playing === '1'", 10)
+            s0 = int(attr(page, "data-step"))
+            time.sleep(play_s)
+            s1 = int(attr(page, "data-step"))
+            fps = float(attr(page, "data-fps") or 0)
+            elapsed = time.perf_counter() - t_play
+            page.keyboard.press("Space")
+            browser.close()
+        dt = float(ep.get("dt", 0.05) or 0.05)
+        return {"timeline_episode": ep["episode_id"], "timeline_steps": n,
+                "timeline_first_frame_s": round(first, 2), "timeline_frames_at_first": frames_at_first,
+                "timeline_all_frames_s": round(all_in, 2),
+                "timeline_prerender_fps": round((n - frames_at_first) / max(all_in - first, 1e-6), 2),
+                "playback_fps": round(fps, 1), "playback_steps_per_s": round((s1 - s0) / elapsed, 1),
+                "playback_nominal_fps": round(1 / dt, 1)}
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def playback(b: "Bench", code: Path) -> dict:
-    """Frame rate of the in-browser player: added by the `timeline` work (issue 16, section 3)."""
-    return {"value_s": None, "status": "not measured yet: the in-browser player adds this measurement"}
+    """The in-browser player (issue 16, section 3) on the demo store's first SBU episode:
+    first playable frame, all frames pre-rendered, displayed frame rate at 1x."""
+    got = measure_timeline_playback(b.demo)
+    return {"value_s": got["timeline_first_frame_s"], **got,
+            "includes": "fresh server, goto detail -> the player shows its first pre-rendered frame "
+                        "(page load, script run, player and vega bundle, scene open, first render); "
+                        "then the displayed fps at 1x with every frame in"}
 
 
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
@@ -283,7 +389,10 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=20_000)
     p.add_argument("--demo", default=None, help="store for the replay frame (default: assets/demo/store)")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--timeline", action="store_true", help="only the timeline player (same as --only playback)")
     args = p.parse_args(argv)
+    if args.timeline:
+        args.only = "playback"
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in MEASUREMENTS]
     if unknown:

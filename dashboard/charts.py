@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import altair as alt
@@ -18,12 +19,13 @@ import pandas as pd
 
 # Robustness traces of long episodes pass Altair's default 5,000-row guard.
 alt.data_transformers.disable_max_rows()
+# The timeline's panels share one click and one zoom selection on purpose (Altair merges them).
+warnings.filterwarnings("ignore", message="Automatically deduplicated selection parameter", category=UserWarning)
 
 OUTCOME_COLORS = {"SBU": "#d62728", "safe success": "#2ca02c", "unsafe failure": "#ff7f0e",
                   "safe failure": "#9e9e9e"}
 VIOLATION_RED = "#d62728"
 EXPORT_FORMATS = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
-MARGIN_CLIP = (-4.0, 2.0)
 # spec lines avoid red, which marks violations
 # models: Okabe-Ito's colour-blind-safe qualitative palette, ordered so that neighbours differ in
 # hue (Streamlit's default put light blue next to dark blue); no red, which marks violations
@@ -200,96 +202,130 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
 
 # ----------------------------------------------------------------------------- episode detail
 
+CURSOR_COLOR = "#2ca02c"  # the current step: thick green, never the violation's red dashes (no spec line is green)
+CURSOR_PARAM = "cursor"  # a Vega-Lite variable: the timeline player moves the cursor without a rerun
+PANEL_HEIGHT = 96
+
+
+def violation_runs(violated: Sequence[bool]) -> list[tuple[int, int]]:
+    """Maximal runs of violated steps as half-open (start, end) step ranges."""
+    v = np.asarray(violated, bool)
+    edges = np.diff(np.concatenate([[0], v.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def fitted_domain(values: Sequence[float], reference: float, *, pad: float = 0.12) -> tuple[float, float]:
+    """A y-range holding every finite value and the reference line (threshold or zero) with
+    `pad` of the span either side, so lines at a bound (1.0, or 0 for a Boolean) stay visible."""
+    v = np.asarray(values, float)
+    v = np.concatenate([v[np.isfinite(v)], [reference]])
+    lo, hi = float(v.min()), float(v.max())
+    span = hi - lo
+    if span <= 0:
+        span = abs(hi) or 1.0
+    return lo - pad * span, hi + pad * span
+
+
+def _panel_frames(traces: pd.DataFrame, spec: str, y_field: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    one = traces[traces["spec"] == spec].sort_values("step")
+    runs = violation_runs(one["violated"].to_numpy(bool))
+    steps = one["step"].to_numpy(int)
+    band = pd.DataFrame({"step": [int(steps[a]) for a, _ in runs], "step_end": [int(steps[b - 1]) + 1 for _, b in runs],
+                         "steps": [b - a for a, b in runs]})
+    single = one[one["step"].isin([int(steps[a]) for a, b in runs if b - a == 1])]
+    return one, band, single
+
+
 def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
                      mode: str = "margin", selection: str = "pt", width: int = 620,
-                     height: int = 300, colors: Mapping[str, str] | None = None) -> alt.TopLevelMixin:
-    """Robustness over time of each active spec.
+                     height: int = PANEL_HEIGHT, colors: Mapping[str, str] | None = None,
+                     dt: float | None = None) -> alt.VConcatChart:
+    """Small multiples of the episode's active specs over time, one panel per spec.
 
     `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
     |threshold|, NaN on gated-off steps), value (raw signal), threshold, unit, violated.
 
-    mode "margin": one line per spec on a common threshold-normalised axis, the zero line,
-    red shading where a margin is negative, the violating step marked (red rule and
-    triangle) and a black rule at the slider's `step`. mode "raw": one row per spec with
-    its raw signal, its threshold line and the same markers. A nearest-step point
-    selection named `selection` reports clicks ({selection: [{"step": k}]}).
+    mode "raw" plots each spec's signal in its unit against its threshold line; mode
+    "margin" plots margin / |threshold| against zero. In each panel the violated steps are
+    filled red (one rect per run, so a one-step spike is a visible band) and a one-step
+    violation also gets its own red triangle; the violating step is a red dashed rule and the
+    current step a thick green cursor driven by the Vega-Lite variable `cursor` (so a client
+    can move it). The y-range of each panel fits its data and its reference line. The x axis
+    gives steps and seconds (`dt`, else from the `t` column); dragging on x zooms all panels
+    together (double-click resets). A nearest-step point selection named `selection` reports
+    clicks ({selection: [{"step": k}]}).
     """
     if mode not in ("margin", "raw"):
         raise ValueError(f"mode: expected 'margin' or 'raw', got {mode!r}")
-    df = traces.copy()
-    lo, hi = MARGIN_CLIP
-    df["shade"] = np.where(df["margin"] < 0, np.maximum(df["margin"], lo), np.nan)
-    df["zero"] = 0.0
-    df["step_end"] = df["step"] + 1
-    df = _clean(df)
+    specs = list(dict.fromkeys(traces["spec"]))
+    if dt is None:
+        later = traces[traces["step"] > 0]
+        dt = float((later["t"] / later["step"]).iloc[0]) if len(later) else 0.05
+    y_field = "value" if mode == "raw" else "margin"
+    if colors:  # only the specs drawn, so no other colour is used
+        colors = {k: v for k, v in colors.items() if k in set(specs)}
+    palette = dict(colors) if colors else spec_colors(specs)
     pick = alt.selection_point(name=selection, fields=["step"], nearest=True, on="click", empty=False,
                                clear="dblclick")
-    x = alt.X("step:Q", title="step", scale=alt.Scale(nice=False))
-    tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"), alt.Tooltip("spec:N"),
-               alt.Tooltip("margin:Q", format=".3f", title="margin / |threshold|"),
-               alt.Tooltip("value:Q", format=".4g", title="signal"), alt.Tooltip("threshold:Q", format=".4g"),
-               alt.Tooltip("unit:N")]
-    base = alt.Chart(df)
-    if colors:  # only the specs drawn, so the legend lists no others
-        colors = {k: v for k, v in colors.items() if k in set(traces["spec"])}
-    color = alt.Color("spec:N", title="spec", scale=spec_scale(colors))
-
-    def markers(y_field: str | None):
+    zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
+    cursor = alt.param(name=CURSOR_PARAM, value=-1 if step is None else int(step))
+    seconds = f"datum.value + ' · ' + format(datum.value * {dt!r}, '.1f') + ' s'"
+    panels = []
+    for n, spec in enumerate(specs):
+        one, band, single = _panel_frames(traces, spec, y_field)
+        unit = str(one["unit"].iloc[0] or "") if "unit" in one and len(one) else ""
+        thr = float(one["threshold"].iloc[0]) if len(one) else 0.0
+        ref = thr if mode == "raw" else 0.0
+        dom = fitted_domain(one[y_field].to_numpy(float), ref)
+        if mode == "raw":
+            y_title = f"{unit}" if unit else "value"
+        else:
+            y_title = "margin / |thr|"
+        last = n == len(specs) - 1
+        x = alt.X("step:Q", scale=alt.Scale(nice=False, domain=[0, int(traces["step"].max()) + 1]),
+                  title="step · time (s)" if last else None,
+                  axis=alt.Axis(labelExpr=seconds, labels=last, ticks=True, tickCount=8, grid=True, labelOverlap=True,
+                                labelFlush=True))
+        y = alt.Y(f"{y_field}:Q", title=y_title, scale=alt.Scale(domain=list(dom), zero=False, nice=False),
+                  axis=alt.Axis(format=".3~g", tickCount=3))
+        data = _clean(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
+        tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"),
+                   alt.Tooltip("value:Q", format=".4g", title=f"signal ({unit})" if unit else "signal"),
+                   alt.Tooltip("threshold:Q", format=".4g"),
+                   alt.Tooltip("margin:Q", format=".3f", title="margin / |threshold|")]
+        base = alt.Chart(data)
         layers = []
+        if len(band):
+            layers.append(alt.Chart(band).mark_rect(color=VIOLATION_RED, opacity=0.28).encode(
+                x=alt.X("step:Q"), x2="step_end:Q",
+                tooltip=[alt.Tooltip("step:Q", title="violated from step"), alt.Tooltip("steps:Q", title="steps")]))
+        layers.append(alt.Chart(pd.DataFrame({"y": [ref], "what": ["threshold" if mode == "raw" else "zero"]}))
+                      .mark_rule(color="#333", strokeDash=[6, 3], strokeWidth=1.3)
+                      .encode(y=alt.Y("y:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("y:Q", format=".4g")]))
+        layers.append(base.mark_line(strokeWidth=1.8, interpolate="step-after", color=palette.get(spec, "#1f77b4"),
+                                     clip=True).encode(x=x, y=y))
+        if len(single):
+            layers.append(alt.Chart(_clean(single[["step", y_field]])).mark_point(
+                shape="triangle-down", size=110, filled=True, color=VIOLATION_RED, opacity=1)
+                .encode(x="step:Q", y=alt.Y(f"{y_field}:Q"), tooltip=[alt.Tooltip("step:Q", title="one-step violation")]))
         if violating_step is not None:
-            layers.append(alt.Chart(pd.DataFrame({"step": [int(violating_step)], "label": ["violation"]}))
-                          .mark_rule(color=VIOLATION_RED, strokeDash=[4, 3], strokeWidth=2)
+            layers.append(alt.Chart(pd.DataFrame({"step": [int(violating_step)], "label": ["violating step"]}))
+                          .mark_rule(color=VIOLATION_RED, strokeDash=[4, 3], strokeWidth=1.5)
                           .encode(x="step:Q", tooltip=[alt.Tooltip("label:N"), alt.Tooltip("step:Q")]))
-        if step is not None:
-            layers.append(alt.Chart(pd.DataFrame({"step": [int(step)]}))
-                          .mark_rule(color="#111", strokeWidth=2).encode(x="step:Q"))
-        return layers
-
-    if mode == "margin":
-        y = alt.Y("margin:Q", title="margin / |threshold|  (< 0 violated)",
-                  scale=alt.Scale(domain=[lo, hi], clamp=True))
-        # one rect per violated step (an area would drop isolated steps)
-        shade = base.transform_filter("isValid(datum.shade)").mark_rect(color=VIOLATION_RED, opacity=0.3).encode(
-            x=x, x2="step_end:Q", y=alt.Y("shade:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)), y2="zero:Q")
-        zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#333", strokeWidth=1.2).encode(y="y:Q")
-        lines = base.mark_line(strokeWidth=1.8, interpolate="step-after").encode(x=x, y=y, color=color)
-        clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip).add_params(pick)
-        layers = [shade, zero, lines, *markers("margin"), clicks]
-        if violating_step is not None:
-            worst = df[(df["step"] == int(violating_step)) & df["margin"].notna()]
-            if len(worst):
-                worst = worst.loc[[pd.to_numeric(worst["margin"]).idxmin()]]
-                layers.append(alt.Chart(worst).mark_point(shape="triangle-down", size=160, filled=True,
-                                                          color=VIOLATION_RED)
-                              .encode(x="step:Q", y=alt.Y("margin:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)),
-                                      tooltip=tooltip))
-        return alt.layer(*layers).properties(
-            width=width, height=height, usermeta={"display_height": height + 90},
-            title=alt.Title("Robustness over time", subtitle="normalised by threshold; red = violated; "
-                                                             "click to move the step"))
-    # raw mode: one row per spec, each with its own y scale and threshold line
-    specs = list(dict.fromkeys(traces["spec"]))
-    width = min(width, 430)  # facets cannot stretch to the container: keep them inside a column
-    y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False), axis=alt.Axis(format=".3~g", tickCount=4))
-    color = alt.Color("spec:N", scale=spec_scale(colors), legend=None)  # the row headers name them
-    lines = base.mark_line(strokeWidth=1.6, interpolate="step-after").encode(x=x, y=y, color=color)
-    bad = base.transform_filter("datum.violated").mark_point(color=VIOLATION_RED, size=18, filled=True).encode(
-        x=x, y=y)
-    thr = base.mark_rule(color=VIOLATION_RED, strokeDash=[5, 3]).encode(y="mean(threshold):Q")
-    clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip).add_params(pick)
-    layers = [thr, lines, bad, clicks]
-    if violating_step is not None:
-        layers.insert(0, base.mark_rule(color=VIOLATION_RED, strokeDash=[4, 3], strokeWidth=2).encode(
-            x=alt.datum(int(violating_step))))
-    if step is not None:
-        layers.insert(0, base.mark_rule(color="#111", strokeWidth=2).encode(x=alt.datum(int(step))))
-    row_h = max(70, int(height / max(1, len(specs))) + 20)
-    return alt.layer(*layers).properties(width=width, height=row_h).facet(
-        row=alt.Row("spec:N", sort=specs, title=None,
-                    header=alt.Header(labelOrient="top", labelAnchor="start", labelFontWeight="bold"))
-    ).resolve_scale(y="independent").properties(
-        usermeta={"display_height": len(specs) * (row_h + 30) + 150},
-        title=alt.Title("Raw signals", subtitle="dashed red: threshold; red dots: violating steps"))
+        layers.append(alt.Chart(pd.DataFrame({"k": [0]})).transform_calculate(step=CURSOR_PARAM)
+                      .transform_filter("datum.step >= 0")
+                      .mark_rule(color=CURSOR_COLOR, strokeWidth=3.5, opacity=0.85).encode(x="step:Q"))
+        clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip)
+        layers.append(clicks.add_params(pick, zoom))
+        title = alt.Title(f"{spec}", subtitle=f"threshold {thr:.4g} {unit}".rstrip(),
+                          anchor="start", fontSize=12, subtitleFontSize=10, offset=2)
+        panels.append(alt.layer(*layers).properties(width=width, height=height, title=title))
+    total = len(specs) * (height + 48) + 60
+    return alt.vconcat(*panels, spacing=6).add_params(cursor).resolve_scale(x="shared", y="independent").properties(
+        usermeta={"display_height": total, "dt": dt},
+        title=alt.Title("Robustness over time" if mode == "margin" else "Signals over time",
+                        subtitle="red band: violated steps; ▼ one-step violation; red dashes: violating step; "
+                                 "green: current step; drag to zoom"))
 
 
 # ----------------------------------------------------------------------------- what-if

@@ -33,3 +33,37 @@ def metric(at, label: str) -> str:
     hits = [m.value for m in at.metric if m.label == label]
     assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"
     return hits[0]
+
+
+# ----------------------------------------------------------------------------- timeline player (browser)
+
+TIMELINE_IFRAME = 'iframe[title*="safevla_timeline"]'
+
+
+def timeline_attr(pg, name: str) -> str | None:
+    """A data attribute of the timeline player's root (#timeline) in the page's component iframe."""
+    return pg.evaluate("""([sel, name]) => { const f = document.querySelector(sel);
+        const r = f && f.contentDocument && f.contentDocument.querySelector('#timeline');
+        return r ? r.getAttribute(name) : null; }""", [TIMELINE_IFRAME, name])
+
+
+def wait_timeline(pg, expr: str, timeout: float = 120.0) -> None:
+    """Waits until `expr` (JS, over `r` = the player's root, `img` = its frame) holds."""
+    pg.wait_for_function(f"""(sel) => {{ const f = document.querySelector(sel);
+        const d = f && f.contentDocument; const r = d && d.querySelector('#timeline');
+        const img = d && d.querySelector('#frame'); if (!r || !img) return false; return ({expr}); }}""",
+                         arg=TIMELINE_IFRAME, timeout=timeout * 1000)
+
+
+def timeline_frame(pg, step: int, timeout: float = 120.0):
+    """The RGB pixels (numpy) the player shows once its frame is `step`'s."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    wait_timeline(pg, f"img.dataset.step === '{int(step)}' && img.complete && img.naturalWidth > 0", timeout)
+    src = pg.evaluate("(sel) => document.querySelector(sel).contentDocument.querySelector('#frame').src",
+                      TIMELINE_IFRAME)
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB"))

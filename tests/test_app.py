@@ -169,8 +169,13 @@ def test_detail_deep_link_chart_click_and_jump(store, tables):
     at = ok(app(store, page="detail", ep=row["episode_id"], step="7"))
     assert at.slider(key="w.step").value == 7
     assert metric(at, "VSI") == f"{row['vsi']:.3f}"
-    # a click on the chart (its selection state) moves the slider
-    at.session_state["rob_chart"] = {"selection": {"pt": [{"step": 21}]}}
+    # a seek in the timeline player (its component value) moves the slider, once per value
+    from dashboard.views.detail import MODE_SEP, TIMELINE_KEY
+    tag = at.session_state["_timeline_tag"]
+    at.session_state[TIMELINE_KEY] = {"step": 12, "seq": "other:1", "event": "seek", "episode": "another episode"}
+    ok(at.run())
+    assert at.slider(key="w.step").value == 7  # a value of another episode's player is ignored
+    at.session_state[TIMELINE_KEY] = {"step": 21, "seq": "x:1", "event": "seek", "episode": f"{tag}{MODE_SEP}margin"}
     ok(at.run())
     assert at.slider(key="w.step").value == 21 and qp(at, "step") == ["21"]
     # moving the slider keeps the new value (the stale click does not win)
@@ -203,7 +208,7 @@ def test_detail_shows_how_the_model_was_served(tmp_path, store, tables):
     assert not any(c.value.startswith("Served as") for c in at.caption)
 
 
-def test_detail_shows_the_replay_frame(store, tables):
+def test_detail_draws_the_timeline_player_and_prerenders_its_frames(store, tables):
     from dashboard.replay_bridge import available
     good, why = available()
     if not good:
@@ -211,9 +216,9 @@ def test_detail_shows_the_replay_frame(store, tables):
     eps, _ = tables
     row = eps[eps["sbu"]].iloc[0]
     at = ok(app(store, page="detail", ep=row["episode_id"]))
-    images = at.get("image")
-    assert images, "no replay image on the detail page"
-    assert "step" in images[0].proto.imgs[0].caption
+    # the custom component (an element AppTest does not know) is on the page, the server frame is not
+    assert not at.get("image"), "the detail page should play frames in the timeline, not a server image"
+    assert any("Space plays and pauses" in c.value for c in at.caption)
 
 
 def test_missing_trajectory_is_a_clear_error_on_detail(tmp_path, store, tables):

@@ -29,6 +29,7 @@ if not Path(CHROMIUM).exists():
 pytest.importorskip("streamlit")
 sync_api = pytest.importorskip("playwright.sync_api")
 
+from dashboard_helpers import timeline_frame  # noqa: E402
 from net_helpers import free_port  # noqa: E402
 
 
@@ -184,11 +185,10 @@ def test_sbu_episode_opens_with_its_replay_frame(server, page, shots):
     assert wait_title(page, "Episode detail") == "Episode detail"
     no_exception(page)
     assert "SBU" in page.locator('[data-testid="stMarkdown"]').filter(has_text="SBU").first.inner_text()
-    img = page.locator('[data-testid="stImage"] img').first
-    img.wait_for(timeout=60_000)
-    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle(), timeout=60_000)
-    natural = img.evaluate("img => [img.naturalWidth, img.naturalHeight]")
-    assert natural[0] > 0 and natural[1] > 0
+    # the timeline player shows the frame of the page's step (the violating step)
+    step = int(page.url.split("step=")[1].split("&")[0])
+    shown = timeline_frame(page, step)
+    assert shown.shape[0] > 0 and shown.shape[1] > 0 and shown.std() > 1.0  # a picture, not a blank
     assert "step=" in page.url and "ep=" in page.url
     full_shot(page, shots / "detail.png", height=1500)
     page.screenshot(path=str(shots / "detail_viewport.png"))
@@ -319,17 +319,19 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
     on the detail page, then goes back to ones the render service kept open and ones it closed;
     every frame the browser shows equals a fresh render of that step in this process.
 
-    The browser gets the service's JPEG (quality 90) of the frame; the fresh render (with the
-    service's texture setting) goes through the same encoder, so the decoded pixels must be equal (llvmpipe renders the same
+    The browser gets the service's JPEG (the player's quality) of the frame; the fresh render
+    (with the service's texture setting) goes through the same encoder, so the decoded pixels
+    must be equal (llvmpipe renders the same
     state to the same bytes in any context, see tests/render_helpers.py)."""
     import io
-    from urllib.parse import urlencode, urljoin
+    from urllib.parse import urlencode
 
     import numpy as np
     import pandas as pd
     from PIL import Image
 
     pytest.importorskip("mujoco")
+    from dashboard.player import FRAME_QUALITY
     from dashboard.replay_bridge import FRAME_SIZE, MAX_OPEN, PAGE_TEXTURES, jpeg
     from replay.render import Replayer
     from scoring.io import load_record
@@ -363,16 +365,11 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
         eid, _, steps = chosen[n]
         open_url(page, f"{server}/detail?" + urlencode({"ep": eid, "step": steps[v]}))
         no_exception(page)
-        img = page.locator('[data-testid="stImage"] img').first
-        img.wait_for(timeout=120_000)
-        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle(),
-                               timeout=120_000)
-        body = page.request.get(urljoin(page.url, img.get_attribute("src"))).body()
-        shown.append(((n, steps[v]), np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))))
+        shown.append(((n, steps[v]), timeline_frame(page, steps[v], timeout=180)))
     bad = []
     for (n, step), got in shown:
         with Replayer(chosen[n][1], width=FRAME_SIZE[0], height=FRAME_SIZE[1], textures=PAGE_TEXTURES) as r:
-            want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step)))).convert("RGB"))
+            want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step), quality=FRAME_QUALITY))).convert("RGB"))
         if got.shape != want.shape or not np.array_equal(got, want):
             diff = np.abs(got.astype(int) - want).mean() if got.shape == want.shape else got.shape
             bad.append((chosen[n][0], step, diff))

@@ -97,46 +97,100 @@ def traces():
     return pd.concat([force, tilt], ignore_index=True)
 
 
-def test_robustness_chart_margin_mode(traces):
-    spec = charts.robustness_chart(traces, step=4, violating_step=3).to_dict()
-    assert _marks(spec) == ["rect", "rule", "line", "rule", "rule", "point", "point"]
-    shade, zero, lines, viol, cur, clicks, tri = spec["layer"]
-    # zero line
-    assert _data(spec, zero) == [{"y": 0.0}] and zero["encoding"]["y"]["field"] == "y"
-    # shading only where the margin is negative, from the margin up to zero
-    assert (shade["encoding"]["y"]["field"], shade["encoding"]["y2"]["field"]) == ("shade", "zero")
-    assert (shade["encoding"]["x"]["field"], shade["encoding"]["x2"]["field"]) == ("step", "step_end")
-    assert shade["transform"] == [{"filter": "isValid(datum.shade)"}]
-    shaded = [(r["step"], r["shade"]) for r in _data(spec) if r["shade"] is not None]
-    assert shaded == [(2, -0.25), (3, -1.0)]
-    # normalised margins, gaps (None) where the gate is closed
-    assert lines["encoding"]["y"]["field"] == "margin" and lines["encoding"]["color"]["field"] == "spec"
-    assert [r["margin"] for r in _data(spec) if r["spec"] == "held-object tilt"] == [None, 0.5, 0.2, None, None, None]
-    # the violating step (red dashed) and the slider's step (black) as rules
-    assert _data(spec, viol)[0]["step"] == 3 and viol["mark"]["color"] == charts.VIOLATION_RED
-    assert _data(spec, cur) == [{"step": 4}]
-    # the worst margin at the violating step gets the triangle
-    assert _data(spec, tri)[0]["step"] == 3 and _data(spec, tri)[0]["margin"] == -1.0
-    # clicking reports the nearest step through the point selection "pt"
-    (param,) = spec["params"]
-    assert param["name"] == "pt" and param["select"]["fields"] == ["step"] and param["select"]["nearest"] is True
+def _panels(spec: dict) -> dict[str, dict]:
+    return {p["title"]["text"]: p for p in spec["vconcat"]}
 
 
-def test_robustness_chart_raw_mode_has_threshold_lines_per_spec(traces):
-    spec = charts.robustness_chart(traces, step=1, violating_step=3, mode="raw").to_dict()
-    assert spec["facet"]["row"]["field"] == "spec"
-    assert spec["resolve"]["scale"]["y"] == "independent"
-    layers = spec["spec"]["layer"]
-    marks = [lay["mark"]["type"] for lay in layers]
-    assert marks == ["rule", "rule", "rule", "line", "point", "point"]
-    cur, viol, thr, line = layers[:4]
-    assert cur["encoding"]["x"] == {"datum": 1} and viol["encoding"]["x"] == {"datum": 3}
-    assert thr["encoding"]["y"] == {"aggregate": "mean", "field": "threshold", "type": "quantitative"}
-    assert line["encoding"]["y"]["field"] == "value"
-    bad = layers[4]
-    assert bad["transform"] == [{"filter": "datum.violated"}]
+def _layer(spec: dict, panel: dict, mark: str, **props) -> list[dict]:
+    """The layers of `panel` drawing `mark` whose mark properties include `props`."""
+    out = []
+    for lay in panel["layer"]:
+        m = lay["mark"] if isinstance(lay["mark"], dict) else {"type": lay["mark"]}
+        if m["type"] == mark and all(m.get(k) == v for k, v in props.items()):
+            out.append(lay)
+    return out
+
+
+def test_robustness_chart_one_panel_per_spec_with_unit_threshold_and_fitted_range(traces):
+    spec = charts.robustness_chart(traces, step=4, violating_step=3, mode="raw").to_dict()
+    panels = _panels(spec)
+    assert list(panels) == ["max contact force", "held-object tilt"]
+    force = panels["max contact force"]
+    assert force["title"]["subtitle"] == "threshold 200 N"
+    line = _layer(spec, force, "line")[0]
+    assert line["encoding"]["y"]["field"] == "value" and line["encoding"]["y"]["title"] == "N"
+    # the y-range holds the data (0..400) and the threshold, with padding on both sides
+    lo, hi = line["encoding"]["y"]["scale"]["domain"]
+    assert lo < 0 and hi > 400 and hi < 500
+    (thr,) = [lay for lay in _layer(spec, force, "rule") if lay["encoding"].get("y")]
+    assert _data(spec, thr)[0]["y"] == 200.0
+    tilt_line = _layer(spec, panels["held-object tilt"], "line")[0]
+    assert tilt_line["encoding"]["y"]["title"] == "deg"
+    tlo, thi = tilt_line["encoding"]["y"]["scale"]["domain"]
+    assert tlo < 7.5 and thi > 15.0  # the threshold 15 is above every value (7.5, 12) and still inside
+    # steps and seconds on the shared x axis; zoom on x binds the scales of every panel
+    assert "0.05" in line["encoding"]["x"]["axis"]["labelExpr"]
+    assert spec["resolve"]["scale"]["x"] == "shared"
+    params = {p["name"]: p for p in spec["params"]}
+    assert params["zoom"]["bind"] == "scales" and params["zoom"]["select"]["encodings"] == ["x"]
+    assert len(params["zoom"]["views"]) >= 2  # Altair names each panel's view (and may add one)
+    assert params["pt"]["select"]["fields"] == ["step"] and params["pt"]["select"]["nearest"] is True
+    # the cursor is a variable a client can move, drawn thick orange, not like the red dashed violation rule
+    assert params[charts.CURSOR_PARAM]["value"] == 4
+    (cursor,) = _layer(spec, force, "rule", color=charts.CURSOR_COLOR)
+    assert cursor["transform"][0] == {"calculate": charts.CURSOR_PARAM, "as": "step"}
+    (viol,) = _layer(spec, force, "rule", color=charts.VIOLATION_RED)
+    assert _data(spec, viol)[0]["step"] == 3 and viol["mark"]["strokeDash"]
+    assert cursor["mark"]["strokeWidth"] > viol["mark"]["strokeWidth"] and "strokeDash" not in cursor["mark"]
     with pytest.raises(ValueError, match="mode"):
         charts.robustness_chart(traces, mode="nope")
+
+
+def test_red_band_covers_exactly_the_violated_steps_and_marks_one_step_violations():
+    steps = np.arange(12)
+    value = np.zeros(12)
+    value[[2, 6, 7, 8, 11]] = 300.0  # a one-step spike at 2, a run 6-8, a one-step spike at the last step
+    tr = pd.DataFrame({"step": steps, "t": steps * 0.1, "spec": "force", "margin": (200 - value) / 200,
+                       "value": value, "threshold": 200.0, "unit": "N", "violated": value > 200})
+    spec = charts.robustness_chart(tr, step=0, mode="margin").to_dict()
+    panel = _panels(spec)["force"]
+    (band,) = _layer(spec, panel, "rect")
+    covered = sorted(k for r in _data(spec, band) for k in range(r["step"], r["step_end"]))
+    assert covered == [2, 6, 7, 8, 11]
+    assert band["encoding"]["x2"]["field"] == "step_end" and "y" not in band["encoding"]  # full panel height
+    (tri,) = _layer(spec, panel, "point", shape="triangle-down")
+    assert sorted(r["step"] for r in _data(spec, tri)) == [2, 11]
+    # margin mode: the reference line is zero, and the fitted range holds it and the data
+    line = _layer(spec, panel, "line")[0]
+    assert line["encoding"]["y"]["field"] == "margin"
+    lo, hi = line["encoding"]["y"]["scale"]["domain"]
+    assert lo < -0.5 and hi > 1.0
+    assert "0.1" in line["encoding"]["x"]["axis"]["labelExpr"]
+
+
+def test_boolean_signal_on_the_zero_line_stays_inside_its_panel():
+    steps = np.arange(5)
+    tr = pd.DataFrame({"step": steps, "t": steps * 0.05, "spec": "self-collision", "margin": 0.5,
+                       "value": 0.0, "threshold": 0.5, "unit": "", "violated": False})
+    spec = charts.robustness_chart(tr, mode="raw").to_dict()
+    panel = _panels(spec)["self-collision"]
+    lo, hi = _layer(spec, panel, "line")[0]["encoding"]["y"]["scale"]["domain"]
+    assert lo < 0.0 and hi > 0.5
+    assert not _layer(spec, panel, "rect")  # nothing violated, no band
+    assert spec["params"][[p["name"] for p in spec["params"]].index(charts.CURSOR_PARAM)]["value"] == -1
+
+
+@pytest.mark.parametrize("flags,runs", [([], []), ([True], [(0, 1)]), ([False, True, True, False, True], [(1, 3), (4, 5)]),
+                                        ([True, True], [(0, 2)])])
+def test_violation_runs(flags, runs):
+    assert charts.violation_runs(flags) == runs
+
+
+@pytest.mark.parametrize("values,ref", [([1.0, 1.0], 1.0), ([0.0, 0.0], 0.0), ([np.nan, 5.0], 200.0), ([-3, 2], 0.0)])
+def test_fitted_domain_holds_values_and_reference_strictly_inside(values, ref):
+    lo, hi = charts.fitted_domain(values, ref)
+    finite = [v for v in values if np.isfinite(v)] + [ref]
+    assert lo < min(finite) and hi > max(finite)
 
 
 def test_sensitivity_chart_marks_default_and_current():
@@ -176,10 +230,9 @@ def test_specs_keep_one_colour_across_charts(traces):
     colors = charts.spec_colors(["max contact force", "bystander displacement", "held-object tilt"])
     assert charts.VIOLATION_RED not in colors.values()
     spec = charts.robustness_chart(traces, colors=colors).to_dict()
-    scale = next(lay["encoding"]["color"]["scale"] for lay in spec["layer"] if "color" in lay.get("encoding", {}))
-    # only the drawn specs, in registry order, each with its colour
-    assert scale == {"domain": ["max contact force", "held-object tilt"],
-                     "range": [colors["max contact force"], colors["held-object tilt"]]}
+    # each panel's line in its spec's colour
+    assert [_layer(spec, p, "line")[0]["mark"]["color"] for p in spec["vconcat"]] == [
+        colors["max contact force"], colors["held-object tilt"]]
     comp = pd.DataFrame({"model": ["a"], "suite": ["s"], "family": ["max_contact_force"], "violations": [1],
                          "share": [1.0], "sbu_count": [1], "n": [2]})
     bars = charts.composition_bars(comp, pd.DataFrame({"model": ["a"], "suite": ["s"], "sbu": [0.5]}),

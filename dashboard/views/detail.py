@@ -16,6 +16,9 @@ from dashboard import vocab
 from dashboard import state as S
 
 CHART_KEY = "rob_chart"
+TIMELINE_KEY = "timeline"
+MODE_SEP = "::mode="  # episode tag + chart mode (the store key holds "|" and "#")
+POLL_S = 1.0  # while frames are pre-rendered, the timeline fragment re-sends what is ready this often
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 
@@ -189,6 +192,88 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
             st.download_button("Download MP4", clip, file_name=f"{name}.mp4", mime="video/mp4", key="clip_dl")
 
 
+def episode_tag(c: C.Ctx, i: int) -> str:
+    """What the timeline's frames and chart belong to: store, episode and thresholds."""
+    return f"{c.key}#{i}#{abs(hash(c.items)) % 10**8}"
+
+
+def timeline_seek(value, tag: str) -> int | None:
+    """The step of a timeline value not handled yet ({step, seq, event, episode}), else None.
+    Each value is handled once (by its seq), and only for the episode it came from."""
+    if not isinstance(value, dict) or str(value.get("episode", "")).rsplit(MODE_SEP, 1)[0] != tag:
+        return None
+    mark = (value.get("episode"), value.get("seq"))
+    if st.session_state.get("_timeline_seen") == mark:
+        return None
+    st.session_state["_timeline_seen"] = mark
+    try:
+        return int(value["step"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_steps: int):
+    """The episode's frames, pre-rendered in the background, violating step first."""
+    from dashboard.player import FrameStrip, prerender_order
+    from dashboard.replay_bridge import FRAME_SIZE
+
+    rec = C.replay_record(_data, i)
+    strip = FrameStrip(key=f"{key}#{i}", record=rec, violations=C.violations(_data, key, i, items),
+                       n_steps=min(n_steps, rec.n_steps), order=prerender_order(min(n_steps, rec.n_steps), vstep),
+                       size=FRAME_SIZE)
+    return strip.start(C.render_service())
+
+
+def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces) -> None:
+    """The robustness chart and the replay player in one browser component (dashboard/player.py)."""
+    from dashboard import player
+
+    strip, why = None, None
+    ok, why = C.replay_status()
+    if ok:
+        try:
+            strip = frame_strip(c.data, c.key, i, c.items, vstep, n_steps)
+        except C.D.StoreProblem as exc:
+            why = str(exc)
+        except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
+            why = f"No replay for this episode: {exc}"
+    dt = float(c.v.frame["dt"].iat[i])
+    spec = charts.robustness_chart(traces, step=step, violating_step=vstep, mode="raw" if raw else "margin",
+                                   colors=c.data.colors(), dt=dt).to_dict()
+    tag = episode_tag(c, i)
+    st.session_state["_timeline_tag"] = tag  # for tests and debugging: what the player's values must carry
+    violated = player.violated_by_step(traces)
+    polling = strip is not None and not strip.complete
+
+    def draw() -> None:
+        if strip is not None:
+            strip.touch()
+        frames = strip.snapshot() if strip is not None else {}
+        value = player.timeline(episode=f"{tag}{MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
+                                step=step, violating_step=vstep, frames=frames,
+                                total=len(strip.order) if strip is not None else 0, violated=violated,
+                                key=TIMELINE_KEY)
+        if strip is not None and strip.errors and not frames:
+            st.info(f"No replay for this episode: {strip.errors[0]}", icon=":material/movie:")
+        if not polling:
+            return
+        if strip.complete:
+            st.rerun()  # every frame is in: draw once more, outside the polling fragment
+        if isinstance(value, dict) and (value.get("episode"), value.get("seq")) != st.session_state.get(
+                "_timeline_seen") and str(value.get("episode", "")).rsplit(MODE_SEP, 1)[0] == tag:
+            st.rerun()  # a seek or pause in the player: move the page's step slider to it
+
+    # While frames are pre-rendered, a fragment re-sends what is ready every POLL_S; after
+    # that the player is drawn in the page itself, so its values rerun the page directly.
+    (st.fragment(run_every=POLL_S)(draw) if polling else draw)()
+    if why:
+        st.info(why, icon=":material/movie:")
+    st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), a click on the chart seeks; frames around the "
+               "violating step are rendered first. The green rule is the current step, the red dashed rule the "
+               "violating step.")
+
+
 def render() -> None:
     c = C.ctx()
     data = c.data
@@ -203,7 +288,11 @@ def render() -> None:
     AN.editor_ui(c, str(data.episodes["episode_id"].iat[i]))
     n_steps = int(c.v.frame["n_steps"].iat[i])
 
-    # a click on the chart (selection state from the last run) moves the slider
+    # a seek, pause or key step in the timeline player (its value from the last run) moves the slider
+    seek = timeline_seek(st.session_state.get(TIMELINE_KEY), episode_tag(c, i))
+    if seek is not None:
+        S.set_widget("step", int(np.clip(seek, 0, n_steps - 1)))
+    # a click on a server-drawn chart (selection state from the last run) moves the slider
     click = clicked_step(st.session_state.get(CHART_KEY))
     if click is not None and click != st.session_state.get("_last_click"):
         S.set_widget("step", int(np.clip(click, 0, n_steps - 1)))
@@ -238,22 +327,14 @@ def render() -> None:
         raw = st.toggle("Raw signals", key=key, help="show each spec's raw signal with its threshold line")
         S.put("raw", bool(raw))
 
-    left, right = st.columns([1.35, 1])
-    with left:
-        tr = C.traces(data, c.key, i, c.items)
-        if tr.empty:
-            st.info("No active spec has a signal for this episode, so there is nothing to plot.")
-        else:
-            chart = charts.robustness_chart(tr, step=step, violating_step=vstep, mode="raw" if raw else "margin",
-                                           colors=data.colors())
-            C.show(chart, key=CHART_KEY, on_select="rerun", selection_mode="pt")
-            st.caption("Click the chart to move the step; the black rule follows the slider, the red dashed rule "
-                       "marks the violating step.")
-    with right:
-        replay_panel(c, i, step)
-        here = tr[(tr["step"] == step) & tr["violated"]] if not tr.empty else tr
-        if len(here):
-            st.markdown("**Violated at this step:** " + ", ".join(sorted(set(here["spec"]))))
+    tr = C.traces(data, c.key, i, c.items)
+    if tr.empty:
+        st.info("No active spec has a signal for this episode, so there is nothing to plot.")
+        left, right = st.columns([1.35, 1])
+        with right:
+            replay_panel(c, i, step)
+    else:
+        timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw), traces=tr)
     clip_panel(c, i, vstep, n_steps)
 
     st.subheader("Spec results")

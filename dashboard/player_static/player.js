@@ -1,0 +1,257 @@
+// The episode timeline player: a Streamlit custom component spoken in plain JS (the
+// postMessage protocol of streamlit-component-lib, without its npm build).
+// Args: episode, spec (Vega-Lite, with the variable `cursor`), n_steps, dt, step (the
+// server's step), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}.
+// Value sent back on pause / seek / stepping: {step, seq, event}.
+(function () {
+"use strict";
+
+const root = document.getElementById("timeline");
+const img = document.getElementById("frame");
+const playBtn = document.getElementById("play");
+const readout = document.getElementById("readout");
+const statusLine = document.getElementById("status");
+const violatedLine = document.getElementById("violated");
+const progressBar = document.querySelector("#progress > div");
+const speedSel = document.getElementById("speed");
+
+const S = {
+  episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
+  step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
+  cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null,
+};
+
+function send(type, data) {
+  window.parent.postMessage(Object.assign({ isStreamlitMessage: true, type: type }, data), "*");
+}
+function setHeight() {
+  send("streamlit:setFrameHeight", { height: Math.ceil(document.documentElement.scrollHeight) + 4 });
+}
+// A remounted iframe restarts its counter: the load id keeps every value distinct.
+const LOAD_ID = Math.random().toString(36).slice(2, 10);
+const MEMO = "safevla.timeline";
+function remember() {
+  try {
+    sessionStorage.setItem(MEMO, JSON.stringify({ episode: S.episode, step: S.step, playing: S.playing,
+                                                  at: Date.now() }));
+  } catch (e) { /* storage off: a remount starts from the page's step */ }
+}
+function recalled(episode) {
+  try {
+    const m = JSON.parse(sessionStorage.getItem(MEMO) || "null");
+    return m && m.episode === episode && Date.now() - m.at < 10000 ? m : null;
+  } catch (e) { return null; }
+}
+function emit(event) {
+  S.seq += 1;
+  send("streamlit:setComponentValue", { value: { step: S.step, seq: `${LOAD_ID}:${S.seq}`, event: event, episode: S.episode },
+                                        dataType: "json" });
+}
+// Stepping by keyboard sends one value after the keys stop (each value reruns the page).
+function emitSoon(event) {
+  clearTimeout(S.emitTimer);
+  S.emitTimer = setTimeout(() => emit(event), 450);
+}
+
+// ---------------------------------------------------------------- chart
+function moveCursor(step) {
+  S.cursorWanted = step;
+  if (!S.view || S.cursorBusy) return;  // the running update picks up the latest wish
+  S.cursorBusy = true;
+  const k = S.cursorWanted;
+  S.view.signal("cursor", k).runAsync().catch(() => {}).finally(() => {
+    S.cursorBusy = false;
+    if (S.cursorWanted !== k) moveCursor(S.cursorWanted);
+  });
+}
+
+function stepOfPick(value) {
+  if (!value) return null;
+  let v = value.step;
+  if (Array.isArray(v)) v = v[0];
+  if (v === undefined && Array.isArray(value.vlPoint && value.vlPoint.or)) v = value.vlPoint.or[0].step;
+  const k = Math.round(Number(v));
+  return Number.isFinite(k) ? k : null;
+}
+
+async function embedChart() {
+  if (!S.spec) return;
+  const box = document.getElementById("chart");
+  const width = Math.max(220, box.clientWidth - 85);
+  S.chartWidth = box.clientWidth;
+  const spec = JSON.parse(JSON.stringify(S.spec));
+  (spec.vconcat || []).forEach((p) => { p.width = width; });
+  (spec.params || []).forEach((p) => { if (p.name === "cursor") p.value = S.step; });
+  delete spec.title;  // the legend line under the chart says it, at any width
+  if (S.view) S.view.finalize();
+  const res = await vegaEmbed(box, spec, { actions: false, renderer: "svg" });
+  S.view = res.view;
+  S.view.addSignalListener("pt", (name, value) => {
+    const k = stepOfPick(value);
+    if (k !== null) { pause(false); seek(k); emit("seek"); }
+  });
+  moveCursor(S.step);
+  setHeight();
+}
+
+// ---------------------------------------------------------------- frames
+img.addEventListener("load", () => {
+  const now = performance.now();
+  S.loads.push(now);
+  while (S.loads.length && now - S.loads[0] > 2000) S.loads.shift();
+  if (S.playing && S.loads.length > 1) {
+    const fps = (S.loads.length - 1) / ((now - S.loads[0]) / 1000);
+    root.dataset.fps = fps.toFixed(1);
+  }
+});
+
+function show(step) {
+  S.step = Math.min(Math.max(0, step), S.nSteps - 1);
+  root.dataset.step = String(S.step);
+  const url = S.frames[S.step];
+  if (url !== undefined && S.shownStep !== S.step) {
+    img.src = url;
+    img.dataset.step = String(S.step);
+    root.dataset.frameStep = String(S.step);
+    S.shownStep = S.step;
+  }
+  const ready = url !== undefined;
+  readout.textContent = `step ${S.step} / ${S.nSteps - 1} · t = ${(S.step * S.dt).toFixed(2)} s`;
+  statusLine.textContent = ready ? (S.nFrames < S.total ? `${S.nFrames}/${S.total} frames ready` : "")
+    : (S.total ? `step ${S.step} is not rendered yet (${S.nFrames}/${S.total} frames ready)` : "no replay frames");
+  remember();
+  violatedLine.textContent = S.violated[S.step] ? `Violated at this step: ${S.violated[S.step]}` : "";
+  moveCursor(S.step);
+}
+function seek(step) { show(step); }
+
+// ---------------------------------------------------------------- playback
+let clock = null;  // {t0, step0}
+function tick(now) {
+  if (!S.playing) return;
+  const rate = Number(speedSel.value) / S.dt;  // steps per second
+  const target = clock.step0 + Math.floor(((now - clock.t0) / 1000) * rate);
+  if (target > S.step) {
+    const next = Math.min(target, S.nSteps - 1);
+    if (S.frames[next] === undefined) {  // not rendered yet: wait on the last shown frame
+      clock = { t0: now, step0: S.step };
+      statusLine.textContent = `buffering: step ${next} is not rendered yet (${S.nFrames}/${S.total})`;
+    } else {
+      show(next);
+    }
+    if (S.step >= S.nSteps - 1) { pause(true); return; }
+  }
+  requestAnimationFrame(tick);
+}
+function play() {
+  if (S.playing || S.nFrames === 0) return;
+  if (S.step >= S.nSteps - 1) show(0);
+  S.playing = true;
+  root.dataset.playing = "1";
+  playBtn.textContent = "⏸ pause";
+  remember();
+  S.loads = [];
+  clock = { t0: performance.now(), step0: S.step };
+  requestAnimationFrame(tick);
+}
+function pause(tell) {
+  if (!S.playing) return;
+  S.playing = false;
+  root.dataset.playing = "0";
+  playBtn.textContent = "▶ play";
+  remember();
+  if (tell) emit("pause");
+}
+function toggle() { if (S.playing) pause(true); else play(); }
+function stepBy(n) { pause(false); show(S.step + n); emitSoon("step"); }
+
+playBtn.addEventListener("click", toggle);
+document.getElementById("back").addEventListener("click", () => stepBy(-1));
+document.getElementById("fwd").addEventListener("click", () => stepBy(1));
+document.getElementById("toviol").addEventListener("click", () => {
+  if (S.vstep !== null) { pause(false); show(S.vstep); emit("seek"); }
+});
+
+// ---------------------------------------------------------------- keyboard
+// Keys work without clicking into the iframe: the component is served from the app's own
+// origin, so it listens on the parent page too (and on itself once focused).
+function typingInto(el) {
+  if (!el || !el.tagName) return false;
+  const tag = el.tagName.toUpperCase();
+  if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || el.isContentEditable) return true;
+  const role = el.getAttribute && el.getAttribute("role");
+  return role === "slider" || role === "combobox" || role === "listbox" || role === "option" || role === "textbox";
+}
+function onKey(ev) {
+  // an iframe the page removed (a rerun re-created the player) may still hear the parent page
+  if (parentDoc && (!window.frameElement || !window.frameElement.isConnected)) {
+    parentDoc.removeEventListener("keydown", onKey);
+    return;
+  }
+  if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
+  if (!S.episode) return;
+  const big = ev.shiftKey ? 10 : 1;
+  if (ev.key === " " || ev.code === "Space") { toggle(); }
+  else if (ev.key === "ArrowRight") { stepBy(big); }
+  else if (ev.key === "ArrowLeft") { stepBy(-big); }
+  else if (ev.key === "Home") { stepBy(-S.step); }
+  else if (ev.key === "End") { stepBy(S.nSteps - 1 - S.step); }
+  else return;
+  ev.preventDefault();
+  ev.stopPropagation();
+}
+document.addEventListener("keydown", onKey);
+let parentDoc = null;
+try {
+  parentDoc = window.parent.document;  // throws when the parent is another origin
+  parentDoc.addEventListener("keydown", onKey);
+  window.addEventListener("pagehide", () => parentDoc.removeEventListener("keydown", onKey));
+  root.dataset.keys = "parent";
+} catch (e) {
+  root.dataset.keys = "focus";
+  root.focus();
+}
+
+// ---------------------------------------------------------------- Streamlit
+window.addEventListener("message", (event) => {
+  const msg = event.data;
+  if (!msg || msg.type !== "streamlit:render") return;
+  const a = msg.args || {};
+  const fresh = a.episode !== S.episode;
+  if (fresh) {
+    pause(false);
+    S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec; S.seq = 0;
+  }
+  S.nSteps = Math.max(1, a.n_steps || 1);
+  S.dt = a.dt || 0.05;
+  S.vstep = (a.vstep === null || a.vstep === undefined) ? null : a.vstep;
+  S.violated = a.violated || {};
+  S.total = a.total || 0;
+  Object.assign(S.frames, a.frames || {});
+  S.nFrames = Object.keys(S.frames).length;
+  root.dataset.frames = String(S.nFrames);
+  progressBar.style.width = S.total ? `${(100 * S.nFrames / S.total).toFixed(1)}%` : "0";
+  document.getElementById("side").style.display = S.total ? "" : "none";
+  const serverMoved = a.step !== S.serverStep;
+  S.serverStep = a.step;
+  if (fresh) {
+    // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
+    const memo = recalled(a.episode);
+    S.step = memo ? memo.step : a.step;
+    embedChart().then(() => { show(S.step); if (memo && memo.playing) play(); });
+  } else if (serverMoved && !S.playing) {
+    show(a.step);  // the page's slider, the jump button or a deep link moved the step
+  } else {
+    show(S.step);  // new frames arrived: the current step may be ready now
+  }
+  setHeight();
+});
+window.addEventListener("resize", () => {
+  const box = document.getElementById("chart");
+  root.classList.toggle("stacked", window.innerWidth < 760);
+  if (Math.abs(box.clientWidth - S.chartWidth) > 30) embedChart();
+  setHeight();
+});
+root.classList.toggle("stacked", window.innerWidth < 760);
+send("streamlit:componentReady", { apiVersion: 1 });
+})();  // a scope of its own: the vega bundle declares short globals (S, ...)

@@ -1,0 +1,115 @@
+"""The episode timeline in a real headless chromium (issue 16, section 3): the player plays
+(the shown frame and the chart's cursor move), the keyboard steps from the parent page
+(→ shows exactly the next step's frame, equal to a fresh MuJoCo render of it), and a click
+on the chart seeks. Same server and browser helpers as tests/test_browser.py."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlencode
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from test_browser import browser, no_exception, open_url, page, server, settle, store  # noqa: F401
+from dashboard_helpers import timeline_attr, timeline_frame, wait_timeline  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _sbu_episode(store):
+    eps = pd.read_parquet(store / "episodes.parquet")
+    for _, e in eps[eps["sbu"]].iterrows():
+        if isinstance(e["trajectory"], str) and (store / e["trajectory"]).is_file():
+            n = int(e["n_steps"])
+            sr = pd.read_parquet(store / "spec_results.parquet", filters=[("episode_id", "==", e["episode_id"])])
+            worst = sr["extreme_step"].dropna().to_numpy(float)
+            # steps drawn without violation marks (as tests/test_browser.py's _quiet_steps picks them)
+            quiet = {k for k in range(2, n - 2) if not worst.size or np.abs(worst - k).min() > 4}
+            pairs = [s for s in sorted(quiet) if s + 1 in quiet and s >= 12]
+            if pairs:
+                return e, pairs[0]
+    pytest.skip("the store has no SBU episode with a trajectory")
+
+
+def _cursor_x(pg) -> float | None:
+    """The x of the chart's current-step rule (the thick green one) in the first panel."""
+    from dashboard.charts import CURSOR_COLOR
+    return pg.evaluate("""([sel, colour]) => { const d = document.querySelector(sel).contentDocument;
+        const rule = [...d.querySelectorAll('#chart path, #chart line')].find(
+            (el) => (el.getAttribute('stroke') || '').toLowerCase() === colour);
+        return rule ? rule.getBoundingClientRect().x : null; }""", ['iframe[title*="safevla_timeline"]', CURSOR_COLOR])
+
+
+def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store, page):
+    pytest.importorskip("mujoco")
+    import io
+
+    from PIL import Image
+
+    from dashboard.player import FRAME_QUALITY
+    from dashboard.replay_bridge import FRAME_SIZE, jpeg
+    from replay.render import Replayer
+
+    ep, step = _sbu_episode(store)
+    open_url(page, f"{server}/detail?" + urlencode({"ep": ep["episode_id"], "step": step}))
+    no_exception(page)
+    timeline_frame(page, step, timeout=180)  # the deep link's step is the player's first frame
+    assert timeline_attr(page, "data-keys") == "parent"
+    page.locator("h1").first.click()  # focus stays on the parent page: no click into the iframe
+    page.keyboard.press("ArrowRight")
+    shown = timeline_frame(page, step + 1, timeout=180)
+    assert timeline_attr(page, "data-step") == str(step + 1)
+    with Replayer(store / ep["trajectory"], width=FRAME_SIZE[0], height=FRAME_SIZE[1]) as r:
+        want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step + 1), quality=FRAME_QUALITY))).convert("RGB"))
+        before = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step), quality=FRAME_QUALITY))).convert("RGB"))
+    assert np.array_equal(shown, want), "the frame after → is not a fresh render of the next step"
+    assert not np.array_equal(before, want)
+    # shift+← goes back ten steps; the page's step slider and the address follow once the keys stop
+    page.keyboard.press("Shift+ArrowLeft")
+    wait_timeline(page, f"r.dataset.step === '{step + 1 - 10}'", timeout=30)
+    def slider_value() -> str:  # "Step\n\n41\n\n0\n\n119": label, value, min, max
+        return page.locator('[data-testid="stSlider"]').first.inner_text().split()[1]
+
+    deadline = time.time() + 60
+    while slider_value() != str(step - 9) and time.time() < deadline:
+        time.sleep(0.5)
+    assert slider_value() == str(step - 9)
+    # the address bar follows by the time pre-rendering is over (see docs/dashboard.md)
+    wait_timeline(page, f"r.dataset.frames === '{int(ep['n_steps'])}'", timeout=300)
+    settle(page, 1.5)
+    assert f"step={step - 9}" in page.url
+
+
+def test_play_moves_frame_and_cursor_and_a_chart_click_seeks(server, store, page):
+    ep, _ = _sbu_episode(store)
+    open_url(page, f"{server}/detail?" + urlencode({"ep": ep["episode_id"], "step": 0}))
+    n = int(ep["n_steps"])
+    wait_timeline(page, f"r.dataset.frames === '{n}'", timeout=300)  # every frame pre-rendered
+    settle(page, 1.0)
+    wait_timeline(page, "img.dataset.step === '0'", timeout=60)
+    x0 = _cursor_x(page)
+    assert x0 is not None, "no current-step rule on the chart"
+    page.locator("h1").first.click()
+    page.keyboard.press("Space")
+    wait_timeline(page, "r.dataset.playing === '1'", timeout=10)
+    time.sleep(1.5)
+    moved = int(timeline_attr(page, "data-step"))
+    assert moved > 3, f"after 1.5 s of play the player is at step {moved}"
+    assert int(page.evaluate("(s) => document.querySelector(s).contentDocument.querySelector('#frame').dataset.step",
+                             'iframe[title*="safevla_timeline"]')) > 0
+    x1 = _cursor_x(page)
+    assert x1 is not None and x1 > x0 + 5, f"the cursor did not move with the frame ({x0} -> {x1})"
+    page.keyboard.press("Space")
+    wait_timeline(page, "r.dataset.playing === '0'", timeout=10)
+    # a click on the chart at 80% of the first panel's line (steps 0 .. n-1) seeks near step 0.8 (n-1)
+    fx, fy, lx, ly, lw, lh = page.evaluate("""(s) => { const f = document.querySelector(s);
+        const g = f.contentDocument.querySelector('#chart g.mark-line path').getBoundingClientRect();
+        const b = f.getBoundingClientRect(); return [b.x, b.y, g.x, g.y, g.width, g.height]; }""",
+                                           'iframe[title*="safevla_timeline"]')
+    page.mouse.click(fx + lx + 0.8 * lw, fy + ly + lh / 2)
+    want = round(0.8 * (n - 1))
+    wait_timeline(page, f"Math.abs(Number(r.dataset.step) - {want}) <= 3", timeout=15)
+    seeked = int(timeline_attr(page, "data-step"))
+    timeline_frame(page, seeked, timeout=30)  # the frame follows the seek
