@@ -79,7 +79,7 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
     df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
     df["frontier"] = pareto_front(df, "sr", "safety")
     df = _clean(df)
-    xs, ys = fitted_domain(agg, "sr"), fitted_domain(agg, "safety")
+    xs, ys = rate_axis_domain(agg, "sr"), rate_axis_domain(agg, "safety")
     base = alt.Chart(df)
     enc = {}
     if color:
@@ -107,7 +107,7 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
         title=alt.Title("SR vs Safety per cell", subtitle="Wilson 95% bars; dashed: non-dominated frontier"))
 
 
-def fitted_domain(agg: pd.DataFrame, col: str, *, pad: float = 0.05, step: float = 0.1) -> list[float]:
+def rate_axis_domain(agg: pd.DataFrame, col: str, *, pad: float = 0.05, step: float = 0.1) -> list[float]:
     """An axis domain that fits `col` and its CI bounds (`col_lo`, `col_hi`), padded and
     widened to whole `step`s, inside [0, 1]: the points spread over the plot instead of
     crowding one corner of a 0-100% square."""
@@ -214,7 +214,7 @@ def violation_runs(violated: Sequence[bool]) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
 
 
-def fitted_domain(values: Sequence[float], reference: float, *, pad: float = 0.12) -> tuple[float, float]:
+def panel_y_domain(values: Sequence[float], reference: float, *, pad: float = 0.12) -> tuple[float, float]:
     """A y-range holding every finite value and the reference line (threshold or zero) with
     `pad` of the span either side, so lines at a bound (1.0, or 0 for a Boolean) stay visible."""
     v = np.asarray(values, float)
@@ -276,7 +276,7 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
         unit = str(one["unit"].iloc[0] or "") if "unit" in one and len(one) else ""
         thr = float(one["threshold"].iloc[0]) if len(one) else 0.0
         ref = thr if mode == "raw" else 0.0
-        dom = fitted_domain(one[y_field].to_numpy(float), ref)
+        dom = panel_y_domain(one[y_field].to_numpy(float), ref)
         if mode == "raw":
             y_title = f"{unit}" if unit else "value"
         else:

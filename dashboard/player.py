@@ -44,8 +44,8 @@ class FrameStrip:
     """
 
     def __init__(self, *, key: str, record, violations, n_steps: int, order: Sequence[int],
-                 size: tuple[int, int], quality: int = FRAME_QUALITY):
-        self.key, self.record, self.violations = key, record, violations
+                 size: tuple[int, int], quality: int = FRAME_QUALITY, camera: str | None = None):
+        self.key, self.record, self.violations, self.camera = key, record, violations, camera
         self.n_steps, self.order, self.size, self.quality = int(n_steps), list(order), tuple(size), quality
         self.frames: dict[int, str] = {}
         self.errors: list[str] = []
@@ -85,7 +85,7 @@ class FrameStrip:
         from dashboard.replay_bridge import jpeg
         try:
             # the service's own frame routine, called on its thread (service.frame would wait on itself)
-            img = service._frame(self.key, self.record, step, self.violations, self.size, True)
+            img = service._frame(self.key, self.record, step, self.violations, self.size, True, camera=self.camera)
         except Exception as exc:  # noqa: BLE001 - shown on the page; later steps still try
             self.errors.append(f"step {step}: {exc}")
             if len(self.errors) > 3:

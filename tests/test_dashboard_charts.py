@@ -188,7 +188,7 @@ def test_violation_runs(flags, runs):
 
 @pytest.mark.parametrize("values,ref", [([1.0, 1.0], 1.0), ([0.0, 0.0], 0.0), ([np.nan, 5.0], 200.0), ([-3, 2], 0.0)])
 def test_fitted_domain_holds_values_and_reference_strictly_inside(values, ref):
-    lo, hi = charts.fitted_domain(values, ref)
+    lo, hi = charts.panel_y_domain(values, ref)
     finite = [v for v in values if np.isfinite(v)] + [ref]
     assert lo < min(finite) and hi > max(finite)
 
@@ -248,7 +248,7 @@ def test_scatter_axes_fit_the_data_and_models_get_distinct_hues(agg):
     points = spec["layer"][-1]
     assert points["encoding"]["x"]["scale"]["domain"] == [0.6, 1.0]
     assert points["encoding"]["y"]["scale"]["domain"] == [0.0, 0.3]
-    assert charts.fitted_domain(narrow.assign(sr=np.nan, sr_lo=np.nan, sr_hi=np.nan), "sr") == [0.0, 1.0]
+    assert charts.rate_axis_domain(narrow.assign(sr=np.nan, sr_lo=np.nan, sr_hi=np.nan), "sr") == [0.0, 1.0]
     rng = points["encoding"]["color"]["scale"]["range"]
     assert rng == charts.MODEL_PALETTE and charts.VIOLATION_RED not in rng
 

@@ -213,16 +213,34 @@ def timeline_seek(value, tag: str) -> int | None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_steps: int):
-    """The episode's frames, pre-rendered in the background, violating step first."""
+def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_steps: int, camera: str | None = None):
+    """The episode's frames from `camera` (None: the scene's agent view), pre-rendered in the
+    background, violating step first."""
     from dashboard.player import FrameStrip, prerender_order
     from dashboard.replay_bridge import FRAME_SIZE
 
     rec = C.replay_record(_data, i)
     strip = FrameStrip(key=f"{key}#{i}", record=rec, violations=C.violations(_data, key, i, items),
                        n_steps=min(n_steps, rec.n_steps), order=prerender_order(min(n_steps, rec.n_steps), vstep),
-                       size=FRAME_SIZE)
+                       size=FRAME_SIZE, camera=camera)
     return strip.start(C.render_service())
+
+
+def camera_ui(c: C.Ctx, i: int) -> str | None:
+    """The view the player shows: the scene's agent view, or the wrist camera where the
+    record's scene has one (LIBERO's robot0_eye_in_hand). None = the agent view."""
+    from replay.render import WRIST_VIEWS
+
+    try:
+        mjcf = C.replay_record(c.data, i).replay.mjcf or ""
+    except Exception:  # noqa: BLE001 - no replay state: the panel says why below
+        return None
+    wrist = next((name for name in WRIST_VIEWS if f'name="{name}"' in mjcf), None)
+    if wrist is None:
+        return None
+    view = st.segmented_control("View", ["scene", "wrist"], default="scene", key="w.camera",
+                                help=f"the scene camera, or the robot's wrist camera ({wrist})")
+    return wrist if view == "wrist" else None
 
 
 def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces) -> None:
@@ -233,7 +251,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     ok, why = C.replay_status()
     if ok:
         try:
-            strip = frame_strip(c.data, c.key, i, c.items, vstep, n_steps)
+            strip = frame_strip(c.data, c.key, i, c.items, vstep, n_steps, camera_ui(c, i))
         except C.D.StoreProblem as exc:
             why = str(exc)
         except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
