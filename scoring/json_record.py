@@ -10,8 +10,8 @@ can both build on it without importing each other.
 from __future__ import annotations
 
 import json
-import operator
 import math
+import operator
 from typing import Any
 
 import msgspec
