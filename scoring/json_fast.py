@@ -3,7 +3,7 @@
 `record_from_json(loads(line))` builds ~12,000 contact dicts per 300-step episode and
 then walks them again to make arrays. Here msgspec decodes straight into slotted
 structs in one pass (body names typed as a Literal of the record's bodies) and the
-arrays are filled with `np.fromiter`: about 2.4x faster on a 1.15 MB line
+arrays are filled with `np.fromiter`: 2-3x faster than the reference on a 1.15 MB line
 (docs/benchmarks.md).
 
 The fast path only returns a record when it is certain the reference path would return
