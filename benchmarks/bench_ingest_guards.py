@@ -67,12 +67,10 @@ def cpu_seconds(tree: Path, paths: list[str]) -> float:
 
 
 def baseline_tree(rev: str, into: Path) -> Path:
-    """The baseline commit's files, with this tree's compiled C module (the number grammar fix is not measurable)."""
+    """The baseline commit's files (its C module source is not built: both trees decode JSONL with msgspec alone)."""
     into.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    for so in (ROOT / "scoring").glob("_columns*.so"):
-        shutil.copy(so, into / "scoring" / so.name)
     return into
 
 

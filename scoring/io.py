@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io as _io
 import json
-import operator
 import os
 import struct
 import tempfile
@@ -23,221 +22,12 @@ import numpy as np
 from scoring.errors import RecordError
 from scoring import npz_format
 from scoring.npz_format import NpzTooLarge, read_npz, write_npz_stored
+from scoring.json_fast import fast_record
+from scoring.json_record import loads, record_from_json, record_to_json
 from scoring.schema import SCHEMA_VERSION, EpisodeRecord
 
-_META_KEYS = ("model", "suite", "seed", "init_state", "language", "signal_tags",
-              "joint_torque_limit_nm", "success_step", "force_sampling", "settled", "settle_steps")
-_TOP_KEYS = {"episode_id", "benchmark", "task_id", "success", "dt", "target_object", "body_roles",
-             "steps", "replay", "schema_version", *_META_KEYS}
-_STEP_KEYS = {"t", "eef_pos_m", "body_pos_m", "body_quat_wxyz", "contacts", "joint_torque_nm",
-              "joint_torque_peak_nm", "gripper_contact", "action"}
-
-
-# --------------------------------------------------------------------------- JSON
-
-def record_from_json(obj: Any, *, source: str | None = None) -> EpisodeRecord:
-    """Converts one Appendix B JSON object (already parsed) into a validated record."""
-    episode = obj.get("episode_id") if isinstance(obj, dict) else None
-
-    def fail(field: str, message: str) -> RecordError:
-        return RecordError(message, file=source, episode=episode if isinstance(episode, str) else None,
-                           field=field)
-
-    if not isinstance(obj, dict):
-        raise fail("(record)", f"expected a JSON object per episode, got {type(obj).__name__}")
-    steps = obj.get("steps")
-    if not isinstance(steps, list):
-        raise fail("steps", "missing or not a list; expected one object per control step")
-    if not steps:
-        raise fail("steps", "expected at least one step, got an empty episode")
-    for i, s in enumerate(steps):
-        if not isinstance(s, dict):
-            raise fail(f"steps[{i}]", f"expected an object, got {type(s).__name__}")
-
-    roles = obj.get("body_roles")
-    if not isinstance(roles, dict) or not roles:
-        raise fail("body_roles", "expected a non-empty mapping of body name to role")
-    index = {name: i for i, name in enumerate(roles)}
-
-    def column(key: str, *, required: bool = False) -> list | None:
-        present = [key in s for s in steps]
-        if not any(present):
-            if required:
-                raise fail(f"steps[0].{key}", "missing; expected it at every step")
-            return None
-        if not all(present):
-            raise fail(f"steps[{present.index(False)}].{key}",
-                       "missing at this step but present at others; expected it at every step")
-        return [s[key] for s in steps]
-
-    def per_body(key: str) -> tuple[list[str], Any]:
-        col = column(key)
-        if col is None:
-            return [], None
-        first = col[0]
-        if not isinstance(first, dict):
-            raise fail(f"steps[0].{key}", "expected an object mapping body name to a vector")
-        names = list(first)
-        for i, d in enumerate(col):
-            if not isinstance(d, dict) or list(d) != names and set(d) != set(names):
-                got = ", ".join(d) if isinstance(d, dict) else repr(d)
-                raise fail(f"steps[{i}].{key}", f"expected the same bodies at every step ({', '.join(names)}), "
-                                                f"got {got}")
-        return names, [[d[n] for n in names] for d in col]
-
-    pose_bodies, body_pos = per_body("body_pos_m")
-    quat_bodies, body_quat = per_body("body_quat_wxyz")
-    raw_contacts = column("contacts")
-    contacts = None
-    if raw_contacts is not None:
-        contacts = _contacts_from_json(raw_contacts, index, fail)
-
-    meta = {k: obj[k] for k in _META_KEYS if k in obj}
-    extra = {k: v for k, v in obj.items() if k not in _TOP_KEYS}
-    if extra:
-        meta["extra"] = extra
-    step_extra = [{k: v for k, v in s.items() if k not in _STEP_KEYS} for s in steps]
-    if any(step_extra):
-        meta["step_extra"] = step_extra
-
-    replay = obj.get("replay")
-    if replay is not None and not isinstance(replay, dict):
-        raise fail("replay", "expected an object with mjcf, qpos and qvel")
-
-    return EpisodeRecord.build(
-        source=source, episode_id=obj.get("episode_id"), benchmark=obj.get("benchmark"),
-        task_id=obj.get("task_id"), success=obj.get("success"), dt=obj.get("dt"),
-        target_object=obj.get("target_object"), body_roles=roles,
-        t=column("t"), eef_pos=column("eef_pos_m", required=True),
-        pose_bodies=pose_bodies, body_pos=body_pos, quat_bodies=quat_bodies, body_quat=body_quat,
-        joint_torque=column("joint_torque_nm"), joint_torque_peak=column("joint_torque_peak_nm"),
-        gripper_contact=column("gripper_contact"), contacts=contacts, actions=column("action"), meta=meta,
-        replay=replay)
-
-
-_GET_A, _GET_B, _GET_F = operator.itemgetter("a"), operator.itemgetter("b"), operator.itemgetter("force_n")
-_GET_PEAK = operator.itemgetter("force_peak_n")
-
-
-def _contacts_from_json(raw: list, index: dict[str, int], fail) -> dict:
-    """Flat contact arrays from per-step lists of {a, b, force_n}; one pass per field."""
-    for i, cs in enumerate(raw):
-        if not isinstance(cs, list):
-            raise fail(f"steps[{i}].contacts", "expected a list of {a, b, force_n} objects")
-    lengths = [len(cs) for cs in raw]
-    flat = [c for cs in raw for c in cs]
-    step = np.repeat(np.arange(len(raw), dtype=np.int32), lengths)
-    try:
-        # map + itemgetter run in C: ~3x faster than comprehensions on 10^4 contacts
-        a = list(map(index.__getitem__, map(_GET_A, flat)))
-        b = list(map(index.__getitem__, map(_GET_B, flat)))
-        forces = list(map(_GET_F, flat))
-        if not set(map(type, forces)) <= {int, float}:
-            raise TypeError("non-numeric force")
-        force = np.array(forces, dtype=np.float64)
-        peak = None
-        with_peak = sum(map(_has_peak, flat))
-        if with_peak:
-            if with_peak != len(flat):
-                raise KeyError("force_peak_n")
-            peaks = list(map(_GET_PEAK, flat))
-            if not set(map(type, peaks)) <= {int, float}:
-                raise TypeError("non-numeric force")
-            peak = np.array(peaks, dtype=np.float64)
-    except (KeyError, TypeError, ValueError):
-        # the fast pass failed: find the first offending contact for a precise message
-        for k, c in enumerate(flat):
-            where = f"steps[{int(step[k])}].contacts"
-            if not isinstance(c, dict) or not {"a", "b", "force_n"} <= set(c):
-                raise fail(where, f"expected objects with a, b and force_n, got {c!r:.80}") from None
-            for body in (c["a"], c["b"]):
-                if body not in index:
-                    raise fail(where, f"unknown body {body!r}: every contact body must have a role in "
-                                      f"body_roles; known bodies: {', '.join(index)}") from None
-            for key in ("force_n", "force_peak_n"):
-                f = c.get(key, 0.0)
-                if isinstance(f, bool) or not isinstance(f, (int, float)):
-                    raise fail(f"{where}.{key}", f"expected a number in newtons, got {f!r:.40}") from None
-            if ("force_peak_n" in c) != ("force_peak_n" in flat[0]):
-                raise fail(f"{where}.force_peak_n", "present at some contacts but not at others; expected it at "
-                                                    "every contact or none") from None
-        raise
-    out = {"step": step, "a": np.asarray(a, dtype=np.int32), "b": np.asarray(b, dtype=np.int32), "force": force}
-    if peak is not None:
-        out["force_peak"] = peak
-    return out
-
-
-def _has_peak(contact: dict) -> bool:
-    return "force_peak_n" in contact
-
-
-def record_to_json(rec: EpisodeRecord) -> dict:
-    """The Appendix B JSON object of `rec` (inverse of `record_from_json`)."""
-    meta = dict(rec.meta)
-    extra = meta.pop("extra", {})
-    step_extra = meta.pop("step_extra", None)
-    out: dict[str, Any] = {
-        "episode_id": rec.episode_id, "benchmark": rec.benchmark, "task_id": rec.task_id,
-        "success": rec.success, "dt": rec.dt,
-        "target_object": rec.targets[0] if len(rec.targets) == 1 else list(rec.targets),
-        "body_roles": dict(zip(rec.bodies, rec.roles)),
-    }
-    out.update(meta)
-    out.update(extra)
-    t = rec.t.tolist()
-    eef = rec.eef_pos.tolist()
-    pos = rec.body_pos.tolist()
-    quat = rec.body_quat.tolist()
-    torque = rec.joint_torque.tolist() if rec.joint_torque is not None else None
-    torque_peak = rec.joint_torque_peak.tolist() if rec.joint_torque_peak is not None else None
-    grip = rec.gripper_contact.tolist() if rec.gripper_contact is not None else None
-    actions = rec.actions.tolist() if rec.actions is not None else None
-    per_step_contacts = None
-    if rec.contacts is not None:
-        per_step_contacts = [[] for _ in range(rec.n_steps)]
-        c = rec.contacts
-        if c.force_peak is None:
-            for s, a, b, f in zip(c.step.tolist(), c.a.tolist(), c.b.tolist(), c.force.tolist()):
-                per_step_contacts[s].append({"a": rec.bodies[a], "b": rec.bodies[b], "force_n": f})
-        else:
-            for s, a, b, f, p in zip(c.step.tolist(), c.a.tolist(), c.b.tolist(), c.force.tolist(),
-                                     c.force_peak.tolist()):
-                per_step_contacts[s].append({"a": rec.bodies[a], "b": rec.bodies[b], "force_n": f, "force_peak_n": p})
-    steps = []
-    for i in range(rec.n_steps):
-        step: dict[str, Any] = {"t": t[i], "eef_pos_m": eef[i]}
-        if rec.pose_bodies:
-            step["body_pos_m"] = dict(zip(rec.pose_bodies, pos[i]))
-        if rec.quat_bodies:
-            step["body_quat_wxyz"] = dict(zip(rec.quat_bodies, quat[i]))
-        if per_step_contacts is not None:
-            step["contacts"] = per_step_contacts[i]
-        if torque is not None:
-            step["joint_torque_nm"] = torque[i]
-        if torque_peak is not None:
-            step["joint_torque_peak_nm"] = torque_peak[i]
-        if grip is not None:
-            step["gripper_contact"] = grip[i]
-        if actions is not None:
-            step["action"] = actions[i]
-        if step_extra:
-            step.update(step_extra[i])
-        steps.append(step)
-    out["steps"] = steps
-    if rec.replay is not None:
-        r = rec.replay
-        out["replay"] = {"mjcf": r.mjcf, "qpos": r.qpos.tolist(), "qvel": r.qvel.tolist()}
-        if r.mocap_pos is not None:
-            out["replay"]["mocap_pos"] = r.mocap_pos.tolist()
-        if r.mocap_quat is not None:
-            out["replay"]["mocap_quat"] = r.mocap_quat.tolist()
-        if r.camera is not None:
-            out["replay"]["camera"] = r.camera
-        if r.ctrl is not None:
-            out["replay"]["ctrl"] = r.ctrl.tolist()
-    return out
-
+__all__ = ["atomic_write_bytes", "load_record", "loads", "record_from_json", "record_from_npz", "record_to_json",
+           "record_to_npz_bytes", "resolve_mjcf", "save_record"]
 
 # --------------------------------------------------------------------------- NPZ
 
@@ -405,31 +195,11 @@ def load_record(path: str | os.PathLike) -> EpisodeRecord:
     if path.suffix == ".npz":
         return record_from_npz(str(path), source=str(path))
     if path.suffix == ".json":
-        from scoring.json_fast import fast_record  # it builds on this module
         data = _read_bytes(path)
         record = fast_record(data, str(path))
         return record if record is not None else record_from_json(_parse_json(data, path), source=str(path))
     raise RecordError(f"unsupported suffix {path.suffix!r}; expected .json or .npz "
                       "(use scoring.archive.iter_archive for .jsonl)", file=str(path))
-
-
-def loads(data: bytes | str) -> Any:
-    """JSON parsing through orjson when installed (several times faster), else the stdlib."""
-    return _loads(data)
-
-
-try:
-    import orjson as _orjson
-
-    def _loads(data):
-        try:
-            return _orjson.loads(data)
-        except _orjson.JSONDecodeError as exc:
-            if isinstance(data, (bytes, bytearray)) and (b"NaN" in data or b"Infinity" in data):
-                return json.loads(data)  # the stdlib accepts NaN/Infinity; validation then names the field
-            raise ValueError(str(exc)) from None
-except ImportError:  # pragma: no cover - orjson is optional
-    _loads = json.loads
 
 
 def _read_bytes(path: Path) -> bytes:

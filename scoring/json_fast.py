@@ -2,15 +2,13 @@
 
 `record_from_json(loads(line))` builds ~12,000 contact dicts per 300-step episode and
 then walks them again to make arrays. Here msgspec decodes straight into slotted
-structs in one pass and the arrays are filled with `np.fromiter`. When the C module
-`scoring._columns` is built (setup.py; it needs a C compiler), msgspec instead keeps
-each step's numeric fields as checked raw JSON text, and `scoring.json_accel` turns
-those texts into the arrays directly: about half the decode time of a contact-heavy
-line.
+structs in one pass (body names typed as a Literal of the record's bodies) and the
+arrays are filled with `np.fromiter`: 2-3x faster than the reference on a 1.15 MB line
+(docs/benchmarks.md).
 
-The fast paths only return a record when they are certain the reference path would
-return the same one; anything unusual (or any error) is handed to the next path, and
-finally to the reference, so every error message stays the reference one.
+The fast path only returns a record when it is certain the reference path would return
+the same one; anything unusual (or any error) is handed to the reference, so every
+error message stays the reference one.
 """
 
 from __future__ import annotations
@@ -19,15 +17,14 @@ import re
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
-from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
 import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from scoring import json_accel
 from scoring.errors import RecordError
-from scoring.io import _META_KEYS, _TOP_KEYS, loads, record_from_json
+from scoring.json_record import _META_KEYS, _TOP_KEYS, loads, record_from_json
 from scoring.schema import EpisodeRecord
 
 
@@ -35,13 +32,12 @@ class _Fallback(Exception):
     """The fast path cannot vouch for this record; the reference path decides."""
 
 
-# msgspec and orjson read the same JSON text into the same Python values, with one
-# exception: integers. orjson turns those beyond 64 bits into floats (and rejects them
-# past float range), msgspec keeps them all as ints. Untyped values are therefore
-# decoded as `_JSON`, which caps integers at int64 (the widest bound msgspec takes) and
-# nesting at four levels (deeper costs msgspec a type tree that doubles per level):
-# anything else is a validation error, and the reference decides. `Any` would not do:
-# a bad value under a repeated key would be dropped unseen.
+# The reference `loads` rejects integers beyond the range of a double, which msgspec
+# alone keeps. Untyped values are therefore decoded as `_JSON`, which caps integers at
+# int64 (the widest bound msgspec takes) and nesting at four levels (deeper costs
+# msgspec a type tree that doubles per level): anything else is a validation error,
+# and the reference decides. `Any` would not do: a bad value under a repeated key
+# would be dropped unseen.
 _INT = Annotated[int, msgspec.Meta(ge=-(2 ** 63), le=2 ** 63 - 1)]
 _SCALAR = Union[None, bool, _INT, float, str]
 
@@ -53,15 +49,8 @@ def _nested(depth: int) -> Any:
 _JSON = _nested(4)
 
 
-def _step_type(body: Any | None) -> type:
-    """The per-step struct, with body names typed as `body` (str, or a Literal of them).
-
-    With `body=None`, the numeric fields are kept as their JSON text (msgspec.Raw), which
-    msgspec has checked to be well-formed JSON, for `scoring.json_accel`. Raw skips
-    strings without checking their UTF-8 too, but json_accel only takes strings that
-    equal a decoded body name byte for byte.
-    """
-    raw = body is None
+def _step_type(body: Any) -> type:
+    """The per-step struct, with body names typed as `body` (str, or a Literal of them)."""
     contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float),
                                             ("force_peak_n", Union[float, UnsetType], UNSET)],
                                 gc=False, forbid_unknown_fields=True)
@@ -69,10 +58,10 @@ def _step_type(body: Any | None) -> type:
     typed = {"eef_pos_m": vec3, "body_pos_m": dict[body, vec3], "body_quat_wxyz": dict[body, vec4],
              "contacts": list[contact], "joint_torque_nm": list[float], "joint_torque_peak_nm": list[float],
              "action": list[float]}
-    fields = [("t", _SCALAR), *((name, msgspec.Raw if raw else tp) for name, tp in typed.items()),
+    fields = [("t", _SCALAR), *typed.items(),
               ("gripper_contact", _SCALAR)]
     # Unknown keys are forbidden, not skipped: msgspec skips without checking UTF-8 or
-    # number range, so a skipped value could hide JSON that orjson rejects.
+    # number range, so a skipped value could hide JSON that `loads` rejects.
     return msgspec.defstruct("Step", [(name, Union[tp, UnsetType], UNSET) for name, tp in fields],
                              gc=False, forbid_unknown_fields=True)
 
@@ -83,14 +72,13 @@ class _Decoder(NamedTuple):
 
 
 @lru_cache(maxsize=256)
-def _decoder(names: tuple[str, ...] | None) -> _Decoder:
+def _decoder(names: tuple[str, ...]) -> _Decoder:
     """A decoder whose body names are a Literal of `names` (~1 ms to build, so cached).
 
     Literal names come back as the same cached str objects, not one new str per contact,
     and their hashes are ready for the index lookup: ~0.3 ms of a 300-step episode.
-    `names=None` gives the raw-text decoder of `scoring.json_accel`, which needs no names.
     """
-    step = _step_type(None if names is None else Literal[names])
+    step = _step_type(Literal[names])
     # The top level is decoded as a mapping rather than a struct so unknown keys (which
     # the reference keeps as meta["extra"]) come back in order. msgspec types a value by
     # its JSON kind, and only arrays may hold steps; a list elsewhere that happens to hold
@@ -153,24 +141,8 @@ def fast_record(data: bytes | bytearray | memoryview | str, source: str | None) 
         return None
 
 
-class _Arrays(NamedTuple):
-    """How `_build` turns the decoded step fields into arrays: from structs, or from raw text."""
-
-    matrix: Callable  # (rows, n, width=None) -> (T, width)
-    per_body: Callable  # (col, n, width, roles) -> (names, (T, P, width))
-    contacts: Callable  # (per_step, roles) -> {step, a, b, force}
-
-
-def _decode(data: bytes | str, source: str | None) -> EpisodeRecord:
-    if json_accel.AVAILABLE:
-        try:
-            return _build(_decoder(None), data, source, _FROM_TEXT)
-        except json_accel.NotCommonLayout:
-            pass
-    return _build(_decoder(_body_names(data)), data, source, _FROM_STRUCTS)
-
-
-def _build(dec: _Decoder, data: bytes | str, source: str | None, arrays: _Arrays) -> EpisodeRecord:
+def _decode(data: bytes | bytearray | memoryview | str, source: str | None) -> EpisodeRecord:
+    dec = _decoder(_body_names(data))
     obj = dec.decoder.decode(data)
     steps = obj.get("steps")
     roles = obj.get("body_roles")
@@ -185,11 +157,11 @@ def _build(dec: _Decoder, data: bytes | str, source: str | None, arrays: _Arrays
     eef = _column(steps, "eef_pos_m")
     if eef is None:
         raise _Fallback
-    pose_bodies, body_pos = arrays.per_body(_column(steps, "body_pos_m"), n, 3, roles)
-    quat_bodies, body_quat = arrays.per_body(_column(steps, "body_quat_wxyz"), n, 4, roles)
+    pose_bodies, body_pos = _per_body(_column(steps, "body_pos_m"), n, 3)
+    quat_bodies, body_quat = _per_body(_column(steps, "body_quat_wxyz"), n, 4)
     contacts = _column(steps, "contacts")
     if contacts is not None:
-        contacts = arrays.contacts(contacts, roles)
+        contacts = _contacts(contacts, roles)
 
     meta = {k: obj[k] for k in _META_KEYS if k in obj}
     extra = {k: v for k, v in obj.items() if k not in _TOP_KEYS}
@@ -202,11 +174,11 @@ def _build(dec: _Decoder, data: bytes | str, source: str | None, arrays: _Arrays
         source=source, episode_id=obj.get("episode_id"), benchmark=obj.get("benchmark"),
         task_id=obj.get("task_id"), success=obj.get("success"), dt=obj.get("dt"),
         target_object=obj.get("target_object"), body_roles=roles,
-        t=t, eef_pos=arrays.matrix(eef, n, 3), pose_bodies=pose_bodies, body_pos=body_pos,
+        t=t, eef_pos=_matrix(eef, n, 3), pose_bodies=pose_bodies, body_pos=body_pos,
         quat_bodies=quat_bodies, body_quat=body_quat,
-        joint_torque=arrays.matrix(_column(steps, "joint_torque_nm"), n),
-        joint_torque_peak=arrays.matrix(_column(steps, "joint_torque_peak_nm"), n), gripper_contact=grip,
-        contacts=contacts, actions=arrays.matrix(_column(steps, "action"), n), meta=meta, replay=replay)
+        joint_torque=_matrix(_column(steps, "joint_torque_nm"), n),
+        joint_torque_peak=_matrix(_column(steps, "joint_torque_peak_nm"), n), gripper_contact=grip,
+        contacts=contacts, actions=_matrix(_column(steps, "action"), n), meta=meta, replay=replay)
 
 
 def _column(steps: list, name: str) -> list | None:
@@ -234,7 +206,7 @@ def _matrix(rows: list | None, n: int, width: int | None = None) -> np.ndarray |
     return np.fromiter(chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
 
 
-def _per_body(col: list[dict] | None, n: int, width: int, roles=None) -> tuple[list[str], np.ndarray | None]:
+def _per_body(col: list[dict] | None, n: int, width: int) -> tuple[list[str], np.ndarray | None]:
     """Body names in the first step's order and the (T, P, width) array.
 
     The reference also accepts steps listing the same bodies in another order; those are
@@ -271,6 +243,3 @@ def _contacts(per_step: list[list], roles: dict[str, str]) -> dict[str, np.ndarr
     out["force_peak"] = np.array(peaks, dtype=np.float64)
     return out
 
-
-_FROM_STRUCTS = _Arrays(_matrix, _per_body, _contacts)
-_FROM_TEXT = _Arrays(json_accel.matrix, json_accel.per_body, json_accel.contacts)

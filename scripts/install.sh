@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything SafeVLA-Bench and its tests need into the virtual environment .venv of
 # this checkout (created if missing), on a fresh Debian or Ubuntu machine:
-#   - apt: Mesa EGL (offscreen MuJoCo rendering), chromium (browser tests), gcc (the optional
-#     C module that reads JSONL step arrays, scoring/_columns.c), python3-venv where the system
-#     Python lacks venv;
+#   - apt: Mesa EGL (offscreen MuJoCo rendering), chromium (browser tests), python3-venv where
+#     the system Python lacks venv (no C compiler: every dependency installs from a wheel);
 #   - pip: the package with its replay, LIBERO, dashboard, Ray, OpenPI-protocol and dev extras.
 # It never installs into the system Python (PEP 668) nor into whatever venv or conda environment
 # is active: .venv is always its own, created from the python3 on the PATH. .venv may be a
@@ -37,7 +36,7 @@ apt_install() {  # installs the Debian packages that are missing; a no-op where 
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 fonts-dejavu-core gcc libc6-dev
+apt_install libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0 fonts-dejavu-core
 if [ "$PROFILE" = all ]; then
   # chromium: the browser tests; texlive-latex-base + -recommended (pdflatex, booktabs; ~147 MB
   # installed): the paper-table test compiles the LaTeX; poppler-utils (pdftotext, pdfimages,

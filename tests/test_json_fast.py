@@ -2,9 +2,7 @@
 
 Every comparison runs both paths on the same JSON text: records must agree field by
 field (arrays bit for bit, with dtypes), errors in message, file, episode and field.
-`fast=True` cases also check that the fast path took them, not the fallback. Every test
-runs twice: with the C module reading the raw step text (scoring.json_accel), and with
-the msgspec-struct path that takes over when that is not built or declines a line.
+`fast=True` cases also check that the fast path took them, not the fallback.
 """
 
 import copy
@@ -18,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_schema import BAD_INPUT
 
-from scoring import json_accel, json_fast
+from scoring import json_fast
 from scoring.errors import RecordError
 from scoring.archive import iter_archive
 from scoring.io import loads, record_from_json, record_to_json
@@ -28,15 +26,11 @@ from scoring.synthetic import make_record
 SOURCE = "runs/a.jsonl:7"
 
 
-@pytest.fixture(autouse=True, params=["accelerated", "structs"])
-def contacts_path(request, monkeypatch):
-    """The raw-text path of json_accel, then the struct path alone (as without a C compiler)."""
-    if request.param == "accelerated" and not json_accel.AVAILABLE:
-        pytest.skip("scoring._columns is not built (no C compiler at install)")
-    if request.param == "structs":
-        monkeypatch.setattr(json_accel, "AVAILABLE", False)
+@pytest.fixture(autouse=True)
+def fresh_decoders():
+    """Each test builds its own cached decoders, so no test depends on another's."""
     json_fast._decoder.cache_clear()
-    yield request.param
+    yield
     json_fast._decoder.cache_clear()
 
 
@@ -192,7 +186,7 @@ FALLBACK_CASES = {
     "extra contact keys": lambda r: r["steps"][1]["contacts"][0].update(pos=[0, 0, 0]),
     "bodies in another order": lambda r: r["steps"][1].update(
         body_pos_m=dict(reversed(list(r["steps"][1]["body_pos_m"].items())))),
-    "integer wider than orjson's": lambda r: r.update(frame_counter=2 ** 64),  # seed is int64, checked
+    "integer wider than 64 bits": lambda r: r.update(frame_counter=2 ** 64),  # seed is int64, checked
     "wide integer t": lambda r: edit_steps(r, t=lambda i: 2 ** 64 + 4096 * i),
     "null replay": lambda r: r.update(replay=None),
     "null mocap in replay": lambda r: r.update(replay={"mjcf": "<mujoco/>", "qpos": [[0], [1]], "qvel": [[0], [1]],
@@ -208,17 +202,17 @@ def test_fallback_cases_match_reference(appendix_b, case):
     assert kind == "record"
 
 
-def test_a_misread_body_list_cannot_change_the_outcome(appendix_b, contacts_path):
+def test_a_misread_body_list_cannot_change_the_outcome(appendix_b):
     """The decoder is picked from the first `"body_roles"` in the text, which may not be the real one.
 
     The struct path types body names by that guess, so a wrong guess sends the line to the
-    reference; the raw-text path matches names against the decoded body_roles instead.
+    reference.
     """
     names = dict(appendix_b["body_roles"])
     superset = {"notes": {"body_roles": {**names, "ghost": "other"}}, **appendix_b}
     assert_agree(dumps(superset), fast=True)
     assert_agree(dumps({"notes": {"body_roles": {"mug": "target"}}, **appendix_b}),
-                 fast=contacts_path == "accelerated")
+                 fast=False)
     superset["steps"][1]["contacts"][0]["b"] = "ghost"  # known to the misread list only
     kind, (text, *_) = assert_agree(dumps(superset), fast=False)
     assert kind == "error" and "unknown body 'ghost'" in text
@@ -372,7 +366,7 @@ def test_buffer_views_agree_with_bytes(case):
             assert got[1] == want[1]
 
 
-def test_real_libero_records_agree_through_json(contacts_path, monkeypatch):
+def test_real_libero_records_agree_through_json():
     """Recorded LIBERO episodes (26 bodies, replay state, float32 signals) as JSONL lines."""
     from pathlib import Path
 
@@ -380,17 +374,6 @@ def test_real_libero_records_agree_through_json(contacts_path, monkeypatch):
     archive = Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"
     files = sorted(archive.rglob("*.npz"))[::45]
     assert files, "the demo archive is missing"
-    taken = []
-    if contacts_path == "accelerated":
-        real = json_accel._columns.contacts
-
-        def counted(*args):
-            got = real(*args)
-            taken.append(got is not None)
-            return got
-        monkeypatch.setattr(json_accel._columns, "contacts", counted)
     for path in files:
         line = json.dumps(record_to_json(load_record(path))).encode()
         assert_agree(line, fast=True)
-    if contacts_path == "accelerated":  # the C module took every one of them, none was declined
-        assert len(taken) >= len(files) and all(taken)
