@@ -252,8 +252,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     if ok:
         try:
             strip = frame_strip(c.data, c.key, i, c.items, vstep, n_steps, camera_ui(c, i))
-        except C.D.StoreProblem as exc:
-            why = str(exc)
+        except C.D.StoreProblem as exc:  # a refused path: an error, as on every page
+            st.error(str(exc), icon=":material/block:")
         except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
             why = f"No replay for this episode: {exc}"
     dt = float(c.v.frame["dt"].iat[i])
