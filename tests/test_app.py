@@ -546,3 +546,15 @@ def test_a_safe_episode_detail_names_its_closest_call(store, tables):
     row = eps[eps["safe"] & eps["closest_spec"].notna()].iloc[0]
     at = ok(app(store, page="detail", ep=row["episode_id"]))
     assert any("No violation." in c.value and "closest call" in c.value for c in at.caption)
+
+
+def test_detail_offers_the_wrist_camera_where_the_scene_has_one(store, tables):
+    demo = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"
+    demo_eps = pd.read_parquet(demo / "episodes.parquet")
+    at = ok(app(demo, page="detail", ep=demo_eps[demo_eps["sbu"]].iloc[0]["episode_id"]))
+    view = at.button_group(key="w.camera")
+    assert list(view.options) == ["scene", "wrist"]
+    ok(view.set_value("wrist").run())
+    eps, _ = tables  # a synthetic scene without a wrist camera: nothing to choose
+    at = ok(app(store, page="detail", ep=eps[eps["sbu"]].iloc[0]["episode_id"]))
+    assert not [b for b in at.get("button_group") if getattr(b, "key", None) == "w.camera"]

@@ -8,6 +8,7 @@ import base64
 import io
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -81,5 +82,36 @@ def test_frame_strip_renders_every_step_violation_first_equal_to_the_service():
         svc.frame("toy", rec, 0, size=(W, H))  # queued after the strip's jobs at a lower priority: they ran
         time.sleep(0.2)
         assert other.snapshot() == {}
+    finally:
+        svc.close()
+
+
+@pytest.mark.render
+def test_frame_strip_from_the_wrist_camera_equals_the_services_wrist_render():
+    pytest.importorskip("mujoco")
+    from PIL import Image
+
+    from dashboard.replay_bridge import RenderService, jpeg
+    from scoring.io import load_record
+
+    rec = load_record(Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive" / "libero_goal"
+                      / "task_1" / "scripted-careful" / "ep_000.npz")
+    svc = RenderService()
+    try:
+        steps = [0, rec.n_steps // 2]
+        strip = player.FrameStrip(key="demo", record=rec, violations=(), n_steps=rec.n_steps, order=steps,
+                                  size=(160, 120), camera="robot0_eye_in_hand").start(svc)
+        deadline = time.time() + 180
+        while not strip.complete and time.time() < deadline:
+            strip.touch()
+            time.sleep(0.05)
+        assert strip.complete and not strip.errors, strip.errors
+        for step in steps:
+            got = np.asarray(Image.open(io.BytesIO(base64.b64decode(strip.snapshot()[step].split(",", 1)[1]))))
+            wrist = svc.frame("demo", rec, step, size=(160, 120), camera="robot0_eye_in_hand")
+            agent = svc.frame("demo", rec, step, size=(160, 120))
+            want = np.asarray(Image.open(io.BytesIO(jpeg(wrist, quality=player.FRAME_QUALITY))).convert("RGB"))
+            assert np.array_equal(got, want), f"step {step}: the strip's wrist frame differs from the service's"
+            assert np.abs(wrist.astype(int) - agent).mean() > 10, "the wrist view should not be the agent view"
     finally:
         svc.close()

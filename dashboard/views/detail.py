@@ -228,14 +228,21 @@ def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_step
 
 def camera_ui(c: C.Ctx, i: int) -> str | None:
     """The view the player shows: the scene's agent view, or the wrist camera where the
-    record's scene has one (LIBERO's robot0_eye_in_hand). None = the agent view."""
+    record's scene names one (LIBERO's robot0_eye_in_hand). None = the agent view. The scene
+    text is searched, not compiled, so the page does not wait for the scene; a camera defined
+    only in an included file is not offered."""
+    from pathlib import Path
+
     from replay.render import WRIST_VIEWS
+    from scoring.io import resolve_mjcf
 
     try:
-        mjcf = C.replay_record(c.data, i).replay.mjcf or ""
-    except Exception:  # noqa: BLE001 - no replay state: the panel says why below
+        rec = C.replay_record(c.data, i)  # confined: the MJCF file lies in the store or its archive
+        src = resolve_mjcf(rec)
+        text = src if rec.replay.mjcf_is_xml else Path(src).read_text(encoding="utf-8", errors="replace")
+    except Exception:  # noqa: BLE001 - no replay state or a refused path: the panel says why below
         return None
-    wrist = next((name for name in WRIST_VIEWS if f'name="{name}"' in mjcf), None)
+    wrist = next((name for name in WRIST_VIEWS if f'name="{name}"' in text), None)
     if wrist is None:
         return None
     view = st.segmented_control("View", ["scene", "wrist"], default="scene", key="w.camera",
