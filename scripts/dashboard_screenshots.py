@@ -151,18 +151,29 @@ def take_screenshots(url: str, out: Path, *, sbu_episode: str | None) -> dict:
             pg.get_by_test_id("stApp").wait_for()
             settle(pg, 2.0)
             wait_title(pg, "Episode detail")
-            try:  # the replay frame renders after the page (MuJoCo on the CPU)
-                pg.locator('[data-testid="stImage"] img').first.wait_for(timeout=120_000)
+            player = 'iframe[title*="safevla_timeline"]'  # the chart and the replay frames (dashboard/player.py)
+            try:  # the first replay frame renders after the page (MuJoCo on the CPU)
+                pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+                    const img = d && d.querySelector('#frame');
+                    return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
+                                     arg=player, timeout=180_000)
             except Exception:  # noqa: BLE001 - no replay stack here: the page is still worth a picture
                 pass
-            settle(pg, 2.0)
+            try:  # every frame pre-rendered: the page reruns once then, and the player is rebuilt
+                pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+                    const r = d && d.querySelector('#timeline'); const img = d && d.querySelector('#frame');
+                    const status = d && d.querySelector('#status');
+                    return !!r && !!img && !!status && !/frames ready|not rendered/.test(status.textContent || '')
+                        && img.complete && img.naturalWidth > 0; }""", arg=player, timeout=300_000)
+            except Exception:  # noqa: BLE001 - a picture of the page as it is
+                pass
+            settle(pg, 3.0)
             path = out / "dashboard_detail.png"
             pg.screenshot(path=str(path))
             report["files"].append(str(path))
-            images = pg.locator('[data-testid="stImage"] img')
-            if images.count():  # the robustness chart and the replay frame, below the red line
-                images.first.scroll_into_view_if_needed()
-                time.sleep(1.0)
+            if pg.locator(player).count():  # the timeline: chart panels beside the replay frame
+                pg.locator(player).first.scroll_into_view_if_needed()
+                time.sleep(2.0)
                 path = out / "dashboard_detail_replay.png"
                 pg.screenshot(path=str(path))
                 report["files"].append(str(path))

@@ -49,7 +49,7 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
     from PIL import Image
 
     from dashboard.player import FRAME_QUALITY
-    from dashboard.replay_bridge import FRAME_SIZE, jpeg
+    from dashboard.replay_bridge import FRAME_SIZE, PAGE_TEXTURES, jpeg
     from replay.render import Replayer
 
     ep, step = _sbu_episode(store)
@@ -61,7 +61,7 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
     page.keyboard.press("ArrowRight")
     shown = timeline_frame(page, step + 1, timeout=180)
     assert timeline_attr(page, "data-step") == str(step + 1)
-    with Replayer(store / ep["trajectory"], width=FRAME_SIZE[0], height=FRAME_SIZE[1]) as r:
+    with Replayer(store / ep["trajectory"], width=FRAME_SIZE[0], height=FRAME_SIZE[1], textures=PAGE_TEXTURES) as r:
         want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step + 1), quality=FRAME_QUALITY))).convert("RGB"))
         before = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(step), quality=FRAME_QUALITY))).convert("RGB"))
     assert np.array_equal(shown, want), "the frame after → is not a fresh render of the next step"
@@ -80,6 +80,13 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
     wait_timeline(page, f"r.dataset.frames === '{int(ep['n_steps'])}'", timeout=300)
     settle(page, 1.5)
     assert f"step={step - 9}" in page.url
+    # the player's iframe keeps its height: it once grew by a few pixels on every update, without end
+    player = page.locator('iframe[title*="safevla_timeline"]').first
+    heights, deadline = [], time.time() + 60
+    while time.time() < deadline and (len(heights) < 6 or len(set(heights[-6:])) > 1):
+        heights.append(player.bounding_box()["height"])  # the rebuilt chart draws its panels first
+        time.sleep(0.5)
+    assert len(set(heights[-6:])) == 1, heights
 
 
 def test_play_moves_frame_and_cursor_and_a_chart_click_seeks(server, store, page):

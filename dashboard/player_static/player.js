@@ -24,8 +24,15 @@ const S = {
 function send(type, data) {
   window.parent.postMessage(Object.assign({ isStreamlitMessage: true, type: type }, data), "*");
 }
+let sentHeight = -1;
 function setHeight() {
-  send("streamlit:setFrameHeight", { height: Math.ceil(document.documentElement.scrollHeight) + 4 });
+  // the content's own height: the document's scrollHeight is at least the iframe's, so
+  // sending it back (plus a margin) grew the iframe a little on every update, without end
+  const height = Math.ceil(root.getBoundingClientRect().bottom) + 4;
+  if (height !== sentHeight) {
+    sentHeight = height;
+    send("streamlit:setFrameHeight", { height: height });
+  }
 }
 // A remounted iframe restarts its counter: the load id keeps every value distinct.
 const LOAD_ID = Math.random().toString(36).slice(2, 10);
