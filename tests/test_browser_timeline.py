@@ -87,6 +87,11 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
         heights.append(player.bounding_box()["height"])  # the rebuilt chart draws its panels first
         time.sleep(0.5)
     assert len(set(heights[-6:])) == 1, heights
+    # the chart fits its box: nothing (the violating step, the cursor) is cut off on the right
+    widths = page.evaluate("""(s) => { const d = document.querySelector(s).contentDocument;
+        const column = d.getElementById('left'), svg = column.querySelector('#chart svg');
+        return [svg.getBoundingClientRect().width, column.clientWidth]; }""", 'iframe[title*="safevla_timeline"]')
+    assert 0 < widths[0] <= widths[1] + 1, widths
 
 
 def test_play_moves_frame_and_cursor_and_a_chart_click_seeks(server, store, page):

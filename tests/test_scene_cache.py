@@ -59,8 +59,12 @@ def test_a_changed_asset_or_folder_compiles_anew(cache, tmp_path):
     compile_cached(xml, str(tmp_path) + os.sep, compile_fn)
     compile_cached(xml, str(tmp_path) + os.sep, compile_fn)
     assert len(calls) == 1
-    with (tmp_path / "meshes" / "tet.stl").open("ab") as f:  # the mesh file changes (size and mtime)
-        f.write(b"\0" * 50)
+    # the mesh file changes (size and mtime) and stays a valid binary STL: one more triangle,
+    # a copy of the last (appending bare bytes made a file MuJoCo refuses when it re-reads it)
+    stl = tmp_path / "meshes" / "tet.stl"
+    body = stl.read_bytes()
+    count = int.from_bytes(body[80:84], "little")
+    stl.write_bytes(body[:80] + (count + 1).to_bytes(4, "little") + body[84:] + body[-50:])
     assert scene_digest(xml, str(tmp_path) + os.sep) != first
     compile_cached(xml, str(tmp_path) + os.sep, compile_fn)
     assert len(calls) == 2

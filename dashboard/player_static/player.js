@@ -84,8 +84,11 @@ function stepOfPick(value) {
 async function embedChart() {
   if (!S.spec) return;
   const box = document.getElementById("chart");
-  const width = Math.max(220, box.clientWidth - 85);
-  S.chartWidth = box.clientWidth;
+  // the column's width, not the chart box's: vega-embed sizes its box to the last chart drawn,
+  // so measuring the box kept an old, wider chart that the column then cut on the right
+  const avail = document.getElementById("left").clientWidth;
+  const width = Math.max(220, avail - 85);
+  S.chartWidth = avail;
   const spec = JSON.parse(JSON.stringify(S.spec));
   (spec.vconcat || []).forEach((p) => { p.width = width; });
   (spec.params || []).forEach((p) => { if (p.name === "cursor") p.value = S.step; });
@@ -254,9 +257,8 @@ window.addEventListener("message", (event) => {
   setHeight();
 });
 window.addEventListener("resize", () => {
-  const box = document.getElementById("chart");
   root.classList.toggle("stacked", window.innerWidth < 760);
-  if (Math.abs(box.clientWidth - S.chartWidth) > 30) embedChart();
+  if (Math.abs(document.getElementById("left").clientWidth - S.chartWidth) > 30) embedChart();
   setHeight();
 });
 root.classList.toggle("stacked", window.innerWidth < 760);
