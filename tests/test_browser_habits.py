@@ -7,13 +7,11 @@ the Episodes table; the filtered episode list downloads as CSV equal to the filt
 Back after a page switch returns to the previous page (one history entry per navigation).
 """
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,8 +19,6 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "assets" / "demo" / "archive" / "libero_goal"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 if not Path(CHROMIUM).exists():
@@ -34,8 +30,9 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 import pandas as pd  # noqa: E402
 
-from net_helpers import free_port  # noqa: E402
 from scoring.annotations import read_annotations  # noqa: E402
+# the same server (on this module's `store`), browser and page helpers as tests/test_browser.py
+from test_browser import browser, no_exception, open_url, page, server, settle  # noqa: E402,F401
 
 
 def safevla(*args: str) -> subprocess.CompletedProcess:
@@ -49,70 +46,6 @@ def store(tmp_path_factory) -> Path:
     done = safevla("score", str(ARCHIVE), "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr
     return out
-
-
-@pytest.fixture(scope="module")
-def server(store, tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.headless", "true",
-         "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--", "--store", str(store)],
-        cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"}, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.25)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
-    pg = ctx.new_page()
-    pg.set_default_timeout(60_000)
-    yield pg
-    ctx.close()
-
-
-def settle(pg, extra: float = 0.4) -> None:
-    time.sleep(extra)
-    pg.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=90_000)
-    time.sleep(0.3)
-
-
-def open_url(pg, url: str) -> None:
-    pg.goto(url)
-    pg.get_by_test_id("stApp").wait_for()
-    settle(pg, 1.0)
-
-
-def no_exception(pg) -> None:
-    assert pg.locator('[data-testid="stException"]').count() == 0, \
-        pg.locator('[data-testid="stException"]').first.inner_text()
 
 
 def wait_title(pg, want: str, timeout: float = 30.0) -> str:
