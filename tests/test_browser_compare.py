@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from test_browser import ARGS, CHROMIUM, DEMO, ROOT, full_shot, no_exception, open_url, settle  # noqa: F401
+from test_browser import DEMO, ROOT, browser, full_shot, no_exception, open_url, settle  # noqa: F401
 
 sync_api = pytest.importorskip("playwright.sync_api")
 from dashboard_helpers import build_store  # noqa: E402
@@ -52,16 +52,8 @@ def shots(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
 @pytest.fixture
-def page(browser):
+def page(browser):  # the browser is test_browser's; the page is 1280x800, the width the issue asks about
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = ctx.new_page()
     pg.set_default_timeout(60_000)
