@@ -83,9 +83,10 @@ def key_columns_first(columns: Sequence[str], first: Sequence[str]) -> list[str]
     return lead + [c for c in columns if c not in lead]
 
 
-def delta_colour(name: str, value) -> str:
-    """CSS for a delta cell: green when the change is safer, red when less safe, none when 0."""
-    sign = SAFER_WHEN.get(name, 0)
+def signed_colour(value, sign: int) -> str:
+    """CSS for a difference `value` ("+26.7", "−0.120" or a number) under `sign` (+1: a rise
+    is safer/better, -1: a fall is): green when it goes the good way, red when the bad way,
+    none when it is 0, not a number, or `sign` is 0."""
     try:
         x = float(str(value).replace("+", "").replace("−", "-"))
     except ValueError:
@@ -93,6 +94,11 @@ def delta_colour(name: str, value) -> str:
     if not sign or not np.isfinite(x) or abs(x) < 1e-12:
         return ""
     return f"color: {SAFER_RGB if x * sign > 0 else LESS_SAFE_RGB}; font-weight: 600"
+
+
+def delta_colour(name: str, value) -> str:
+    """CSS for a delta cell: green when the change is safer, red when less safe, none when 0."""
+    return signed_colour(value, SAFER_WHEN.get(name, 0))
 
 
 def row_sign(metric: str) -> int:
@@ -107,14 +113,7 @@ def row_delta_colours(shown: pd.DataFrame, delta: str, metric: str) -> pd.DataFr
     the row's `metric` sign rule (`row_sign`), red where it favours B; other cells plain."""
     css = pd.DataFrame("", index=shown.index, columns=shown.columns)
     signs = shown[metric].map(row_sign)
-    for i, (value, sign) in enumerate(zip(shown[delta], signs)):
-        try:
-            x = float(str(value).replace("+", "").replace("−", "-").split()[0])
-        except (ValueError, IndexError):
-            continue
-        if sign and np.isfinite(x) and abs(x) >= 1e-12:
-            css.iloc[i, shown.columns.get_loc(delta)] = (
-                f"color: {SAFER_RGB if x * sign > 0 else LESS_SAFE_RGB}; font-weight: 600")
+    css[delta] = [signed_colour(value, sign) for value, sign in zip(shown[delta], signs)]
     return css
 
 
