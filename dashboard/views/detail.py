@@ -4,6 +4,9 @@ the spec results and why each spec is active or inactive for the task."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -226,23 +229,33 @@ def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_step
     return strip.start(C.render_service())
 
 
+def _wrist_camera(text: str) -> str | None:
+    """The first wrist camera (`replay.render.WRIST_VIEWS`) an MJCF text names, else None."""
+    from replay.render import WRIST_VIEWS
+
+    return next((name for name in WRIST_VIEWS if f'name="{name}"' in text), None)
+
+
+@functools.lru_cache(maxsize=64)
+def _wrist_camera_in_file(path: str, mtime_ns: int) -> str | None:
+    """`_wrist_camera` of a scene file, read once per (path, mtime): not on every rerun."""
+    return _wrist_camera(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+
 def camera_ui(c: C.Ctx, i: int) -> str | None:
     """The view the player shows: the scene's agent view, or the wrist camera where the
     record's scene names one (LIBERO's robot0_eye_in_hand). None = the agent view. The scene
     text is searched, not compiled, so the page does not wait for the scene; a camera defined
     only in an included file is not offered."""
-    from pathlib import Path
-
-    from replay.render import WRIST_VIEWS
     from scoring.io import resolve_mjcf
 
     try:
         rec = C.replay_record(c.data, i)  # confined: the MJCF file lies in the store or its archive
         src = resolve_mjcf(rec)
-        text = src if rec.replay.mjcf_is_xml else Path(src).read_text(encoding="utf-8", errors="replace")
+        wrist = _wrist_camera(src) if rec.replay.mjcf_is_xml else _wrist_camera_in_file(
+            src, Path(src).stat().st_mtime_ns)
     except Exception:  # noqa: BLE001 - no replay state or a refused path: the panel says why below
         return None
-    wrist = next((name for name in WRIST_VIEWS if f'name="{name}"' in text), None)
     if wrist is None:
         return None
     view = st.segmented_control("View", ["scene", "wrist"], default="scene", key="w.camera",
