@@ -18,7 +18,7 @@ const speedSel = document.getElementById("speed");
 const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
-  cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null,
+  cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
 };
 
 function send(type, data) {
@@ -40,7 +40,7 @@ const MEMO = "safevla.timeline";
 function remember() {
   try {
     sessionStorage.setItem(MEMO, JSON.stringify({ episode: S.episode, step: S.step, playing: S.playing,
-                                                  at: Date.now() }));
+                                                  pending: S.pending || null, at: Date.now() }));
   } catch (e) { /* storage off: a remount starts from the page's step */ }
 }
 function recalled(episode) {
@@ -50,13 +50,20 @@ function recalled(episode) {
   } catch (e) { return null; }
 }
 function emit(event) {
+  clearTimeout(S.emitTimer);
+  S.pending = null;
+  remember();
   S.seq += 1;
   send("streamlit:setComponentValue", { value: { step: S.step, seq: `${LOAD_ID}:${S.seq}`, event: event, episode: S.episode },
                                         dataType: "json" });
 }
 // Stepping by keyboard sends one value after the keys stop (each value reruns the page).
+// The value waiting to be sent is remembered: when a rerun re-creates this iframe inside
+// those 450 ms (pre-rendering finishing does), the new iframe sends it instead.
 function emitSoon(event) {
   clearTimeout(S.emitTimer);
+  S.pending = event;
+  remember();
   S.emitTimer = setTimeout(() => emit(event), 450);
 }
 
@@ -248,7 +255,11 @@ window.addEventListener("message", (event) => {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
     const memo = recalled(a.episode);
     S.step = memo ? memo.step : a.step;
-    embedChart().then(() => { show(S.step); if (memo && memo.playing) play(); });
+    embedChart().then(() => {
+      show(S.step);
+      if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
+      if (memo && memo.playing) play();
+    });
   } else if (serverMoved && !S.playing) {
     show(a.step);  // the page's slider, the jump button or a deep link moved the step
   } else {
