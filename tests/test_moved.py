@@ -1,0 +1,63 @@
+"""scoring.moved: an old module path imports as the moved module itself, warns once naming the
+new path, keeps pickles made before the move loadable, and leaves unknown names alone."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from scoring import moved
+
+OLD = "scoring.old_place_of_stats_for_a_test"
+
+
+@pytest.fixture(autouse=True)
+def table():
+    moved.install({OLD: "scoring.stats"})
+    yield
+    sys.modules.pop(OLD, None)
+
+
+def test_old_path_is_the_new_module_and_warns_once_naming_it():
+    import scoring.stats as new
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module(OLD)
+        again = importlib.import_module(OLD)
+    assert old is new and again is new
+    assert old.__spec__.name == "scoring.stats", "the real module's spec was overwritten by the alias"
+    assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+        f"{OLD} moved to scoring.stats; import it from there (the old path will go away)"]
+    assert old.wilson_interval(3, 10) == new.wilson_interval(3, 10)
+
+
+def test_the_warning_points_at_the_import_line():
+    code = (f"import warnings, scoring.moved as m; m.install({{{OLD!r}: 'scoring.stats'}})\n"
+            f"warnings.simplefilter('always')\nimport {OLD}\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '<string>:3: DeprecationWarning' in out.stderr, out.stderr
+
+
+def test_a_pickle_made_at_the_old_path_loads_as_the_new_class():
+    # a pickle names its class by module path: one written before the move names the old path
+    blob = f"c{OLD}\nwilson_interval\n.".encode()
+    import scoring.stats as new
+    with pytest.warns(DeprecationWarning, match="moved to scoring.stats"):
+        assert pickle.loads(blob) is new.wilson_interval
+
+
+def test_unknown_old_names_still_fail_as_before():
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("scoring.never_was_a_module")
+
+
+def test_install_is_idempotent_and_moves_lists_the_table():
+    before = sum(isinstance(f, moved._MovedModules) for f in sys.meta_path)
+    moved.install({OLD: "scoring.stats"})
+    assert sum(isinstance(f, moved._MovedModules) for f in sys.meta_path) == before == 1
+    assert moved.moves()[OLD] == "scoring.stats"
