@@ -90,6 +90,14 @@ def test_compare_leads_with_the_verdict_on_the_demo(page, shots, tmp_path):
         # the answer is in the first screen, above the tables
         box = page.locator('[data-testid="stMarkdownContainer"] h4').first.bounding_box()
         assert box is not None and box["y"] + box["height"] < 800
+        # every model chip and the A/B choices show their whole names at 1280 px (they were cut off)
+        cut = page.evaluate("""() => [...document.querySelectorAll(
+                '[data-testid="stMultiSelect"] [data-tag] span[title], [data-testid="stSelectbox"] input[role="combobox"]')]
+            .filter((el) => el.scrollWidth > el.clientWidth + 1 || el.getBoundingClientRect().right > window.innerWidth)
+            .map((el) => el.value || el.textContent)""")
+        assert cut == [], f"cut off at 1280 px: {cut}"
+        assert page.locator('[data-testid="stMultiSelect"] [data-tag] span[title]').count() == len(models)
+        assert page.locator('[data-testid="stSelectbox"] input[role="combobox"]').count() >= 3
         settle(page, 1.0)
         page.screenshot(path=str(shots / "compare_verdict.png"))
         full_shot(page, shots / "compare_verdict_full.png", height=2200)

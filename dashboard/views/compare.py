@@ -133,25 +133,26 @@ def models_ui(c: C.Ctx) -> tuple[tuple[str, ...], str, str, str]:
     """Models (>= 2, default all), the pair A/B and the metric of the discordant list."""
     all_models = _all_models(c)
     with st.container(border=True):
-        cols = st.columns([3, 1.2, 1.2, 1])
+        # the models on a row of their own, the pair and metric under them: in one row of four,
+        # model names and the third chip were cut off at 1280 px
         key = "w.cmp_models"
         cur = [m for m in (S.get("cmp_models") or all_models) if m in all_models]
         if key not in st.session_state:
             st.session_state[key] = cur
         st.session_state[key] = [m for m in st.session_state[key] if m in all_models]
-        with cols[0]:
-            models = st.multiselect("Models", all_models, key=key, placeholder="choose at least two models",
-                                    help="compared on the (suite, task, init state, seed) keys they all share")
+        models = st.multiselect("Models", all_models, key=key, placeholder="choose at least two models",
+                                help="compared on the (suite, task, init state, seed) keys they all share")
         S.put("cmp_models", list(models))
         if len(models) < 2:
             st.info("Choose at least two models to compare.", icon=":material/compare:")
             _stop(c)
-        with cols[1]:
+        cols = st.columns(3)
+        with cols[0]:
             a = _select("Model A", "cmp_a", list(models), models[0])
-        with cols[2]:
+        with cols[1]:
             others = [m for m in models if m != a]
             b = _select("Model B", "cmp_b", others, others[0])
-        with cols[3]:
+        with cols[2]:
             metric = _select("Discordant on", "cmp_metric", list(C.D.COMPARE_METRICS), "safety",
                              format_func=C.D.COMPARE_LABELS.get,
                              help="the outcome on which A and B must disagree to be listed below")
