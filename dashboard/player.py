@@ -21,6 +21,8 @@ import numpy as np
 
 STATIC = Path(__file__).with_name("player_static")
 PRERENDER = 5  # render-queue priority: after the frame a page waits for (0), before prewarming (10)
+WANTED = PRERENDER - 1  # a step the user moved to (seek, deep link, slider) goes before the pre-render order
+WANT_AHEAD = 10  # steps after a wanted one rendered with it: playback from there runs forward
 FRAME_QUALITY = 80
 IDLE_STOP_S = 30.0  # a strip nobody polled for this long stops rendering (its page was left)
 
@@ -39,8 +41,10 @@ class FrameStrip:
     """One episode's frames as JPEG data URLs, filled in the background by the render thread.
 
     `start` queues one job per step in `order` at PRERENDER priority, so a frame a page
-    waits for still goes first; jobs of a strip nobody polls (`touch`) for IDLE_STOP_S, or
-    that was `cancel`led, return without rendering.
+    waits for still goes first; `want(step)` puts a step the user moved to (and the few after
+    it) before the rest of that order. Jobs of a strip nobody polls (`touch`) for
+    IDLE_STOP_S, or that was `cancel`led, return without rendering; a step is rendered once
+    however many jobs name it.
     """
 
     def __init__(self, *, key: str, record, violations, n_steps: int, order: Sequence[int],
@@ -53,6 +57,8 @@ class FrameStrip:
         self.first_frame_s: float | None = None
         self.done_s: float | None = None
         self._lock = threading.Lock()
+        self._wanted: set[int] = set()
+        self._failed: set[int] = set()
         self._cancelled = False
         self._touched = time.monotonic()
 
@@ -63,6 +69,22 @@ class FrameStrip:
             for step in self.order:
                 service.submit(self._render_one, service, step, priority=PRERENDER)
         return self
+
+    def want(self, service, step: int, *, ahead: int = WANT_AHEAD) -> list[int]:
+        """Render `step` and the `ahead` steps after it next, before the rest of the
+        violation-first order: a seek, deep link or slider move to a step far from the
+        violation does not wait behind every step nearer to it. Returns the steps queued
+        (none that are rendered, failed or already wanted)."""
+        if self.started_at is None or self._cancelled:
+            return []
+        steps = set(self.order)
+        with self._lock:
+            todo = [k for k in range(int(step), int(step) + ahead + 1)
+                    if k in steps and k not in self.frames and k not in self._failed and k not in self._wanted]
+            self._wanted.update(todo)
+        for k in todo:
+            service.submit(self._render_one, service, k, priority=WANTED)
+        return todo
 
     def touch(self) -> None:
         self._touched = time.monotonic()
@@ -80,13 +102,15 @@ class FrameStrip:
 
     # -- render thread
     def _render_one(self, service, step: int) -> None:
-        if self._cancelled or time.monotonic() - self._touched > IDLE_STOP_S or step in self.frames:
+        if (self._cancelled or time.monotonic() - self._touched > IDLE_STOP_S or step in self.frames
+                or step in self._failed):
             return
         from dashboard.replay_bridge import jpeg
         try:
             # the service's own frame routine, called on its thread (service.frame would wait on itself)
             img = service._frame(self.key, self.record, step, self.violations, self.size, True, camera=self.camera)
         except Exception as exc:  # noqa: BLE001 - shown on the page; later steps still try
+            self._failed.add(step)
             self.errors.append(f"step {step}: {exc}")
             if len(self.errors) > 3:
                 self._cancelled = True

@@ -18,9 +18,12 @@ from dashboard_helpers import timeline_attr, timeline_frame, wait_timeline  # no
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def _sbu_episode(store):
+def _sbu_episode(store, *, last: bool = False):
+    """An SBU episode with a trajectory and two neighbouring quiet steps (the last such with
+    `last`: one the module's other tests never open, so its frames are not rendered yet)."""
     eps = pd.read_parquet(store / "episodes.parquet")
-    for _, e in eps[eps["sbu"]].iterrows():
+    sbu = eps[eps["sbu"]]
+    for _, e in (sbu.iloc[::-1] if last else sbu).iterrows():
         if isinstance(e["trajectory"], str) and (store / e["trajectory"]).is_file():
             n = int(e["n_steps"])
             sr = pd.read_parquet(store / "spec_results.parquet", filters=[("episode_id", "==", e["episode_id"])])
@@ -92,6 +95,34 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
         const column = d.getElementById('left'), svg = column.querySelector('#chart svg');
         return [svg.getBoundingClientRect().width, column.clientWidth]; }""", 'iframe[title*="safevla_timeline"]')
     assert 0 < widths[0] <= widths[1] + 1, widths
+
+
+def test_a_deep_link_far_from_the_violation_shows_its_frame_before_pre_rendering_is_over(server, store, page):
+    """The pre-render order starts at the violating step; a step the user asks for (here by a
+    deep link) jumps that queue instead of waiting behind every step nearer the violation."""
+    pytest.importorskip("mujoco")
+    import io
+
+    from PIL import Image
+
+    from dashboard.player import FRAME_QUALITY
+    from dashboard.replay_bridge import FRAME_SIZE, PAGE_TEXTURES, jpeg
+    from replay.render import Replayer
+
+    ep, _ = _sbu_episode(store, last=True)
+    n = int(ep["n_steps"])
+    sr = pd.read_parquet(store / "spec_results.parquet", filters=[("episode_id", "==", ep["episode_id"])])
+    worst = sr["extreme_step"].dropna().to_numpy(float)
+    far = max(range(2, n - 2), key=lambda k: np.abs(worst - k).min())  # the quiet step farthest from any violation
+    open_url(page, f"{server}/detail?" + urlencode({"ep": ep["episode_id"], "step": far}))
+    no_exception(page)
+    shown = timeline_frame(page, far, timeout=180)
+    ready = int(timeline_attr(page, "data-frames"))
+    # without the jump it comes after every step nearer the violation (60 of the demo's 120 here; 2-18 with it)
+    assert ready < n // 4, f"step {far}'s frame came only after {ready} of {n} frames were pre-rendered"
+    with Replayer(store / ep["trajectory"], width=FRAME_SIZE[0], height=FRAME_SIZE[1], textures=PAGE_TEXTURES) as r:
+        want = np.asarray(Image.open(io.BytesIO(jpeg(r.frame(far), quality=FRAME_QUALITY))).convert("RGB"))
+    assert np.array_equal(shown, want), "the deep link's frame is not a fresh render of its step"
 
 
 def test_play_moves_frame_and_cursor_and_a_chart_click_seeks(server, store, page):

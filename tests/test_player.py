@@ -115,3 +115,45 @@ def test_frame_strip_from_the_wrist_camera_equals_the_services_wrist_render():
             assert np.abs(wrist.astype(int) - agent).mean() > 10, "the wrist view should not be the agent view"
     finally:
         svc.close()
+
+
+@pytest.mark.render
+def test_a_wanted_step_jumps_the_pre_render_queue_and_every_step_is_rendered_once():
+    pytest.importorskip("mujoco")
+    import threading
+
+    from dashboard.replay_bridge import RenderService
+    from render_helpers import H, T, VIOL, W, toy_record
+
+    rec = toy_record()
+    svc = RenderService()
+    rendered: list[int] = []
+    try:
+        gate = threading.Event()
+        svc.submit(gate.wait, 30)  # hold the render thread while the strip and the want are queued
+        order = player.prerender_order(T, VIOL.step)
+        far = order[-1]  # the step the violation-first order would render last
+        strip = player.FrameStrip(key="toy", record=rec, violations=(VIOL,), n_steps=T, order=order, size=(W, H))
+        real = strip._render_one
+
+        def counted(service, step):
+            before = step in strip.frames
+            real(service, step)
+            if not before and step in strip.frames:
+                rendered.append(step)
+        strip._render_one = counted
+        strip.start(svc)
+        queued = strip.want(svc, far, ahead=2)
+        assert queued == [s for s in range(far, far + 3) if s < T]
+        assert strip.want(svc, far, ahead=2) == []  # asked twice: queued once
+        gate.set()
+        deadline = time.time() + 120
+        while not strip.complete and time.time() < deadline:
+            strip.touch()
+            time.sleep(0.05)
+        assert strip.complete and not strip.errors
+        assert rendered[:len(queued)] == queued, f"the wanted steps were not rendered first: {rendered[:5]}"
+        assert sorted(rendered) == list(range(T)), "a step was rendered twice or not at all"
+        assert strip.want(svc, 0) == []  # everything is in: nothing more to queue
+    finally:
+        svc.close()

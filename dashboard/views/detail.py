@@ -276,6 +276,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
             st.error(str(exc), icon=":material/block:")
         except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
             why = f"No replay for this episode: {exc}"
+    if strip is not None and not strip.complete:
+        strip.want(C.render_service(), step)  # the page's step (deep link, slider, the player's seek) next
     dt = float(c.v.frame["dt"].iat[i])
     spec = charts.robustness_chart(traces, step=step, violating_step=vstep, mode="raw" if raw else "margin",
                                    colors=c.data.colors(), dt=dt).to_dict()
