@@ -39,7 +39,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -263,97 +262,68 @@ def frame(b: "Bench", code: Path) -> dict:
 
 # ----------------------------------------------------------------------------- timeline (issue 16 s3)
 
-def measure_timeline_playback(store: Path, *, play_s: float = 3.0, port: int | None = None) -> dict:
-    """In a real headless chromium against a fresh `streamlit run` server: open the first SBU
+def measure_timeline_playback(store: Path, browser: "Browser", *, play_s: float = 3.0) -> dict:
+    """Against a fresh `streamlit run` server, in `browser` (a new context): open the first SBU
     episode's detail page and time (a) goto -> the player shows its first pre-rendered frame
     (page load, script run, component + vega bundle load, scene open and first render), (b)
     -> every frame pre-rendered, then (c) play `play_s` seconds with all frames in and report
     the frame rate the browser displayed (img load events per second) against the nominal
-    1/dt. Self-contained: its own server, port and browser."""
-    import socket
-    import urllib.request
+    1/dt."""
     from urllib.parse import urlencode
 
     import pandas as pd
-    from playwright.sync_api import sync_playwright
 
     eps = pd.read_parquet(store / "episodes.parquet")
     ep = eps[eps["sbu"]].iloc[0] if eps["sbu"].any() else eps.iloc[0]
-    if port is None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-                               "--server.port", str(port), "--browser.gatherUsageStats", "false",
-                               "--server.fileWatcherType", "none", "--", "--store", str(store)],
-                              cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    iframe = 'iframe[title*="safevla_timeline"]'
 
     def attr(pg, name):
         return pg.evaluate("""([s, n]) => { const f = document.querySelector(s);
             const r = f && f.contentDocument && f.contentDocument.querySelector('#timeline');
-            return r ? r.getAttribute(n) : null; }""", [iframe, name])
+            return r ? r.getAttribute(n) : null; }""", [PLAYER_IFRAME, name])
 
     def wait(pg, expr, timeout_s):
         pg.wait_for_function(f"""(s) => {{ const f = document.querySelector(s); const d = f && f.contentDocument;
             const r = d && d.querySelector('#timeline'); const img = d && d.querySelector('#frame');
-            return !!(r && img) && ({expr}); }}""", arg=iframe, timeout=timeout_s * 1000)
+            return !!(r && img) && ({expr}); }}""", arg=PLAYER_IFRAME, timeout=timeout_s * 1000)
 
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.25)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            n = int(ep["n_steps"])
-            t0 = time.perf_counter()
-            page.goto(f"http://localhost:{port}/detail?" + urlencode({"ep": ep["episode_id"]}))
-            wait(page, "img.dataset.step !== '-1' && img.complete", 180)
-            first = time.perf_counter() - t0
-            frames_at_first = int(attr(page, "data-frames"))
-            wait(page, f"r.dataset.frames === '{n}'", 600)
-            all_in = time.perf_counter() - t0
-            time.sleep(1.5)  # the page's last rerun (pre-rendering over) settles
-            page.locator("h1").first.click()
-            page.keyboard.press("Home")
-            time.sleep(0.5)
-            page.keyboard.press("Space")
-            t_play = time.perf_counter()
-            wait(page, "r.dataset.playing === '1'", 10)
-            s0 = int(attr(page, "data-step"))
-            time.sleep(play_s)
-            s1 = int(attr(page, "data-step"))
-            fps = float(attr(page, "data-fps") or 0)
-            elapsed = time.perf_counter() - t_play
-            page.keyboard.press("Space")
-            browser.close()
-        dt = float(ep.get("dt", 0.05) or 0.05)
-        return {"timeline_episode": ep["episode_id"], "timeline_steps": n,
-                "timeline_first_frame_s": round(first, 2), "timeline_frames_at_first": frames_at_first,
-                "timeline_all_frames_s": round(all_in, 2),
-                "timeline_prerender_fps": round((n - frames_at_first) / max(all_in - first, 1e-6), 2),
-                "playback_fps": round(fps, 1), "playback_steps_per_s": round((s1 - s0) / elapsed, 1),
-                "playback_nominal_fps": round(1 / dt, 1)}
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+    with Server(APP, store=store, cwd=ROOT) as srv:
+        srv.wait_healthy()
+        page = browser.page()
+        n = int(ep["n_steps"])
+        t0 = time.perf_counter()
+        page.goto(f"{srv.url}/detail?" + urlencode({"ep": ep["episode_id"]}))
+        wait(page, "img.dataset.step !== '-1' && img.complete", 180)
+        first = time.perf_counter() - t0
+        frames_at_first = int(attr(page, "data-frames"))
+        wait(page, f"r.dataset.frames === '{n}'", 600)
+        all_in = time.perf_counter() - t0
+        time.sleep(1.5)  # the page's last rerun (pre-rendering over) settles
+        page.locator("h1").first.click()
+        page.keyboard.press("Home")
+        time.sleep(0.5)
+        page.keyboard.press("Space")
+        t_play = time.perf_counter()
+        wait(page, "r.dataset.playing === '1'", 10)
+        s0 = int(attr(page, "data-step"))
+        time.sleep(play_s)
+        s1 = int(attr(page, "data-step"))
+        fps = float(attr(page, "data-fps") or 0)
+        elapsed = time.perf_counter() - t_play
+        page.keyboard.press("Space")
+        page.context.close()
+    dt = float(ep.get("dt", 0.05) or 0.05)
+    return {"timeline_episode": ep["episode_id"], "timeline_steps": n,
+            "timeline_first_frame_s": round(first, 2), "timeline_frames_at_first": frames_at_first,
+            "timeline_all_frames_s": round(all_in, 2),
+            "timeline_prerender_fps": round((n - frames_at_first) / max(all_in - first, 1e-6), 2),
+            "playback_fps": round(fps, 1), "playback_steps_per_s": round((s1 - s0) / elapsed, 1),
+            "playback_nominal_fps": round(1 / dt, 1)}
 
 
 def playback(b: "Bench", code: Path) -> dict:
     """The in-browser player (issue 16, section 3) on the demo store's first SBU episode:
     first playable frame, all frames pre-rendered, displayed frame rate at 1x."""
-    got = measure_timeline_playback(b.demo)
+    got = measure_timeline_playback(b.demo, b.browser)
     return {"value_s": got["timeline_first_frame_s"], **got,
             "includes": "fresh server, goto detail -> the player shows its first pre-rendered frame "
                         "(page load, script run, player and vega bundle, scene open, first render); "

@@ -263,6 +263,15 @@ def camera_ui(c: C.Ctx, i: int) -> str | None:
     return wrist if view == "wrist" else None
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def timeline_chart_spec(traces, vstep: int | None, mode: str, colors: tuple, dt: float) -> dict:
+    """The player's chart as a Vega-Lite dict, without a current step: the player sets its
+    `cursor` variable itself. Altair takes about 1.2 s for five panels (deep copies and schema
+    validation), so this is built once per episode, thresholds and mode, not on every step."""
+    return charts.robustness_chart(traces, step=None, violating_step=vstep, mode=mode, colors=dict(colors),
+                                   dt=dt).to_dict()
+
+
 def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces) -> None:
     """The robustness chart and the replay player in one browser component (dashboard/player.py)."""
     from dashboard import player
@@ -279,8 +288,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     if strip is not None and not strip.complete:
         strip.want(C.render_service(), step)  # the page's step (deep link, slider, the player's seek) next
     dt = float(c.v.frame["dt"].iat[i])
-    spec = charts.robustness_chart(traces, step=step, violating_step=vstep, mode="raw" if raw else "margin",
-                                   colors=c.data.colors(), dt=dt).to_dict()
+    spec = timeline_chart_spec(traces, vstep, "raw" if raw else "margin", tuple(c.data.colors().items()), dt)
     tag = episode_tag(c, i)
     st.session_state["_timeline_tag"] = tag  # for tests and debugging: what the player's values must carry
     violated = player.violated_by_step(traces)
