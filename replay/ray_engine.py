@@ -14,9 +14,9 @@ Three kinds of process take part:
   together by one batched call (optionally waiting `max_wait_s` for every open episode to
   ask), the way one GPU VLA is shared by many simulators. Policy state is kept per worker
   and per episode (a session id), so batching never mixes episodes.
-- **The driver** (`replay.ray_driver.run_jobs_ray`, re-exported here): hands episodes
-  to free workers (a worker keeps its task while that task has episodes left), writes
-  shipped records, shows a tqdm bar with per-node counts, and prints a per-node and
+- **The driver** (`replay.ray_driver.run_jobs_ray`; it imports this module, never the
+  other way round): hands episodes to free workers (a worker keeps its task while that
+  task has episodes left), writes shipped records, shows a tqdm bar with per-node counts, and prints a per-node and
   per-worker summary and the server's batching figures.
 
 Failures use Ray's own retry options: env workers and the server are restarted
@@ -476,7 +476,3 @@ def _plain_cause(exc: BaseException) -> BaseException:
     if isinstance(cause, SafeVLAError):
         return type(cause)(*cause.args)
     return exc
-
-
-# the driver lives in its own module; these names stay importable from here
-from replay.ray_driver import RayRolloutResult, print_summary, run_jobs_ray, worker_summary  # noqa: E402,F401

