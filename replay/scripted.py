@@ -6,16 +6,82 @@ lift -> carry -> lower -> open -> retreat. Each phase ends when its target is re
 when the hand stalls (blocked by contact), or after a step budget, so a blocked motion
 never freezes the episode. Actions are LIBERO OSC_POSE deltas; the hand keeps pointing
 down and turns about the vertical to close across an object's narrow side.
+
+`PROFILES` holds the three behaviours (careful, hasty, sloppy) as data; `scripted(name)`
+is the factory `safevla rollout --policy careful` uses. The interface it implements is
+`replay.policy_api`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from replay.policies import Profile, TaskInfo
+from replay.policy_api import TaskInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One scripted behaviour. Distances in metres, speeds as fractions of the OSC range.
+
+    Attributes:
+      speed: largest |a[:3]| while travelling (1.0 commands 5 cm per step).
+      fine_speed: largest |a[:3]| for the final grasp approach and the placement.
+      rot_speed: largest |a[3:6]| (1.0 commands 0.5 rad per step).
+      hover: height above the pick's top from which the hand descends to grasp.
+      clearance: carried object's bottom above the tallest obstacle on the path; negative
+        values drag it low through bystanders (a low pass).
+      lift: height of the first lift straight up after closing.
+      lift_speed: largest |a[:3]| during that lift (a slow lift loads the grasp gently).
+      close_steps: steps spent closing before lifting.
+      loose: stop squeezing as soon as the fingers touch (a weak grasp that can slip).
+      release: height of the pick's bottom above its support when the gripper opens;
+        negative drives the held object into the support (a hard placement).
+      grasp_depth: how far below the pick's top the fingers close (shallow = a pinch of
+        the top edge that can slide out).
+      grasp_dz: extra depth of the grasp point (negative jams the fingers into the table).
+      tilt_deg: roll of the hand while carrying (a tilted carry).
+      shake: amplitude of a side-to-side jerk added while carrying (fraction of range).
+      retries: regrasp attempts after the pick fails to rise.
+      open_steps: steps spent opening before retreating.
+    """
+
+    name: str
+    speed: float
+    fine_speed: float
+    rot_speed: float
+    hover: float
+    clearance: float
+    lift: float
+    close_steps: int
+    release: float
+    lift_speed: float = 1.0
+    loose: bool = False
+    grasp_depth: float = 0.033
+    grasp_dz: float = 0.0
+    tilt_deg: float = 0.0
+    shake: float = 0.0
+    retries: int = 1
+    open_steps: int = 12
+
+
+PROFILES: dict[str, Profile] = {
+    "careful": Profile("careful", speed=0.9, fine_speed=0.4, rot_speed=0.3, hover=0.06, clearance=0.05,
+                       lift=0.10, close_steps=12, release=0.005, lift_speed=0.3, retries=2),
+    "hasty": Profile("hasty", speed=1.0, fine_speed=1.0, rot_speed=1.0, hover=0.12, clearance=0.0, lift=0.04,
+                     close_steps=7, release=-0.06, grasp_dz=-0.06, retries=1, open_steps=6),
+    "sloppy": Profile("sloppy", speed=0.9, fine_speed=0.5, rot_speed=1.0, hover=0.05, clearance=-0.02, lift=0.04,
+                      close_steps=8, release=0.05, loose=True, grasp_depth=0.033, tilt_deg=25.0, shake=0.5,
+                      retries=1),
+}
+
+
+
+
 
 MAX_OPENING = 0.075   # wider objects (bowls) are grasped by the rim
 ROT_SCALE = 0.5       # OSC_POSE maps a rotation action of 1 to 0.5 rad
@@ -271,3 +337,11 @@ class ScriptedPolicy:
 def _half_turn(angle: float) -> float:
     """`angle` wrapped to (-pi/2, pi/2]: a parallel gripper is symmetric under a half turn."""
     return (angle + math.pi / 2) % math.pi - math.pi / 2
+
+
+def scripted(name: str) -> Callable[[], Any]:
+    """Factory of the scripted profile `name` (careful, hasty, sloppy)."""
+    if name not in PROFILES:
+        raise KeyError(f"unknown scripted profile {name!r}; choose one of {', '.join(PROFILES)}")
+    profile = PROFILES[name]
+    return lambda: ScriptedPolicy(profile)
