@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import common as C
 from dashboard import vocab
+from scoring.errors import SafeVLAError
 
 
 def is_pair(first, second, a: str, b: str):
@@ -75,7 +76,7 @@ def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     try:
         with st.spinner("Comparing the models as independent samples …"):
             pairs = unpaired_comparison(c.data, c.key, c.items, models)
-    except C.D.SafeVLAError as exc:
+    except SafeVLAError as exc:
         st.info(f"These models cannot be compared: {exc}", icon=":material/link_off:")
         return
     answer_ui(pairs, a, b)

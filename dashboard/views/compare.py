@@ -22,6 +22,7 @@ from dashboard import common as C
 from dashboard import vocab
 from dashboard.compare_answer import answer_first, answer_ui, is_pair, methods_ui, unpaired_ui
 from dashboard import state as S
+from scoring.errors import SafeVLAError
 
 PAGE = "compare"
 TABLE_KEY = "cmp_table"
@@ -391,7 +392,7 @@ def render() -> None:
         with st.spinner("Comparing the models …"):
             cmp = C.comparison(c.data, c.key, c.items, models)
             tables = C.comparison_tables(c.data, c.key, c.items, models)
-    except C.D.SafeVLAError as exc:
+    except SafeVLAError as exc:
         unpaired_ui(c, models, a, b, str(exc))
         _stop(c)
     answer_ui(cmp.pairs, a, b, groups=cmp.groups)

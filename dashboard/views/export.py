@@ -11,6 +11,7 @@ from dashboard import charts
 from dashboard import common as C
 from dashboard import vocab
 from dashboard import state as S
+from scoring.errors import SafeVLAError
 
 TABLES = {
     "table4_main": "Main results per cell (Tables 4/5)",
@@ -85,7 +86,7 @@ def _forest(c: C.Ctx, models: tuple, a: str, b: str):
     try:
         cmp = C.comparison(c.data, c.key, c.items, models)
         pairs, groups = cmp.pairs, cmp.groups
-    except C.D.SafeVLAError:
+    except SafeVLAError:
         pairs, groups = unpaired_comparison(c.data, c.key, c.items, models), ("overall",)
     return forest_chart(forest_frame(pairs, a, b, groups=groups), a, b)
 
