@@ -46,6 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(1, str(ROOT / "tests"))  # the player helpers the browser tests use (dashboard_helpers)
 from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove_tree, wait_drawn  # noqa: E402
 
 DEMO = ROOT / "assets" / "demo" / "store"
@@ -272,19 +273,10 @@ def measure_timeline_playback(store: Path, browser: "Browser", *, play_s: float 
     from urllib.parse import urlencode
 
     import pandas as pd
+    from dashboard_helpers import timeline_attr as attr, wait_timeline as wait
 
     eps = pd.read_parquet(store / "episodes.parquet")
     ep = eps[eps["sbu"]].iloc[0] if eps["sbu"].any() else eps.iloc[0]
-
-    def attr(pg, name):
-        return pg.evaluate("""([s, n]) => { const f = document.querySelector(s);
-            const r = f && f.contentDocument && f.contentDocument.querySelector('#timeline');
-            return r ? r.getAttribute(n) : null; }""", [PLAYER_IFRAME, name])
-
-    def wait(pg, expr, timeout_s):
-        pg.wait_for_function(f"""(s) => {{ const f = document.querySelector(s); const d = f && f.contentDocument;
-            const r = d && d.querySelector('#timeline'); const img = d && d.querySelector('#frame');
-            return !!(r && img) && ({expr}); }}""", arg=PLAYER_IFRAME, timeout=timeout_s * 1000)
 
     with Server(APP, store=store, cwd=ROOT) as srv:
         srv.wait_healthy()

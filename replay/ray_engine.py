@@ -16,8 +16,8 @@ Three kinds of process take part:
   and per episode (a session id), so batching never mixes episodes.
 - **The driver** (`replay.ray_driver.run_jobs_ray`; it imports this module, never the
   other way round): hands episodes to free workers (a worker keeps its task while that
-  task has episodes left), writes shipped records, shows a tqdm bar with per-node counts, and prints a per-node and
-  per-worker summary and the server's batching figures.
+  task has episodes left), writes shipped records, shows a tqdm bar with per-node counts,
+  and prints a per-node and per-worker summary and the server's batching figures.
 
 Failures use Ray's own retry options: env workers and the server are restarted
 (`max_restarts`); an episode call that died with its worker is re-run on the

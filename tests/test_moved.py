@@ -43,8 +43,8 @@ def test_the_warning_points_at_the_import_line():
     assert '<string>:3: DeprecationWarning' in out.stderr, out.stderr
 
 
-def test_a_pickle_made_at_the_old_path_loads_as_the_new_class():
-    # a pickle names its class by module path: one written before the move names the old path
+def test_a_pickle_made_at_the_old_path_loads_the_moved_object():
+    # a pickle names a class or function by module path: one written before the move names the old path
     blob = f"c{OLD}\nwilson_interval\n.".encode()
     import scoring.stats as new
     with pytest.warns(DeprecationWarning, match="moved to scoring.stats"):
