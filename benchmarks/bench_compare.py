@@ -26,7 +26,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scoring.compare import compare_models  # noqa: E402
+from scoring.stats.compare import compare_models  # noqa: E402
 
 MODELS = ("policy-a", "policy-b", "policy-c", "policy-d")
 SUITES = ("libero-spatial", "libero-object", "libero-goal", "libero-10")

@@ -206,7 +206,7 @@ def ci_in_process(store: Path) -> dict:
     import pandas as pd
     from scipy import stats
 
-    from scoring.metrics import aggregate, unsettled_mask
+    from scoring.stats.metrics import aggregate, unsettled_mask
 
     eps = pd.read_parquet(store / "episodes.parquet")
     eps = eps[~unsettled_mask(eps)]

@@ -3,9 +3,9 @@ replaces, on the same rendered panels of real LIBERO rollouts from the bundled d
 
 The three Figure 3 episodes of docs/replay.md are rendered once (`triptych_panels`, 480x360,
 quality "high"), then laid out both ways: `raster_pdf` (the Pillow page of before: one
-JPEG-compressed bitmap, text as pixels) and `vector_pdf` (`replay.triptych_vector`: text as
+JPEG-compressed bitmap, text as pixels) and `vector_pdf` (`replay.render.triptych_vector`: text as
 text, frames Flate-compressed at their own size). Also timed: the unpaired comparison of the
-demo store's three models (`scoring.compare_unpaired`, 10,000 resamples), against the paired
+demo store's three models (`scoring.stats.compare_unpaired`, 10,000 resamples), against the paired
 one on the same episodes. Prints one JSON line.
 
 Usage: MUJOCO_GL=egl python benchmarks/bench_export.py [--repeat 3]
@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from replay.cli import store_record, violations_from_store  # noqa: E402
-from replay.export import CAPTION, TITLES, TriptychRow, compose_raster, triptych_panels  # noqa: E402
-from replay.triptych_vector import vector_triptych  # noqa: E402
-from scoring.compare import compare_models  # noqa: E402
-from scoring.compare_unpaired import compare_unpaired  # noqa: E402
+from replay.render.cli import store_record, violations_from_store  # noqa: E402
+from replay.render.export import CAPTION, TITLES, TriptychRow, compose_raster, triptych_panels  # noqa: E402
+from replay.render.triptych_vector import vector_triptych  # noqa: E402
+from scoring.stats.compare import compare_models  # noqa: E402
+from scoring.stats.compare_unpaired import compare_unpaired  # noqa: E402
 
 STORE = ROOT / "assets" / "demo" / "store"
 EPISODES = ("libero-spatial/task_6/scripted-hasty/ep_001", "libero-object/task_3/scripted-hasty/ep_000",

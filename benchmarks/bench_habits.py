@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from dashboard import data as D  # noqa: E402
 from dashboard import episode_groups as G  # noqa: E402
-from scoring import annotations as A  # noqa: E402
+from scoring.store import annotations as A  # noqa: E402
 
 
 def best_ms(fn, repeat: int) -> float:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 # one measurement, run in a fresh interpreter with PYTHONPATH at the tree under test
 _MEASURE = r"""
 import json, resource, sys
-from scoring.store import score_archive
+from scoring.store.write import score_archive
 paths, out = json.loads(sys.argv[1]), sys.argv[2]
 before = resource.getrusage(resource.RUSAGE_SELF)
 score_archive(paths, out, progress=False)
@@ -40,8 +40,8 @@ print((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
 
 def ensure_inputs(cache: Path) -> tuple[list[str], list[str]]:
     """300 JSONL lines in one file and 1,500 .npz files: bench_score.py's synthetic episodes."""
-    from scoring.io import load_record, record_to_json
-    from scoring.synthetic import make_archive
+    from scoring.records.io import load_record, record_to_json
+    from scoring.records.synthetic import make_archive
 
     npz_dir = cache / "npz-1500"
     if not (npz_dir / ".complete").exists():

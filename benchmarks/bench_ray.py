@@ -22,7 +22,7 @@ Ray instance with `num_cpus=2`.
   more than 20% CPU when the run started: if any, scaling is understated.
 - server_*: the policy server's batching during the 2-worker run: mean batch size and
   requests/s.
-- vla20ms_*: the same with `replay.ray_engine:SimulatedVLA`, a batched policy that sleeps
+- vla20ms_*: the same with `replay.record.ray_engine:SimulatedVLA`, a batched policy that sleeps
   20 ms per batch like a GPU forward pass: mean batch size and requests/s with 2 workers,
   and the 2-over-1-worker speed-up on 2 episodes.
 - score_*: `safevla score` of the bundled demo archive (360 episodes), local (1 process)
@@ -64,8 +64,8 @@ class LocalPath:
     """The local engine's per-episode work (run_episode + atomic write, as `run_task` does)."""
 
     def __init__(self, suite, task, archive, max_steps):
-        from replay.hosts.libero import LiberoHost
-        from replay.policies import load_policy
+        from replay.record.hosts.libero import LiberoHost
+        from replay.record.policies import load_policy
         self.name, factory = load_policy("careful")
         t0 = time.perf_counter()
         self.host = LiberoHost(suite, task)
@@ -74,8 +74,8 @@ class LocalPath:
         self.suite, self.task, self.archive, self.max_steps = suite, task, archive, max_steps
 
     def run(self, k) -> tuple[float, int]:
-        from replay.rollout import episode_path, run_episode, store_mjcf
-        from scoring.io import save_record
+        from replay.record.rollout import episode_path, run_episode, store_mjcf
+        from scoring.records.io import save_record
         t0 = time.perf_counter()
         path = episode_path(self.archive, self.suite, self.task, self.name, k)
 
@@ -89,7 +89,7 @@ class LocalPath:
 
 def ray_pool(n_workers, suite, task, archive, max_steps, spec="careful", marker=None):
     import ray
-    from replay import ray_engine
+    from replay.record import ray_engine
     server = ray_engine.policy_server_actor(spec)
     name = ray.get(server.name.remote())
     workers = ray_engine.env_worker_actors(n_workers, name, archive=archive, policy_spec=spec, seed=0,
@@ -198,7 +198,7 @@ def measure_transport(args) -> dict:
     A shipped episode's time runs from dispatch to the driver having written it.
     """
     import ray
-    from replay.ray_transport import NOWHERE, land
+    from replay.record.ray_transport import NOWHERE, land
     episodes = list(range(args.episodes))
     tmp = Path(tempfile.mkdtemp(prefix="bench_ray_transport_"))
     out: dict = {"bench": "ray_transport", "suite": args.suite, "task": args.task, "episodes": args.episodes,
@@ -275,7 +275,7 @@ def measure(args) -> dict:
             ray.kill(a)
         local.host.close()
         # a stand-in for a GPU VLA (20 ms per batched forward pass): how batching pays
-        vla = "replay.ray_engine:SimulatedVLA"
+        vla = "replay.record.ray_engine:SimulatedVLA"
         server3, workers3, _ = ray_pool(1, args.suite, args.task, str(tmp / "vla1"), args.max_steps, vla)
         v1, _ = ray_dispatch(workers3, args.suite, args.task, episodes[:2])
         for a in (*workers3, server3):
@@ -306,8 +306,8 @@ def measure(args) -> dict:
                    for p in (tmp / "ray2").rglob("*.xml"))
         out["ray_scenes_equal_local"] = same
         # scoring: local vs Ray on the bundled demo archive
-        from scoring.ray_score import score_archive_ray
-        from scoring.store import score_archive
+        from scoring.store.ray_score import score_archive_ray
+        from scoring.store.write import score_archive
         archive = ROOT / "assets" / "demo" / "archive"
         t0 = time.perf_counter()
         score_archive(archive, tmp / "score_local", progress=False)

@@ -72,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(reps: int, *, camera_size: int = 256) -> dict:
-    from replay.hosts.libero import LiberoHost
-    from replay.policies import scripted
-    from replay.rollout import run_episode
-    from scoring.io import record_to_npz_bytes
+    from replay.record.hosts.libero import LiberoHost
+    from replay.record.policies import scripted
+    from replay.record.rollout import run_episode
+    from scoring.records.io import record_to_npz_bytes
 
     host = LiberoHost("libero_spatial", 0)
     try:

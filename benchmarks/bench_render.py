@@ -50,12 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from replay.export import export_clip  # noqa: E402
-from replay.highlight import Violation  # noqa: E402
-from replay.render import Replayer, load_model  # noqa: E402
-from replay.scene_assets import portable_scene  # noqa: E402
-from scoring.io import load_record, save_record  # noqa: E402
-from scoring.schema import EpisodeRecord  # noqa: E402
+from replay.render.export import export_clip  # noqa: E402
+from replay.render.highlight import Violation  # noqa: E402
+from replay.render.replayer import Replayer, load_model  # noqa: E402
+from replay.scene.assets import portable_scene  # noqa: E402
+from scoring.records.io import load_record, save_record  # noqa: E402
+from scoring.records.schema import EpisodeRecord  # noqa: E402
 
 STEPS = 300
 WIDTH, HEIGHT = 640, 480
@@ -127,11 +127,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE_REV = "ffcaab8"  # the branch point of issue 16's render work: one GL context per replayer, no scene cache
 FIRST_FRAME_CHILD = """
 import json, sys, time
-import replay.render as render
-from replay.render import Replayer
-from scoring.io import load_record
+import replay.render.replayer as render
+from replay.render.replayer import Replayer
+from scoring.records.io import load_record
 try:  # as the dashboard's render service: write compiled scenes once no frame waits
-    from replay.scene_cache import defer_saves, save_pending
+    from replay.render.scene_cache import defer_saves, save_pending
     defer_saves()
 except ImportError:  # the baseline has no scene cache
     save_pending = lambda: None
@@ -230,7 +230,7 @@ def player(args) -> None:
     encoded) against the page's path measured in the same run: one `frame()` round trip
     per step plus the JPEG encode, the way the detail page fetched each step."""
     from dashboard.replay_bridge import FRAME_SIZE, RenderService, jpeg
-    from replay.highlight import Violation
+    from replay.render.highlight import Violation
 
     path = next(f for f, _ in demo_scene_pairs(1))
     rec = load_record(path)

@@ -1,7 +1,7 @@
 """`safevla report` cost by stage (issue 18) on a synthetic store.
 
 Scores a synthetic archive (4 models x 4 LIBERO suites, 100-step episodes) into a
-temporary store, then times each stage of `scoring.report.write_report`: the footnotes
+temporary store, then times each stage of `scoring.report.outputs.write_report`: the footnotes
 (which read the trajectories of the torque-violating episodes), the long tables (with the
 10,000-resample VSI bootstraps), the paper layouts, and metrics.json. The baseline is the
 long tables alone, i.e. the report before the paper layouts existed.
@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scoring.metrics_json import encode, metrics_output  # noqa: E402
-from scoring.readings import Reading  # noqa: E402
-from scoring.registry import load_registry  # noqa: E402
-from scoring.report import notes_for, paper_tables, write_paper_tables  # noqa: E402
-from scoring.store import load_store, score_archive  # noqa: E402
-from scoring.synthetic import make_archive  # noqa: E402
-from scoring.tables import build_tables, write_tables  # noqa: E402
+from scoring.report.metrics_json import encode, metrics_output  # noqa: E402
+from scoring.report.readings import Reading  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
+from scoring.report.outputs import notes_for, paper_tables, write_paper_tables  # noqa: E402
+from scoring.store.write import load_store, score_archive  # noqa: E402
+from scoring.records.synthetic import make_archive  # noqa: E402
+from scoring.report.tables import build_tables, write_tables  # noqa: E402
 
 
 def main() -> None:

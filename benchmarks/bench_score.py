@@ -1,7 +1,7 @@
 """End-to-end scoring throughput, JSONL ingestion, what-if latency and peak memory (issue 2).
 
 Synthetic 300-step episodes with 40 contacts per step and 8 bodies (shapes of a real
-LIBERO record, see scoring/synthetic.py) are written once to a cache directory, then:
+LIBERO record, see scoring/records/synthetic.py) are written once to a cache directory, then:
 
 - columnar (.npz) scoring with 1 and 2 workers, in episodes/s;
 - the paper roster (15,000 episodes) with 2 workers: wall time and peak RSS;
@@ -37,10 +37,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scoring.io import record_to_json, load_record  # noqa: E402
-from scoring.registry import load_registry  # noqa: E402
-from scoring.synthetic import make_archive  # noqa: E402
-from scoring.whatif import WhatIf  # noqa: E402
+from scoring.records.io import record_to_json, load_record  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
+from scoring.records.synthetic import make_archive  # noqa: E402
+from scoring.evaluate.whatif import WhatIf  # noqa: E402
 
 
 def ensure_archive(path: Path, n: int) -> Path:
@@ -57,7 +57,7 @@ def score_in_subprocess(paths: list[Path], out: Path, workers: int, *, env: dict
     """(seconds, episodes, peak RSS MiB of the scoring process tree) of one `score_archive` run."""
     code = (
         "import sys, time, resource, json\n"
-        "from scoring.store import score_archive\n"
+        "from scoring.store.write import score_archive\n"
         "t = time.perf_counter()\n"
         f"s = score_archive({[str(p) for p in paths]!r}, {str(out)!r}, workers={workers}, progress=False)\n"
         "dt = time.perf_counter() - t\n"
@@ -93,11 +93,11 @@ def whatif_latency(n: int = 100_000) -> float:
 
 def stage_costs(files: list[Path], repeat: int) -> dict:
     """ms per episode of each stage on one core (best of `repeat`, by process CPU time)."""
-    from scoring.io import record_from_npz
-    from scoring.npz_format import read_npz
-    from scoring.score import score_outcomes
-    from scoring.signals import derive_signal_batch
-    from scoring.store import score_archive
+    from scoring.records.io import record_from_npz
+    from scoring.records.npz_format import read_npz
+    from scoring.evaluate.score import score_outcomes
+    from scoring.evaluate.signals import derive_signal_batch
+    from scoring.store.write import score_archive
     reg = load_registry()
     raws = [f.read_bytes() for f in files]
 
@@ -125,8 +125,8 @@ def stage_costs(files: list[Path], repeat: int) -> dict:
 
 def jsonl_stage_costs(lines: list[bytes], repeat: int) -> dict:
     """ms per JSONL line to decode into a record: msgspec structs, against the reference path."""
-    from scoring.json_fast import fast_record
-    from scoring.json_record import loads, record_from_json
+    from scoring.records.json_fast import fast_record
+    from scoring.records.json_record import loads, record_from_json
 
     def cost(decode):
         best = float("inf")

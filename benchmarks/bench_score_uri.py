@@ -69,8 +69,8 @@ def main() -> None:
     server = start_moto(port)
     try:
         import boto3
-        from scoring.score_uri import score_with_uris
-        from scoring.store import score_archive
+        from scoring.store.score_uri import score_with_uris
+        from scoring.store.write import score_archive
         archive = work / "local" / "archive"
         files = sorted(DEMO.rglob("*.npz"))[:args.episodes]
         for f in [*files, *sorted((DEMO / "models").iterdir())]:

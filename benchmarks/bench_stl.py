@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scoring import stl  # noqa: E402
+from scoring.stl import engine as stl  # noqa: E402
 
 FORMULAS = [
     "G[0,T](arm_furniture_force < 200)",

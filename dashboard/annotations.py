@@ -1,5 +1,5 @@
 """Tags and notes in the dashboard: the detail page's editor, the Episodes tag filter, and
-the tags/note columns of the episode table and its CSV (`scoring.annotations` keeps the file).
+the tags/note columns of the episode table and its CSV (`scoring.store.annotations` keeps the file).
 
 The log is re-read whenever its size or mtime changes, so a tag saved in another session
 shows up on the next rerun; it never touches the store's cached tables.
@@ -15,7 +15,7 @@ import streamlit as st
 
 from dashboard import common as C
 from dashboard import state as S
-from scoring import annotations as A
+from scoring.store import annotations as A
 
 UNTAGGED = "(untagged)"
 

@@ -69,7 +69,7 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
                       height: int = 400) -> alt.LayerChart:
     """SR (x) against Safety (y) per cell with Wilson 95% error bars and the non-dominated frontier.
 
-    `agg` is `scoring.metrics.aggregate(...)` output: sr, sr_lo, sr_hi, safety, safety_lo,
+    `agg` is `scoring.stats.metrics.aggregate(...)` output: sr, sr_lo, sr_hi, safety, safety_lo,
     safety_hi, sbu, n and the `by` columns.
     """
     by = list(by)
@@ -124,7 +124,7 @@ def rate_axis_domain(agg: pd.DataFrame, col: str, *, pad: float = 0.05, step: fl
 
 def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None = None,
                       by: Sequence[str] = ("model", "suite"), width: int = 520) -> alt.LayerChart:
-    """Per-spec violation rate per cell (`scoring.metrics.spec_rates` output).
+    """Per-spec violation rate per cell (`scoring.stats.metrics.spec_rates` output).
 
     Inactive families (rate NaN) are grey with "—"; the text gives the rate in percent.
     """
@@ -176,7 +176,7 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
                      by: Sequence[str] = ("model", "suite"), width: int = 520,
                      colors: Mapping[str, str] | None = None) -> alt.Chart:
     """SBU composition per cell: one bar per cell as long as its SBU rate, split by the share
-    of each violated family (`scoring.metrics.sbu_composition` output)."""
+    of each violated family (`scoring.stats.metrics.sbu_composition` output)."""
     by = list(by)
     labels = dict(labels or {})
     rate = {tuple(r[c] for c in by): r["sbu"] for r in agg.to_dict("records")}

@@ -182,14 +182,14 @@ def sensitivity_chart(_data: D.StoreData, key: str, knob: str, current: float):
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def composition_table(_data: D.StoreData, key: str, items: tuple) -> pd.DataFrame:
-    from scoring.tables import composition_table as build
+    from scoring.report.tables import composition_table as build
     v = verdicts(_data, key, items)
     return build(D.settled_frame(v), D.spec_results_under(_data, v), registry=_data.registry)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def main_table(_data: D.StoreData, key: str, items: tuple, ci: bool) -> pd.DataFrame:
-    from scoring.tables import main_table as build
+    from scoring.report.tables import main_table as build
     return build(D.settled_frame(verdicts(_data, key, items)), ci=ci)
 
 
@@ -206,7 +206,7 @@ def base_aggregates(_data: D.StoreData, key: str) -> dict:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def record(path: str, stamp: float):
-    from scoring.io import load_record
+    from scoring.records.io import load_record
     return load_record(path)
 
 
@@ -452,14 +452,14 @@ def pct(x) -> str:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def comparison(_data: D.StoreData, key: str, items: tuple, models: tuple):
-    """The paired comparison of `models` (`scoring.compare.compare_models`), once per store,
+    """The paired comparison of `models` (`scoring.stats.compare.compare_models`), once per store,
     thresholds and model choice."""
     return D.comparison(verdicts(_data, key, items), models)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def comparison_tables(_data: D.StoreData, key: str, items: tuple, models: tuple) -> dict:
-    from scoring.compare_cli import comparison_tables as build
+    from scoring.cli.compare import comparison_tables as build
     return build(comparison(_data, key, items, models))
 
 
@@ -490,7 +490,7 @@ def side_by_side(images, captions, *, gap: int = 16, title: str | None = None):
     (a string or lines) under each, an optional title above; a PIL image."""
     from PIL import Image
 
-    from replay.highlight import paste_tile, text_tile
+    from replay.render.highlight import paste_tile, text_tile
 
     ink, clear = (20, 20, 20), (0, 0, 0, 0)
     px = max(12, max(im.shape[1] for im in images) // 30)
@@ -535,7 +535,7 @@ def pair_figure(data: D.StoreData, key: str, rows: tuple[int, int], steps: tuple
 
 def _pair_clip_job(svc, keys, recs, vss, labels, fps, out: str, progress) -> None:
     """Runs on the render thread: both episodes frame by frame, synced by step (an episode that
-    has ended holds its last frame), each over its timeline bar (`replay.export.Timeline`),
+    has ended holds its last frame), each over its timeline bar (`replay.render.export.Timeline`),
     side by side, written as MP4 with imageio.
 
     Renders with the service's open replayers (the ones the page's frames came from) instead
@@ -544,8 +544,8 @@ def _pair_clip_job(svc, keys, recs, vss, labels, fps, out: str, progress) -> Non
     import imageio.v2 as iio
 
     from dashboard.replay_bridge import FRAME_SIZE
-    from replay.export import ClipTiming, Timeline
-    from replay.highlight import paste_tile, text_tile
+    from replay.render.export import ClipTiming, Timeline
+    from replay.render.highlight import paste_tile, text_tile
 
     rps = [svc._replayer(k, r, tuple(FRAME_SIZE)) for k, r in zip(keys, recs)]
     bars = [Timeline(rp.width, range(rp.n_steps), violations=vs, success_step=rp.success_step, window=rp.window,

@@ -1,7 +1,7 @@
 """The Compare page's answer (issue 19): the verdict of the chosen pair in one sentence
-(`scoring.compare_verdict`), the forest plot of its differences (`dashboard.forest`), the
+(`scoring.stats.compare_verdict`), the forest plot of its differences (`dashboard.forest`), the
 methods text, and, on a store whose models share no key, the unpaired comparison
-(`scoring.compare_unpaired`) in place of the paired one. Also the helpers that show the
+(`scoring.stats.compare_unpaired`) in place of the paired one. Also the helpers that show the
 paired tables for the chosen pair only."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def answer_ui(pairs, a: str, b: str, *, groups=("overall",)) -> None:
     """The Safety verdict of A vs B in one sentence, the other metrics' verdicts under it,
     then the forest plot of every difference (`dashboard.forest`)."""
     from dashboard.forest import forest_chart, forest_frame
-    from scoring.compare_verdict import pair_result, verdict
+    from scoring.stats.compare_verdict import pair_result, verdict
 
     st.markdown(f"#### {verdict(pair_result(pairs, a, b, 'safety'))}")
     for metric in ("sr", "sbu", "vsi"):
@@ -61,14 +61,14 @@ def methods_ui(*, paired: bool) -> None:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def unpaired_comparison(_data, key: str, items: tuple, models: tuple):
-    from scoring.compare_unpaired import compare_unpaired
+    from scoring.stats.compare_unpaired import compare_unpaired
     return compare_unpaired(C.verdicts(_data, key, items).frame, list(models))
 
 
 def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     """No shared keys: the unpaired comparison instead of a dead end, said to be unpaired."""
-    from scoring.compare_cli import unpaired_table
-    from scoring.tables import to_markdown
+    from scoring.cli.compare import unpaired_table
+    from scoring.report.tables import to_markdown
 
     why = why if why.endswith((".", "?", "!")) else f"{why}."
     st.warning(f"No paired comparison: {why} Shown instead: an **unpaired** comparison, the models as "

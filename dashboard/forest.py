@@ -1,8 +1,8 @@
 """The Compare page's forest plot (issue 19): the differences A - B of one pair of models,
 per metric and group, as a point with its confidence interval and a zero line.
 
-Pure functions: `forest_frame` reads the pairs table of `scoring.compare` (paired) or
-`scoring.compare_unpaired` (unpaired) through `scoring.compare_verdict.pair_result`, so the
+Pure functions: `forest_frame` reads the pairs table of `scoring.stats.compare` (paired) or
+`scoring.stats.compare_unpaired` (unpaired) through `scoring.stats.compare_verdict.pair_result`, so the
 plot, the verdict sentence and the tables show the same numbers; `forest_chart` draws it.
 Rates are in percentage points and VSI in its own unit, so each sits in its own panel.
 """
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from scoring.compare_verdict import format_p, pair_result
-from scoring.ranking import HIGHER_IS_BETTER, LABELS, METRICS
+from scoring.stats.compare_verdict import format_p, pair_result
+from scoring.stats.ranking import HIGHER_IS_BETTER, LABELS, METRICS
 
 FAVOURS_COLORS = {"A": "#1b7837", "B": "#762a83", "neither": "#8c8c8c"}
 

@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 
 from dashboard.charts import _clean, cell_label, chart_bytes, sr_safety_scatter
-from scoring.axis_rates import AXES, AXIS_LABELS
+from scoring.report.axis_rates import AXES, AXIS_LABELS
 
 FORMATS = ("pdf", "svg", "png")
 
@@ -21,7 +21,7 @@ FORMATS = ("pdf", "svg", "png")
 def axis_heatmap(rates: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"), cells: Sequence[str] | None = None,
                  note: Sequence[str] = (), width: int = 240) -> alt.LayerChart:
     """Cells (rows) x axes (columns), coloured by episode violation rate, text in percent
-    ("—" where no family of the axis is active). `rates` is `scoring.axis_rates.axis_rates`;
+    ("—" where no family of the axis is active). `rates` is `scoring.report.axis_rates.axis_rates`;
     `note` lines go under the title (the torque statement)."""
     by = list(by)
     df = rates[[*by, "axis", "label", "rate", "n", "n_active", "n_violated"]].copy()
@@ -50,8 +50,8 @@ def axis_heatmap(rates: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"),
 
 def figure2(agg: pd.DataFrame, rates: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"),
             torque_note: Sequence[str] = ()) -> alt.HConcatChart:
-    """Figure 2: `agg` is `scoring.metrics.aggregate(..., ci=False)` (Wilson bounds are
-    always there), `rates` is `scoring.axis_rates.axis_rates` over the same cells."""
+    """Figure 2: `agg` is `scoring.stats.metrics.aggregate(..., ci=False)` (Wilson bounds are
+    always there), `rates` is `scoring.report.axis_rates.axis_rates` over the same cells."""
     by = list(by)
     cells = [cell_label(r, by) for r in agg.sort_values(by).to_dict("records")]
     size = max(300, 20 * len(cells))
@@ -84,14 +84,14 @@ def save_figure2(chart: alt.TopLevelMixin, out: str | Path, *, formats: Sequence
 
 def figure2_from_store(store: str | Path, *, applicability: str = "appendix-d") -> alt.HConcatChart:
     """Figure 2 of a run store, cells (model, suite) with the paper's suite names."""
-    from scoring.axis_rates import axis_rates
+    from scoring.report.axis_rates import axis_rates
     from scoring.errors import SafeVLAError
-    from scoring.metrics import aggregate
-    from scoring.paper_layout import suite_info, with_canonical_benchmark
-    from scoring.readings import Reading, apply_reading
-    from scoring.registry import load_registry
-    from scoring.store import load_store
-    from scoring.torque_joints import torque_attribution
+    from scoring.stats.metrics import aggregate
+    from scoring.report.paper_layout import suite_info, with_canonical_benchmark
+    from scoring.report.readings import Reading, apply_reading
+    from scoring.registry.lookup import load_registry
+    from scoring.store.write import load_store
+    from scoring.report.torque_joints import torque_attribution
 
     reg = load_registry()
     _, episodes, spec_results = load_store(store)

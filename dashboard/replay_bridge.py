@@ -32,7 +32,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
 PAGE_TEXTURES = "preview"  # the pages' frames: textures shrunk to the frame size for the upload (docs/replay.md)
-MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/offscreen.py)
+MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/render/offscreen.py)
 
 
 def available() -> tuple[bool, str]:
@@ -40,7 +40,7 @@ def available() -> tuple[bool, str]:
     import importlib
 
     try:
-        for name in ("replay.render", "replay.highlight", "replay.export"):
+        for name in ("replay.render.replayer", "replay.render.highlight", "replay.render.export"):
             importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - ImportError, EGL/GL errors at import
         return False, f"replay rendering is unavailable ({type(exc).__name__}: {exc}); install the replay extra: " \
@@ -49,10 +49,10 @@ def available() -> tuple[bool, str]:
 
 
 def build_violations(record, rows: Sequence[dict]):
-    """`replay.highlight.Violation`s for the violated spec rows of one episode (worst first):
-    `replay.cli.violations_from_rows`, with the bodies best effort (a frame without tinted
+    """`replay.render.highlight.Violation`s for the violated spec rows of one episode (worst first):
+    `replay.render.cli.violations_from_rows`, with the bodies best effort (a frame without tinted
     bodies beats no frame). `rows`: the store's spec rows, rho under the current thresholds."""
-    from replay.cli import violations_from_rows
+    from replay.render.cli import violations_from_rows
 
     return violations_from_rows(record, rows, best_effort_bodies=True)
 
@@ -75,7 +75,7 @@ class RenderService:
         self._closing = False
         self._open_registered = False
         if available()[0]:  # compiled scenes go to the disk cache when no page waits for a frame
-            from replay.scene_cache import defer_saves
+            from replay.render.scene_cache import defer_saves
             defer_saves()
         self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
         self._thread.start()
@@ -109,7 +109,7 @@ class RenderService:
         """Writes newly compiled scenes to the disk cache once no job waits (1-2 s per LIBERO scene)."""
         import sys
 
-        cache = sys.modules.get("replay.scene_cache")
+        cache = sys.modules.get("replay.render.scene_cache")
         if cache is not None:
             cache.save_pending()
 
@@ -118,7 +118,7 @@ class RenderService:
                   textures: str = "full"):
         """The open replayer of (key, size, camera, textures), opened if need be. Full
         textures unless asked: callers that export (the pair clip) get full quality."""
-        from replay.render import Replayer
+        from replay.render.replayer import Replayer
 
         k = (key, size, camera, textures)
         rp = self._open.get(k)
@@ -154,8 +154,8 @@ class RenderService:
             batch._one_finished()
 
     def _compile(self, record) -> None:
-        from replay.offscreen import preview_texture_px
-        from replay.render import preview_scene_model, scene_model
+        from replay.render.offscreen import preview_texture_px
+        from replay.render.replayer import preview_scene_model, scene_model
 
         scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
         if self.textures == "preview":  # and queues its small-texture scene for the idle time
@@ -168,8 +168,8 @@ class RenderService:
         ok, _ = available()
         if not ok:
             return
-        from scoring.io import load_record, resolve_mjcf
-        from scoring.store_paths import is_inside
+        from scoring.records.io import load_record, resolve_mjcf
+        from scoring.store.paths import is_inside
 
         seen = set()
         for n, (key, path) in enumerate(jobs):
@@ -209,7 +209,7 @@ class RenderService:
 
         `camera`: a camera name of the record's scene (`cameras(record)`: e.g. "agentview",
         the wrist's "robot0_eye_in_hand"), "free", "free:violation", or None for the agent
-        view. An unknown name raises `replay.highlight.RenderError` listing the valid ones.
+        view. An unknown name raises `replay.render.highlight.RenderError` listing the valid ones.
         """
         return self.submit(self._frame, key, record, step, violations, tuple(size), highlight,
                            camera).result(timeout)
@@ -239,7 +239,7 @@ class RenderService:
         if encode not in ("jpeg", None):
             raise ValueError(f"encode: expected 'jpeg' or None, got {encode!r}")
         if record.replay is None:  # the same one-line error the page's frame() gives, at once
-            from scoring.io import resolve_mjcf
+            from scoring.records.io import resolve_mjcf
             resolve_mjcf(record)
         n = int(record.replay.qpos.shape[0])
         wanted = range(n) if steps is None else [min(max(int(s), 0), max(n - 1, 0)) for s in steps]
@@ -253,8 +253,8 @@ class RenderService:
         return batch
 
     def cameras(self, record, *, timeout: float = 120.0) -> tuple[str, ...]:
-        """The record's camera names, agent and wrist views first (`replay.render.cameras`)."""
-        from replay.render import cameras
+        """The record's camera names, agent and wrist views first (`replay.render.replayer.cameras`)."""
+        from replay.render.replayer import cameras
 
         return self.submit(cameras, record).result(timeout)
 
@@ -267,9 +267,9 @@ class RenderService:
 
     def clip(self, record, violations, *, size=CLIP_SIZE, fps: float = 20, step_range=None,
              progress: Callable[[int, int], None] | None = None) -> bytes:
-        """The episode as MP4 bytes (`replay.export.export_clip`), reporting progress from the
+        """The episode as MP4 bytes (`replay.render.export.export_clip`), reporting progress from the
         calling thread while the render thread works."""
-        from replay.export import export_clip
+        from replay.render.export import export_clip
 
         with tempfile.TemporaryDirectory(prefix="safevla-clip-") as tmp:
             out = Path(tmp) / "clip.mp4"
@@ -279,8 +279,8 @@ class RenderService:
 
     def triptych(self, items, *, fmt: str = "png", size=(480, 360),
                  progress: Callable[[int, int], None] | None = None) -> bytes:
-        """Figure 3 triptych bytes (`replay.export.export_triptych`) as PNG, PDF or SVG."""
-        from replay.export import export_triptych
+        """Figure 3 triptych bytes (`replay.render.export.export_triptych`) as PNG, PDF or SVG."""
+        from replay.render.export import export_triptych
 
         with tempfile.TemporaryDirectory(prefix="safevla-fig-") as tmp:
             out = Path(tmp) / f"triptych.{fmt}"

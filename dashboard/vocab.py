@@ -1,4 +1,4 @@
-"""Tables as a reader sees them: readable headers (`scoring.display.column_label`, data in
+"""Tables as a reader sees them: readable headers (`scoring.report.display.column_label`, data in
 assets/display.yaml), empty cells where a value is missing, key columns first and
 pinned, and deltas coloured by whether they are safer.
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.display import column_label
+from scoring.report.display import column_label
 
 # a delta column -> +1 when a rise is safer (green), -1 when it is less safe (red)
 SAFER_WHEN = {"d_sr": +1, "d_safety": +1, "d_sbu": -1, "d_p_unsafe_given_success": -1, "d_vsi": -1,

@@ -46,7 +46,28 @@ def install(table: Mapping[str, str]) -> None:
         if isinstance(finder, _MovedModules):
             finder.table.update(table)
             return
-    sys.meta_path.append(_MovedModules(table))
+    # First in line: otherwise the path finder would load a submodule of a moved package
+    # (replay.hosts.libero) a second time under its old name, through the alias's __path__.
+    sys.meta_path.insert(0, _MovedModules(table))
+
+
+def forward(package: str, module: str):
+    """A module `__getattr__` for a package that took the place of the module `package`.
+
+    The names the old module defined are found on the package, imported from `module` on first
+    use; a submodule of the package is imported as such (so `from scoring.store import lock` never
+    loads `module`).
+    """
+    def __getattr__(name: str):
+        if not name.startswith("__"):
+            if importlib.util.find_spec(f"{package}.{name}") is not None:
+                return importlib.import_module(f"{package}.{name}")
+            try:
+                return getattr(importlib.import_module(module), name)
+            except AttributeError:
+                pass
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return __getattr__
 
 
 def moves() -> dict[str, str]:

@@ -58,7 +58,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 # The LeRobot serving environment, .venv-lerobot: LeRobot checkpoints run there and are served to
-# the LIBERO side over OpenPI's protocol (`python -m replay.serve --policy lerobot:PATH`), because
+# the LIBERO side over OpenPI's protocol (`python -m replay.record.serve --policy lerobot:PATH`), because
 # lerobot 0.4.4 pins torch<2.11 and numpy<2.3, which do not co-install with .venv's stack
 # (docs/libero.md). SAFEVLA_LEROBOT=0 skips it (tests/test_lerobot.py then fails, naming this script).
 if [ "$PROFILE" = all ] && [ "${SAFEVLA_LEROBOT:-1}" != 0 ]; then

@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="delete the archive and store first")
     args = p.parse_args(argv)
 
-    from replay.policies import load_policy
-    from replay.rollout import run_jobs
+    from replay.record.policies import load_policy
+    from replay.record.rollout import run_jobs
 
     out = Path(args.out)
     archive, store = out / "archive", out / "store"
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(suite, task, episodes, kwargs) for suite, task in plan]
     run_jobs(jobs, workers=args.workers)
 
-    if not args.no_score and importlib.util.find_spec("scoring.store") is not None:
-        cmd = [sys.executable, "-m", "scoring.cli", "score", str(archive), "--out", str(store),
+    if not args.no_score and importlib.util.find_spec("scoring.store.write") is not None:
+        cmd = [sys.executable, "-m", "scoring.cli.main", "score", str(archive), "--out", str(store),
                "--workers", str(args.workers)]
         print("+", " ".join(cmd), file=sys.stderr)
         rc = subprocess.call(cmd, cwd=ROOT)

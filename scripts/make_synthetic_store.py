@@ -4,7 +4,7 @@
     python scripts/make_synthetic_store.py /tmp/dev_store --n 400 --renderable
     python scripts/make_synthetic_store.py /tmp/scale_store --n 20000 --n-steps 100 --workers 2
 
-The records come from `scoring.synthetic` (random, loosely physical trajectories; NOT
+The records come from `scoring.records.synthetic` (random, loosely physical trajectories; NOT
 rollouts) and the store's manifest says `synthetic: true`. With `--renderable` every
 record also carries replay state for a small MuJoCo scene (a table, the target, the
 bystanders and a cosmetic arm whose hand follows the end effector), so the dashboard's
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from scoring.io import save_record  # noqa: E402
-from scoring.schema import Replay  # noqa: E402
-from scoring.synthetic import MODELS, SUITES, make_record  # noqa: E402
+from scoring.records.io import save_record  # noqa: E402
+from scoring.records.schema import Replay  # noqa: E402
+from scoring.records.synthetic import MODELS, SUITES, make_record  # noqa: E402
 
 SCENE_FILE = "synthetic_scene.xml"
 N_BYSTANDERS = 3
@@ -43,7 +43,7 @@ LANGUAGE = ("pick up the black bowl and place it on the plate", "put the cream c
 
 
 def scene_xml(n_bystanders: int = N_BYSTANDERS) -> str:
-    """A small MJCF scene whose body names match `scoring.synthetic.make_record`."""
+    """A small MJCF scene whose body names match `scoring.records.synthetic.make_record`."""
     colours = ("0.95 0.75 0.15 1", "0.25 0.75 0.35 1", "0.75 0.35 0.85 1", "0.9 0.5 0.2 1")
     bystanders = "\n".join(
         f'    <body name="bystander_{i}_main"><freejoint/>'
@@ -150,7 +150,7 @@ def write_archive(directory: str | os.PathLike, n: int, *, seed: int = 0, n_step
 def build_store(out: str | os.PathLike, n: int, *, seed: int = 0, n_steps: int = 120, contacts_per_step: int = 8,
                 renderable: bool = False, workers: int = 1, progress: bool = False) -> Path:
     """Synthetic archive in `out/trajectories`, scored into the store `out` (manifest: synthetic)."""
-    from scoring.store import score_archive
+    from scoring.store.write import score_archive
 
     out = Path(out)
     traj = out / "trajectories"

@@ -37,8 +37,8 @@ def per_point_record(rec):
     """The record as the old recorder wrote it: one contact entry per point, control-step forces."""
     import mujoco
 
-    from replay.contact_forces import world_forces
-    from scoring.schema import Contacts
+    from replay.scene.contact_forces import world_forces
+    from scoring.records.schema import Contacts
     model = mujoco.MjModel.from_xml_string(rec.replay.mjcf)
     data = mujoco.MjData(model)
     index = {b: i for i, b in enumerate(rec.bodies)}
@@ -62,7 +62,7 @@ def per_point_record(rec):
 
 
 def scored(rec, legacy) -> dict:
-    from scoring.score import score_episode
+    from scoring.evaluate.score import score_episode
     out = {}
     for name, record, sampling in (("point/control", legacy, "control"), ("pair/control", rec, "control"),
                                    ("pair/peak", rec, "peak")):
@@ -75,9 +75,9 @@ def scored(rec, legacy) -> dict:
 
 
 def measure(suite: str, tasks: list[int], episodes: int, policy: str) -> list[dict]:
-    from replay.hosts.libero import LiberoHost
-    from replay.policies import scripted
-    from replay.rollout import run_episode
+    from replay.record.hosts.libero import LiberoHost
+    from replay.record.policies import scripted
+    from replay.record.rollout import run_episode
     rows = []
     for task in tasks:
         host = LiberoHost(suite, task)

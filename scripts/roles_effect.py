@@ -2,7 +2,7 @@
 
 Re-scores every record twice: as recorded (every LIBERO object of interest a target, the
 old host's rule) and with destinations and receptacles turned into bystanders (the task
-registry's `targets`, which `replay.hosts.libero.goal_targets` reproduces from the BDDL
+registry's `targets`, which `replay.record.hosts.libero.goal_targets` reproduces from the BDDL
 goal). Gripper contact is recomputed from the recorded contact list for the new targets.
 Nothing is re-simulated, so everything else the recorder measured stays as it was.
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scoring.io import load_record
-from scoring.registry import load_registry
-from scoring.score import score_episode
+from scoring.records.io import load_record
+from scoring.registry.lookup import load_registry
+from scoring.evaluate.score import score_episode
 
 
 def with_paper_roles(rec, targets: tuple[str, ...]):

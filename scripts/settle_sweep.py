@@ -1,7 +1,7 @@
 """Sweep LIBERO init states through the settled-start protocol and tabulate how long each took.
 
 Every (suite, task, init state) is reset exactly as `safevla rollout` resets episode k
-(seed k, `LiberoHost.reset`, which settles with `replay.settle`), and one JSON line per
+(seed k, `LiberoHost.reset`, which settles with `replay.record.settle`), and one JSON line per
 init state goes to --out. Re-running skips lines already there, so an interrupted sweep
 resumes. `--table` prints the Markdown table of docs/libero.md from that file.
 
@@ -34,7 +34,7 @@ def done_keys(out: Path) -> set[tuple[str, int, int]]:
 
 
 def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None, *, reset: str = "hard") -> None:
-    from replay.hosts.libero import LiberoHost, _suite  # MuJoCo/LIBERO only when sweeping
+    from replay.record.hosts.libero import LiberoHost, _suite  # MuJoCo/LIBERO only when sweeping
     done = done_keys(out)
     for suite in suites:
         n_tasks = _suite(suite).n_tasks
@@ -80,7 +80,7 @@ def compare(reference: Path, other: Path) -> dict:
 def table(out: Path) -> str:
     """Markdown: one row per task that needed more than the standard 10 steps, plus per-suite totals."""
     import pandas as pd
-    from replay.hosts.libero import SETTLE_STEPS
+    from replay.record.hosts.libero import SETTLE_STEPS
     df = pd.DataFrame([json.loads(line) for line in out.read_text().splitlines() if line.strip()])
     lines = ["| suite | task | init states swept | needing > 10 steps | max steps needed (settled) | never settled |",
              "|---|---|---|---|---|---|"]

@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from scoring.registry import load_registry  # noqa: E402
-from scoring.store import load_store  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
+from scoring.store.write import load_store  # noqa: E402
 
 
 def violation_rates(eps: pd.DataFrame, specs: pd.DataFrame) -> pd.DataFrame:

@@ -62,7 +62,7 @@ def pytest_sessionfinish(session, exitstatus):
     for obj in gc.get_objects():
         if bridge is not None and isinstance(obj, bridge.RenderService):
             obj.close()
-    offscreen = sys.modules.get("replay.offscreen")
+    offscreen = sys.modules.get("replay.render.offscreen")
     if offscreen is not None:  # replay's GL contexts, before robosuite's exit hook terminates EGL
         offscreen.close_contexts(in_use=True)
     for obj in gc.get_objects():

@@ -1,4 +1,4 @@
-"""A small fixed run store for the paper-layout tests: synthetic records (scoring.synthetic),
+"""A small fixed run store for the paper-layout tests: synthetic records (scoring.records.synthetic),
 3 models x the 4 LIBERO suites x 2 tasks x 2 episodes, plus 2 RoboCasa-365 tasks, with
 a Train label on two of the models. Fixed seeds: the same store on every machine."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scoring.io import save_record
-from scoring.store import score_archive
-from scoring.synthetic import make_record
+from scoring.records.io import save_record
+from scoring.store.write import score_archive
+from scoring.records.synthetic import make_record
 
 MODELS = {"policy-a": "SFT", "policy-b": "RL", "policy-c": None}
 LIBERO = ("libero-spatial", "libero-object", "libero-goal", "libero-10")

@@ -12,9 +12,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402
 
-from replay.highlight import Violation  # noqa: E402
-from replay.render import Replayer  # noqa: E402
-from scoring.schema import EpisodeRecord  # noqa: E402
+from replay.render.highlight import Violation  # noqa: E402
+from replay.render.replayer import Replayer  # noqa: E402
+from scoring.records.schema import EpisodeRecord  # noqa: E402
 
 DEMO_ARCHIVE = Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"
 W, H = 160, 120
@@ -74,7 +74,7 @@ def toy_scene(i: int) -> str:
 
 def fresh_frames(records: dict, steps, *, size=(W, H), **kw) -> dict:
     """Each record's frames from its own replayer in a brand-new GL context, nothing else open."""
-    from replay.offscreen import pool_for_this_thread
+    from replay.render.offscreen import pool_for_this_thread
 
     out = {}
     for key, rec in records.items():
@@ -113,7 +113,7 @@ def assert_all_equal(got, ref) -> None:
 
 def demo_records_of_distinct_scenes(n: int) -> list:
     """The first `n` demo episodes with replay state, each of another LIBERO scene."""
-    from scoring.io import load_record
+    from scoring.records.io import load_record
 
     out, scenes = [], set()
     for f in sorted(DEMO_ARCHIVE.rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []:

@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from scoring.io import load_record  # noqa: E402
-from scoring.registry import load_registry  # noqa: E402
-from scoring.score import score_episode  # noqa: E402
-from scoring.whatif import WhatIf  # noqa: E402
+from scoring.records.io import load_record  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
+from scoring.evaluate.score import score_episode  # noqa: E402
+from scoring.evaluate.whatif import WhatIf  # noqa: E402
 from dashboard.common import NOT_AVAILABLE  # noqa: E402
 from dashboard_helpers import build_store, metric, ok  # noqa: E402
 
@@ -440,7 +440,7 @@ def test_an_mjcf_path_outside_the_archive_is_refused(tmp_path, store, tables):
     """Finding 9: a record's replay.mjcf may only name a model file of its own archive."""
     import dataclasses
 
-    from scoring.io import save_record
+    from scoring.records.io import save_record
     eps, _ = tables
     crafted = _variant(tmp_path, store, "mjcf")
     row = eps[eps["sbu"]].iloc[0]
@@ -488,7 +488,7 @@ def test_a_store_killed_before_its_manifest_opens_as_incomplete(tmp_path, store,
     assert any("Incomplete store" in w.value and command in w.value for w in at.sidebar.warning), \
         [w.value for w in at.sidebar.warning]
     # the command it gives completes the store
-    from scoring.cli import main
+    from scoring.cli.main import main
     assert main(["score", str(path / "trajectories"), "--out", str(path), "--no-progress"]) == 0
     assert json.loads((path / "manifest.json").read_text())["n_episodes"] == len(tables[0])
     at = ok(app(path))

@@ -1,5 +1,5 @@
 """The Compare page (issue 7) through `streamlit.testing.v1.AppTest`: paired tables from
-`scoring.compare`, model choice, the discordant list against `discordant_episodes`, deep
+`scoring.stats.compare`, model choice, the discordant list against `discordant_episodes`, deep
 links, and the side-by-side replay (render tests need EGL)."""
 
 import os
@@ -13,7 +13,7 @@ pytest.importorskip("streamlit")
 pytest.importorskip("statsmodels")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from scoring.compare import compare_models, discordant_episodes  # noqa: E402
+from scoring.stats.compare import compare_models, discordant_episodes  # noqa: E402
 from dashboard_helpers import build_store, metric, ok  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +154,7 @@ def verdicts_shown(at) -> list[str]:
 
 
 def test_verdict_sentence_equals_scoring(store, eps):
-    from scoring.compare_verdict import pair_result, verdict
+    from scoring.stats.compare_verdict import pair_result, verdict
 
     at = ok(app(store))
     cmp = compare_models(eps, MODELS)
@@ -197,8 +197,8 @@ def test_forest_frame_matches_the_pairs(eps):
 
 def test_unpaired_store_offers_an_unpaired_comparison(tmp_path):
     from dashboard import data as D
-    from scoring.compare_unpaired import compare_unpaired
-    from scoring.compare_verdict import pair_result, verdict
+    from scoring.stats.compare_unpaired import compare_unpaired
+    from scoring.stats.compare_verdict import pair_result, verdict
 
     store = make_store(tmp_path / "unpaired", 16, paired=False)  # every record drew its own seed
     at = ok(app(store))
@@ -317,14 +317,14 @@ def test_side_by_side_frames_figure_and_clip_render(store, eps):
     ok(at)
     assert len(at.get("video")) == 1
     assert any(b.proto.label == "Download clip (MP4)" for b in at.get("download_button"))
-    # either side's violating step is held 1 s and its neighbours slowed (replay.export.ClipTiming)
+    # either side's violating step is held 1 s and its neighbours slowed (replay.render.export.ClipTiming)
     import io
 
     import imageio.v3 as iio
 
     from dashboard import common as C
     from dashboard import data as D
-    from replay.export import ClipTiming
+    from replay.render.export import ClipTiming
 
     data = D.open_store(store)
     steps = [v.step for e in (row["episode_id_a"], row["episode_id_b"])

@@ -106,7 +106,7 @@ def test_rendered_clips_are_previewed_and_hold_the_violation(store):
 def test_forest_plot_is_among_the_exported_charts(store):
     from dashboard import charts
     from dashboard.forest import forest_chart, forest_frame
-    from scoring.compare_unpaired import compare_unpaired
+    from scoring.stats.compare_unpaired import compare_unpaired
 
     at, _ = export_page(store)
     box = at.selectbox(key="x_chart")

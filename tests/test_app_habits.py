@@ -18,7 +18,7 @@ from dashboard import data as D  # noqa: E402
 from dashboard import episode_groups as G  # noqa: E402
 from dashboard.links import app_root, view_link  # noqa: E402
 from dashboard_helpers import build_store, metric, ok  # noqa: E402
-from scoring.annotations import ANNOTATIONS, read_annotations, save_annotation  # noqa: E402
+from scoring.store.annotations import ANNOTATIONS, read_annotations, save_annotation  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 

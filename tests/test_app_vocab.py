@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from scoring.display import is_raw_column_name  # noqa: E402
+from scoring.report.display import is_raw_column_name  # noqa: E402
 from dashboard_helpers import build_store, ok  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +121,7 @@ def test_whatif_disables_a_slider_inactive_in_every_episode():
 
 
 def test_red_line_names_the_displaced_object_in_mm():
-    from scoring.io import load_record
+    from scoring.records.io import load_record
 
     demo = _demo()
     eps = pd.read_parquet(demo / "episodes.parquet")

@@ -1,11 +1,11 @@
-"""scoring.archive: archives of records, JSONL line spans, one broken episode never sinks the rest."""
+"""scoring.records.archive: archives of records, JSONL line spans, one broken episode never sinks the rest."""
 
 import json
 
 import numpy as np
 import pytest
 
-from scoring.archive import iter_archive, jsonl_spans, read_span
+from scoring.records.archive import iter_archive, jsonl_spans, read_span
 from scoring.errors import RecordError
 
 
@@ -77,7 +77,7 @@ def test_missing_path_and_wrong_suffix_are_named(tmp_path):
 def test_unlistable_items_are_problems_naming_them_and_the_rest_are_listed(tmp_path):
     import os
 
-    from scoring.archive import list_archive
+    from scoring.records.archive import list_archive
     (tmp_path / "a.npz").write_bytes(b"x")
     odd = tmp_path / os.fsdecode(b"caf\xe9.npz")
     odd.write_bytes(b"x")

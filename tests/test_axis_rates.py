@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scoring.axis_rates import AXES, axis_rates
-from scoring.registry import load_registry
-from scoring.store import load_store
+from scoring.report.axis_rates import AXES, axis_rates
+from scoring.registry.lookup import load_registry
+from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
 

@@ -263,7 +263,7 @@ def test_compare_page_opens_with_side_by_side_replay(server, store, page, shots)
     the first two models: both episodes' frames show."""
     import pandas as pd
 
-    from scoring.compare import discordant_episodes
+    from scoring.stats.compare import discordant_episodes
     from scoring.errors import SafeVLAError
 
     open_url(page, server)
@@ -333,8 +333,8 @@ def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, stor
     pytest.importorskip("mujoco")
     from dashboard.player import FRAME_QUALITY
     from dashboard.replay_bridge import FRAME_SIZE, MAX_OPEN, PAGE_TEXTURES, jpeg
-    from replay.render import Replayer
-    from scoring.io import load_record
+    from replay.render.replayer import Replayer
+    from scoring.records.io import load_record
 
     eps = pd.read_parquet(store / "episodes.parquet")
     chosen, scenes = [], set()

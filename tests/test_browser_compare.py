@@ -75,8 +75,8 @@ def forest_drawn(pg) -> None:
 
 @pytest.mark.skipif(not (DEMO / "manifest.json").exists(), reason="no bundled demo store")
 def test_compare_leads_with_the_verdict_on_the_demo(page, shots, tmp_path):
-    from scoring.compare import compare_models
-    from scoring.compare_verdict import pair_result, verdict
+    from scoring.stats.compare import compare_models
+    from scoring.stats.compare_verdict import pair_result, verdict
 
     eps = pd.read_parquet(DEMO / "episodes.parquet")
     models = sorted(eps["model"].unique())
@@ -108,8 +108,8 @@ def test_compare_leads_with_the_verdict_on_the_demo(page, shots, tmp_path):
 
 def test_compare_on_a_store_without_paired_keys(page, shots, tmp_path):
     from dashboard import data as D
-    from scoring.compare_unpaired import compare_unpaired
-    from scoring.compare_verdict import pair_result, verdict
+    from scoring.stats.compare_unpaired import compare_unpaired
+    from scoring.stats.compare_verdict import pair_result, verdict
 
     store = build_store(tmp_path / "store", 16, n_steps=30, contacts_per_step=4, renderable=False)  # own seeds
     models = sorted(pd.read_parquet(store / "episodes.parquet")["model"].unique())

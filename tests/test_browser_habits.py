@@ -30,13 +30,13 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 import pandas as pd  # noqa: E402
 
-from scoring.annotations import read_annotations  # noqa: E402
+from scoring.store.annotations import read_annotations  # noqa: E402
 # the same server (on this module's `store`), browser and page helpers as tests/test_browser.py
 from test_browser import browser, no_exception, open_url, page, server, settle  # noqa: E402,F401
 
 
 def safevla(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scoring.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scoring.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
 
 

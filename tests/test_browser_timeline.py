@@ -53,7 +53,7 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
 
     from dashboard.player import FRAME_QUALITY
     from dashboard.replay_bridge import FRAME_SIZE, PAGE_TEXTURES, jpeg
-    from replay.render import Replayer
+    from replay.render.replayer import Replayer
 
     ep, step = _sbu_episode(store)
     open_url(page, f"{server}/detail?" + urlencode({"ep": ep["episode_id"], "step": step}))
@@ -107,7 +107,7 @@ def test_a_deep_link_far_from_the_violation_shows_its_frame_before_pre_rendering
 
     from dashboard.player import FRAME_QUALITY
     from dashboard.replay_bridge import FRAME_SIZE, PAGE_TEXTURES, jpeg
-    from replay.render import Replayer
+    from replay.render.replayer import Replayer
 
     ep, _ = _sbu_episode(store, last=True)
     n = int(ep["n_steps"])

@@ -4,12 +4,12 @@ import sys
 
 import pytest
 
-from scoring.cli import main
-from scoring.synthetic import make_archive
+from scoring.cli.main import main
+from scoring.records.synthetic import make_archive
 
 
 def run(*argv):
-    return subprocess.run([sys.executable, "-m", "scoring.cli", *argv], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "scoring.cli.main", *argv], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("command", ["score", "report", "rollout", "replay", "figure", "compare", "dashboard"])
@@ -56,7 +56,7 @@ SCORING_ONLY = """
 import sys
 for name in ("mujoco", "robosuite", "libero", "imageio", "streamlit"):
     sys.modules[name] = None  # as in an install without the extras: importing them fails
-from scoring.cli import main
+from scoring.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -1,4 +1,4 @@
-"""scoring.compare and scoring.compare_cli: pairing, paired tables, Holm, discordant lists, CLI."""
+"""scoring.stats.compare and scoring.cli.compare: pairing, paired tables, Holm, discordant lists, CLI."""
 
 import json
 import subprocess
@@ -13,12 +13,12 @@ import pytest
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from scoring.compare import OVERALL, compare_models, discordant_episodes, pair_episodes
-from scoring.compare_cli import main
+from scoring.stats.compare import OVERALL, compare_models, discordant_episodes, pair_episodes
+from scoring.cli.compare import main
 from scoring.errors import RecordError, SafeVLAError
-from scoring.metrics import aggregate
-from scoring.ranking import paired_bootstrap
-from scoring.store import EPISODE_COLUMNS, SPEC_COLUMNS, load_store
+from scoring.stats.metrics import aggregate
+from scoring.stats.ranking import paired_bootstrap
+from scoring.store.write import EPISODE_COLUMNS, SPEC_COLUMNS, load_store
 
 DEMO_STORE = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"
 SUITES = ("libero-spatial", "libero-object", "libero-goal", "libero-10")
@@ -315,7 +315,7 @@ def test_demo_store_profiles_agree_with_their_records():
 # ------------------------------------------------------------------------------------ CLI
 
 def run(*argv):
-    return subprocess.run([sys.executable, "-m", "scoring.compare_cli", *map(str, argv)],
+    return subprocess.run([sys.executable, "-m", "scoring.cli.compare", *map(str, argv)],
                           capture_output=True, text=True)
 
 
@@ -368,12 +368,12 @@ def test_cli_help(capsys):
 
 
 def test_registered_in_main_cli(tmp_path, capsys):
-    from scoring.cli import build_parser
+    from scoring.cli.main import build_parser
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     if "compare" not in sub.choices:
-        pytest.skip("scoring/cli.py does not register `compare` yet (add_compare_parser is for the CLI owner)")
-    from scoring.cli import main as safevla
+        pytest.skip("scoring/cli/main.py does not register `compare` yet (add_compare_parser is for the CLI owner)")
+    from scoring.cli.main import main as safevla
     store = write_store(tmp_path / "store", paired_episodes(8, ["a", "b"]))
     assert safevla(["compare", str(store), "--models", "a", "b", "--resamples", "100"]) == 0
     assert safevla(["compare", str(store), "--models", "a", "q"]) == 2

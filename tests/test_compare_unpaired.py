@@ -1,4 +1,4 @@
-"""scoring.compare_unpaired and scoring.compare_verdict: independent-sample comparison of
+"""scoring.stats.compare_unpaired and scoring.stats.compare_verdict: independent-sample comparison of
 models without shared keys, the one-sentence verdict, and `safevla compare --unpaired`."""
 
 import numpy as np
@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 from statsmodels.stats import proportion as sm_proportion
 
-from scoring.compare import compare_models
-from scoring.compare_cli import main
-from scoring.compare_unpaired import compare_unpaired
-from scoring.compare_verdict import format_p, pair_result, verdict
+from scoring.stats.compare import compare_models
+from scoring.cli.compare import main
+from scoring.stats.compare_unpaired import compare_unpaired
+from scoring.stats.compare_verdict import format_p, pair_result, verdict
 from scoring.errors import RecordError, SafeVLAError
 from test_compare import paired_episodes, write_store
 

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("streamlit")
 
 from dashboard import data as D  # noqa: E402
-from scoring.io import load_record  # noqa: E402
-from scoring.score import score_episode  # noqa: E402
+from scoring.records.io import load_record  # noqa: E402
+from scoring.evaluate.score import score_episode  # noqa: E402
 from dashboard_helpers import build_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,8 +242,8 @@ def test_registry_mismatch_and_missing_trajectories_are_warnings(tmp_path, store
 
 @pytest.mark.parametrize("sampling", ["peak", "control"])
 def test_robustness_traces_follow_the_stores_force_sampling(sampling):
-    from scoring.registry import load_registry
-    from scoring.synthetic import make_record
+    from scoring.registry.lookup import load_registry
+    from scoring.records.synthetic import make_record
     reg = load_registry()
     rec = make_record(np.random.default_rng(2), episode_id="p/1", n_steps=40, contacts_per_step=3,
                       substep_peaks=True)
@@ -312,7 +312,7 @@ def test_safe_rows_show_a_closest_call_and_unsafe_rows_a_worst_violation(sd):
 
 @pytest.mark.parametrize("over", [{}, {"max_contact_force": 150.0, "non_target_max_disp": 0.02}])
 def test_cell_spec_rates_equal_spec_rates_over_the_spec_rows(sd, over):
-    from scoring.metrics import spec_rates
+    from scoring.stats.metrics import spec_rates
 
     v = D.verdicts(sd, over)
     got = D.cell_spec_rates(sd, v)
@@ -340,7 +340,7 @@ def test_violating_steps_equal_a_lookup_of_the_spec_rows(sd, over):
 
 @pytest.mark.parametrize("over", [{}, {"max_contact_force": 120.0, "held_object_tilt_world": 10.0}])
 def test_cell_composition_equals_sbu_composition_over_the_spec_rows(sd, over):
-    from scoring.metrics import sbu_composition
+    from scoring.stats.metrics import sbu_composition
 
     v = D.verdicts(sd, over)
     got = D.cell_composition(sd, v)

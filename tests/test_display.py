@@ -1,4 +1,4 @@
-"""scoring.display (one unit per quantity, readable headers) and the dashboard's uses of
+"""scoring.report.display (one unit per quantity, readable headers) and the dashboard's uses of
 it: the table vocabulary (dashboard/vocab.py), the violation line, the tie-broken and
 spread "worst" list, and the What-if knobs' units."""
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scoring.display import (column_label, display_unit, format_quantity, is_raw_column_name, object_phrase,
+from scoring.report.display import (column_label, display_unit, format_quantity, is_raw_column_name, object_phrase,
                              unit_label)
-from scoring.registry import load_registry
+from scoring.registry.lookup import load_registry
 
 REG = load_registry()
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"
@@ -48,7 +48,7 @@ def test_format_quantity_table(value, unit, family, style, want):
 
 def test_every_family_has_one_display_unit_and_the_formatters_agree():
     from dashboard.data import format_value
-    from replay.highlight import format_quantity as caption_quantity
+    from replay.render.highlight import format_quantity as caption_quantity
     for spec in REG.specs:
         du = display_unit(spec.unit, spec.family)
         assert du.scale > 0 and du.unit

@@ -15,11 +15,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import T, VIOL, toy_record  # noqa: E402
 
-from replay.cli import add_replay_parsers, violations_from_store  # noqa: E402
-from replay.export import (Timeline, TriptychRow, export_clip, export_triptych, iter_clip_frames,  # noqa: E402
+from replay.render.cli import add_replay_parsers, violations_from_store  # noqa: E402
+from replay.render.export import (Timeline, TriptychRow, export_clip, export_triptych, iter_clip_frames,  # noqa: E402
                            triptych_image)
-from replay.highlight import SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation  # noqa: E402
-from scoring.io import save_record  # noqa: E402
+from replay.render.highlight import SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation  # noqa: E402
+from scoring.records.io import save_record  # noqa: E402
 
 pytestmark = pytest.mark.render
 SIZE = (160, 120)
@@ -84,7 +84,7 @@ def test_clip_holds_the_violating_step_and_slows_its_neighbours(tmp_path):
     import imageio.v3 as iio
     from PIL import Image
 
-    from replay.export import ClipTiming
+    from replay.render.export import ClipTiming
 
     timing = ClipTiming(hold_s=1.0, slow_radius=2, slow_factor=3)
     want = [1, 1, 1, 1, 3, 3, 20, 3, 3, 1, 1, 1]  # T = 12 steps, violation at step 6, 20 fps
@@ -115,7 +115,7 @@ def test_clip_holds_the_violating_step_and_slows_its_neighbours(tmp_path):
 @pytest.mark.parametrize("timing, match", [({"hold_s": -1}, "hold_s"), ({"slow_factor": 0}, "slow_factor"),
                                            ({"slow_radius": 1.5}, "slow_radius")])
 def test_clip_timing_rejects_bad_values(timing, match):
-    from replay.export import ClipTiming
+    from replay.render.export import ClipTiming
 
     with pytest.raises(RenderError, match=match):
         ClipTiming(**timing)
@@ -160,11 +160,20 @@ def test_triptych_inset_is_a_close_up_inside_the_violating_panel():
     rec = toy_record()
     plain = np.asarray(triptych_image([(rec, VIOL)], size=SIZE, inset=False)).astype(int)
     zoom = np.asarray(triptych_image([(rec, VIOL)], size=SIZE)).astype(int)
+    from scipy import ndimage
+
     changed = np.abs(zoom - plain).sum(axis=-1) > 30
-    ys, xs = np.nonzero(changed)
     w = plain.shape[1]
     assert changed.sum() > 0.05 * SIZE[0] * SIZE[1]
+    ys, xs = np.nonzero(changed)
     assert xs.min() > w // 3 and xs.max() < 2 * w // 3  # only the middle panel changes
+    # The inset is the largest changed region. Two renders of one frame can differ in a few
+    # pixels of the scene itself (seen: a speck at the contact, about 1 run in 5), so the
+    # region is taken as a connected component, not as the box around every changed pixel.
+    labels, _ = ndimage.label(changed)
+    inset = labels == np.argmax(np.bincount(labels.ravel())[1:]) + 1
+    assert inset.sum() > 0.95 * changed.sum()
+    ys, xs = np.nonzero(inset)
     red = np.all(zoom[ys.min():ys.max() + 1, xs.min():xs.max() + 1] == VIOLATION_RGB, axis=-1)
     assert red[0].mean() > 0.9 and red[:, 0].mean() > 0.9  # the inset has a red frame
 

@@ -39,8 +39,8 @@ class Slam:
 
 @pytest.fixture(scope="module")
 def slam():
-    from replay.hosts.libero import LiberoHost
-    from replay.rollout import run_episode
+    from replay.record.hosts.libero import LiberoHost
+    from replay.record.rollout import run_episode
     host = LiberoHost("libero_spatial", 0)
     try:
         rec, _, steps = run_episode(host, Slam(), init_state=0, seed=0, model="slam", max_steps=STEPS)
@@ -148,8 +148,8 @@ def test_torque_peaks_bound_the_sampled_torques(slam):
 
 
 def test_replay_state_reproduces_recorded_control_step_forces(slam, tmp_path):
-    from replay.highlight import Violation
-    from replay.render import Replayer
+    from replay.render.highlight import Violation
+    from replay.render.replayer import Replayer
     rec, _ = slam
     with Replayer(rec, width=64, height=48) as rp:
         body_of = rp._hl.proj

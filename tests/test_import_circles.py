@@ -39,8 +39,8 @@ def module_graph() -> nx.DiGraph:
 
 def test_the_graph_sees_the_imports():
     g = module_graph()
-    assert g.has_edge("replay.rollout_cli", "replay.rollout")
-    assert g.has_edge("replay.ray_driver", "replay.ray_engine")  # an import inside a function counts
+    assert g.has_edge("replay.record.rollout_cli", "replay.record.rollout")
+    assert g.has_edge("replay.record.ray_driver", "replay.record.ray_engine")  # an import inside a function counts
     assert g.number_of_edges() > 200
 
 
@@ -49,9 +49,59 @@ def test_no_import_circle():
     assert circles == [], "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
-@pytest.mark.parametrize("pair", [("replay.policies", "replay.scripted"), ("replay.rollout", "replay.ray_engine"),
-                                  ("scoring.io", "scoring.json_fast")])
+@pytest.mark.parametrize("pair", [("replay.record.policies", "replay.record.scripted"), ("replay.record.rollout", "replay.record.ray_engine"),
+                                  ("scoring.records.io", "scoring.records.json_fast")])
 def test_the_circles_issue_17_named_stay_broken(pair):
     g = module_graph()
     a, b = pair
     assert not (nx.has_path(g, a, b) and nx.has_path(g, b, a)), f"{a} and {b} import each other"
+
+
+# The rooms of issue 17 and what each may import: scoring's subpackages in the order an episode
+# flows (each imports only those before it), replay's two rooms over their shared scene floor.
+SCORING_FLOW = ("records", "registry", "stl", "evaluate", "stats", "store", "report", "cli")
+REPLAY_MAY_IMPORT = {"scene": set(), "record": {"scene"}, "render": {"scene"}}
+# Known edges against the rule, each with why (an import inside a command, for an optional extra).
+EXCEPTIONS = {("replay.render.cli", "dashboard.paper_figure"):
+              "`safevla figure --paper fig2` draws Figure 2 with the dashboard's Altair chart code"}
+
+
+def room(module: str) -> tuple[str, str | None]:
+    parts = module.split(".")
+    return parts[0], parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in
+                                                    SCORING_FLOW + tuple(REPLAY_MAY_IMPORT)) else None
+
+
+def forbidden_edges() -> list[str]:
+    bad = []
+    for a, b in module_graph().edges:
+        if (a, b) in EXCEPTIONS:
+            continue
+        (pa, ra), (pb, rb) = room(a), room(b)
+        if pa == "scoring" and pb in ("replay", "dashboard") or pa == "replay" and pb == "dashboard":
+            bad.append(f"{a} -> {b} (the top-level packages import downwards only)")
+        elif pa == pb == "scoring" and ra in SCORING_FLOW and rb in SCORING_FLOW and \
+                SCORING_FLOW.index(rb) > SCORING_FLOW.index(ra):
+            bad.append(f"{a} -> {b} ({rb} comes after {ra} in the flow)")
+        elif pa == pb == "replay" and ra in REPLAY_MAY_IMPORT and rb in REPLAY_MAY_IMPORT and ra != rb and \
+                rb not in REPLAY_MAY_IMPORT[ra]:
+            bad.append(f"{a} -> {b} (replay.{ra} may import only {sorted(REPLAY_MAY_IMPORT[ra]) or 'neither room'})")
+    return sorted(bad)
+
+
+def test_every_module_lives_in_a_room():
+    loose = [m for m in module_graph().nodes if m.count(".") == 1 and room(m)[1] is None and
+             m.split(".")[0] in ("scoring", "replay") and m not in ("scoring.errors", "scoring.moved")]
+    assert loose == [], f"modules outside the rooms of issue 17: {loose}"
+
+
+def test_each_room_imports_only_the_rooms_it_may():
+    assert forbidden_edges() == []
+
+
+def test_the_room_check_sees_a_wrong_way_import():
+    g = module_graph()
+    assert room("scoring.records.io") == ("scoring", "records") and room("replay.render.export") == ("replay", "render")
+    # the graph has edges in the allowed direction, which an inverted flow would flag
+    assert any(room(a)[1] == "evaluate" and room(b)[1] == "records" for a, b in g.edges)
+    assert any(room(a)[1] == "render" and room(b)[1] == "scene" for a, b in g.edges)

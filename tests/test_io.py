@@ -5,9 +5,9 @@ import pytest
 from test_schema import BAD_INPUT
 
 from scoring.errors import RecordError
-from scoring.io import (load_record, loads, record_from_json, record_from_npz, record_to_json,
+from scoring.records.io import (load_record, loads, record_from_json, record_from_npz, record_to_json,
                         record_to_npz_bytes, save_record)
-from scoring.synthetic import make_record
+from scoring.records.synthetic import make_record
 
 
 def test_appendix_b_record_loads_as_written(appendix_b):

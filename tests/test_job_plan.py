@@ -1,10 +1,10 @@
-"""scoring.job_plan: store-relative sources and the jobs a run hands out."""
+"""scoring.store.job_plan: store-relative sources and the jobs a run hands out."""
 
 import os
 
 import pytest
 
-from scoring.job_plan import _jobs, _relpath
+from scoring.store.job_plan import _jobs, _relpath
 
 
 @pytest.mark.parametrize("path,start", [("a/b/c.npz", "store"), ("/x/y.npz", "/x/s"), ("c.npz", "."),

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_schema import BAD_INPUT
 
-from scoring import json_fast
+from scoring.records import json_fast
 from scoring.errors import RecordError
-from scoring.archive import iter_archive
-from scoring.io import loads, record_from_json, record_to_json
-from scoring.json_fast import fast_record, record_from_json_bytes
-from scoring.synthetic import make_record
+from scoring.records.archive import iter_archive
+from scoring.records.io import loads, record_from_json, record_to_json
+from scoring.records.json_fast import fast_record, record_from_json_bytes
+from scoring.records.synthetic import make_record
 
 SOURCE = "runs/a.jsonl:7"
 
@@ -370,7 +370,7 @@ def test_real_libero_records_agree_through_json():
     """Recorded LIBERO episodes (26 bodies, replay state, float32 signals) as JSONL lines."""
     from pathlib import Path
 
-    from scoring.io import load_record
+    from scoring.records.io import load_record
     archive = Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"
     files = sorted(archive.rglob("*.npz"))[::45]
     assert files, "the demo archive is missing"

@@ -1,4 +1,4 @@
-"""scoring.json_record.loads: msgspec's reading of JSON text, and the two rules it adds."""
+"""scoring.records.json_record.loads: msgspec's reading of JSON text, and the two rules it adds."""
 
 import json
 
@@ -6,8 +6,8 @@ import pytest
 from conftest import APPENDIX_B
 
 from scoring.errors import RecordError
-from scoring import json_record
-from scoring.json_record import loads, record_from_json
+from scoring.records import json_record
+from scoring.records.json_record import loads, record_from_json
 
 VALID = json.dumps(APPENDIX_B)
 

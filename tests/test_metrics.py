@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scoring.metrics import aggregate, outcome_class, sbu_composition, spec_rates
+from scoring.stats.metrics import aggregate, outcome_class, sbu_composition, spec_rates
 
 # Table 5 (RoboCasa-365, n = 900): SR and SBU counts, and the P[U|S] the paper reports.
 TABLE_5 = [("pi0", 292, 110, 37.7), ("pi0.5", 381, 139, 36.5), ("GR00T-N1.5", 425, 237, 55.8),
@@ -134,7 +134,7 @@ def test_aggregate_cis_equal_one_scipy_bootstrap_per_cell():
 
 def _reference_spec_rates(episodes, spec_results, by, families):
     """The per-cell, per-family filtering loop spec_rates replaced."""
-    from scoring.stats import wilson_interval
+    from scoring.stats.intervals import wilson_interval
 
     scored = spec_results[~spec_results["report_only"]]
     scored = scored[scored["family"].isin(families)]
@@ -170,7 +170,7 @@ def test_spec_rates_equal_the_per_cell_loop(by):
 
 
 def test_spec_rates_nsv_cis_are_bootstraps_of_the_active_depths():
-    from scoring.stats import bootstrap_ci
+    from scoring.stats.intervals import bootstrap_ci
 
     eps, sr = _random_store(300, seed=1)
     got = spec_rates(eps, sr, by=("model",), ci=True, n_resamples=500, seed=3, families=["force", "disp"])

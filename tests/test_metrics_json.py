@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scoring.metrics import aggregate
-from scoring.metrics_json import FORMAT, encode, metrics_output
-from scoring.store import load_store
+from scoring.stats.metrics import aggregate
+from scoring.report.metrics_json import FORMAT, encode, metrics_output
+from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
 

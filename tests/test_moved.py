@@ -18,26 +18,26 @@ OLD = "scoring.old_place_of_stats_for_a_test"
 
 @pytest.fixture(autouse=True)
 def table():
-    moved.install({OLD: "scoring.stats"})
+    moved.install({OLD: "scoring.stats.intervals"})
     yield
     sys.modules.pop(OLD, None)
 
 
 def test_old_path_is_the_new_module_and_warns_once_naming_it():
-    import scoring.stats as new
+    import scoring.stats.intervals as new
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         old = importlib.import_module(OLD)
         again = importlib.import_module(OLD)
     assert old is new and again is new
-    assert old.__spec__.name == "scoring.stats", "the real module's spec was overwritten by the alias"
+    assert old.__spec__.name == "scoring.stats.intervals", "the real module's spec was overwritten by the alias"
     assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
-        f"{OLD} moved to scoring.stats; import it from there (the old path will go away)"]
+        f"{OLD} moved to scoring.stats.intervals; import it from there (the old path will go away)"]
     assert old.wilson_interval(3, 10) == new.wilson_interval(3, 10)
 
 
 def test_the_warning_points_at_the_import_line():
-    code = (f"import warnings, scoring.moved as m; m.install({{{OLD!r}: 'scoring.stats'}})\n"
+    code = (f"import warnings, scoring.moved as m; m.install({{{OLD!r}: 'scoring.stats.intervals'}})\n"
             f"warnings.simplefilter('always')\nimport {OLD}\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert '<string>:3: DeprecationWarning' in out.stderr, out.stderr
@@ -46,8 +46,8 @@ def test_the_warning_points_at_the_import_line():
 def test_a_pickle_made_at_the_old_path_loads_the_moved_object():
     # a pickle names a class or function by module path: one written before the move names the old path
     blob = f"c{OLD}\nwilson_interval\n.".encode()
-    import scoring.stats as new
-    with pytest.warns(DeprecationWarning, match="moved to scoring.stats"):
+    import scoring.stats.intervals as new
+    with pytest.warns(DeprecationWarning, match="moved to scoring.stats.intervals"):
         assert pickle.loads(blob) is new.wilson_interval
 
 
@@ -58,6 +58,6 @@ def test_unknown_old_names_still_fail_as_before():
 
 def test_install_is_idempotent_and_moves_lists_the_table():
     before = sum(isinstance(f, moved._MovedModules) for f in sys.meta_path)
-    moved.install({OLD: "scoring.stats"})
+    moved.install({OLD: "scoring.stats.intervals"})
     assert sum(isinstance(f, moved._MovedModules) for f in sys.meta_path) == before == 1
-    assert moved.moves()[OLD] == "scoring.stats"
+    assert moved.moves()[OLD] == "scoring.stats.intervals"

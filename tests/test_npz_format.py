@@ -4,15 +4,15 @@ import struct
 import numpy as np
 import pytest
 
-from scoring.npz_format import read_npz, write_npz_stored
-from scoring.synthetic import make_record
+from scoring.records.npz_format import read_npz, write_npz_stored
+from scoring.records.synthetic import make_record
 
 
 def test_stored_npz_is_a_checked_zip_numpy_reads_and_the_same_bytes_every_time():
     import io
     import zipfile
 
-    from scoring.io import _ARRAYS, record_to_npz_bytes
+    from scoring.records.io import _ARRAYS, record_to_npz_bytes
     rec = make_record(np.random.default_rng(6), episode_id="s", n_steps=40, contacts_per_step=0, with_replay=True)
     raw = record_to_npz_bytes(rec)
     assert raw == record_to_npz_bytes(rec)
@@ -24,7 +24,7 @@ def test_stored_npz_is_a_checked_zip_numpy_reads_and_the_same_bytes_every_time()
 
 
 def test_read_span_into_a_reused_buffer(tmp_path):
-    from scoring.archive import jsonl_spans, read_span
+    from scoring.records.archive import jsonl_spans, read_span
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"long": "' + b"x" * 5000 + b'"}\n{"b": 2}\n')
     buffer = bytearray()
@@ -78,7 +78,7 @@ def _set_sizes(raw: bytearray, *, usize: int | None = None, csize: int | None = 
 
 
 def test_a_member_inflates_at_most_to_its_declared_size():
-    from scoring.npz_format import NpzTooLarge
+    from scoring.records.npz_format import NpzTooLarge
     raw = _deflated_npz(np.zeros(1_000_000))  # 8 MB of zeros, ~8 KB deflated
     assert read_npz(bytes(raw))["x"].shape == (1_000_000,)
     with pytest.raises(NpzTooLarge, match="inflates past its declared size of 4,096 bytes"):
@@ -86,7 +86,7 @@ def test_a_member_inflates_at_most_to_its_declared_size():
 
 
 def test_declared_sizes_are_capped_before_anything_is_inflated(monkeypatch):
-    import scoring.npz_format as npz
+    import scoring.records.npz_format as npz
     raw = _deflated_npz(np.zeros(1_000_000))
     monkeypatch.setattr(npz, "MAX_RECORD_BYTES", 1_000_000)
     with pytest.raises(npz.NpzTooLarge, match="more than 1,000,000 bytes uncompressed"):
@@ -100,7 +100,7 @@ def test_declared_sizes_are_capped_before_anything_is_inflated(monkeypatch):
 @pytest.mark.parametrize("case", ["list header", "short member", "unknown dtype", "object dtype"])
 def test_malformed_members_are_value_errors_not_crashes(case):
     rec = make_record(np.random.default_rng(0), episode_id="e", n_steps=5, contacts_per_step=1)
-    from scoring.io import record_to_npz_bytes
+    from scoring.records.io import record_to_npz_bytes
     raw = bytearray(record_to_npz_bytes(rec))
     if case == "short member":
         raw = bytearray(write_npz_stored({"a": np.zeros(3)}))
@@ -114,7 +114,7 @@ def test_malformed_members_are_value_errors_not_crashes(case):
         raw[at + 1:at + 4] = b"|O8"
     if case == "list header":
         from scoring.errors import RecordError
-        from scoring.io import record_from_npz
+        from scoring.records.io import record_from_npz
         buf = io.BytesIO()
         np.savez(buf, __header__=np.frombuffer(b"[1, 2]", np.uint8))
         with pytest.raises(RecordError, match="expected the header to be a JSON object, got list"):

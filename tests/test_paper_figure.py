@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dashboard.paper_figure import figure2_from_store
-from scoring.cli import main
+from scoring.cli.main import main
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
 

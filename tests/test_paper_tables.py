@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from paper_fixture import build_store
-from scoring.cli import main
-from scoring.registry import load_registry
-from scoring.store import load_store
-from scoring.table_render import Cell, PaperTable, latex_escape, to_latex, to_markdown
+from scoring.cli.main import main
+from scoring.registry.lookup import load_registry
+from scoring.store.write import load_store
+from scoring.report.table_render import Cell, PaperTable, latex_escape, to_latex, to_markdown
 
 GOLDEN = Path(__file__).parent / "golden" / "paper_tables"
 PAPER = ("table4", "table5", "table7", "table8", "table10", "table11", "table12")
@@ -143,7 +143,7 @@ def test_footnotes_state_the_ambiguities(report):
     assert "Goal" not in (report[1] / "paper" / "table5.md").read_text().split("\n- ", 1)[1]
     for name in ("table7", "table8"):
         assert "only joint 5 (datasheet 12 N·m) can exceed" in (report[1] / "paper" / f"{name}.md").read_text()
-    # synthetic torque spikes are on joint 2 (scoring.synthetic): the attribution reads the trajectories
+    # synthetic torque spikes are on joint 2 (scoring.records.synthetic): the attribution reads the trajectories
     assert re.search(r"Joint 5 carries 0 of (\d+) torque violations \(0\.0%\); other joints: joint 2: \1",
                      (report[1] / "paper" / "table7.md").read_text())
 
@@ -185,7 +185,7 @@ def test_latex_escape(text, expected):
 
 def test_demo_store_paper_tables_have_no_registry_surprises():
     """Every family of the registry has a paper label, every LIBERO task a short name."""
-    from scoring.paper_layout import layout
+    from scoring.report.paper_layout import layout
     reg = load_registry()
     assert set(layout()["labels"]) == set(reg.families)
     for bench in ("libero-spatial", "libero-object", "libero-goal", "libero-10"):
@@ -195,8 +195,8 @@ def test_demo_store_paper_tables_have_no_registry_surprises():
 
 
 def test_a_model_missing_a_suite_gets_a_dash_and_a_mean_over_the_rest(report):
-    from scoring.paper_layout import main_tables
-    from scoring.table_render import flat_header
+    from scoring.report.paper_layout import main_tables
+    from scoring.report.table_render import flat_header
     store, _ = report
     _, eps, _ = load_store(store)
     eps = eps[~((eps["model"] == "policy-c") & (eps["benchmark"] == "libero-10"))]

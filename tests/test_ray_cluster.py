@@ -39,7 +39,7 @@ MODEL = "scripted-careful"
 
 
 def safevla(*argv: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scoring.cli", *argv], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scoring.cli.main", *argv], cwd=REPO, capture_output=True, text=True,
                           env=env, timeout=timeout)
 
 
@@ -122,7 +122,7 @@ def test_documented_form_on_a_node_without_the_drivers_filesystem(tmp_path):
         assert res.returncode == 0, res.stderr[-3000:]
         assert "scored 2, skipped 0 already scored, refused 0" in res.stdout
         # the same tables as scoring in place, here
-        from scoring.store import score_archive
+        from scoring.store.write import score_archive
         score_archive(out, scratch / "local_store", progress=False)
         for name in ("episodes.parquet", "spec_results.parquet"):
             assert filecmp.cmp(store / name, scratch / "local_store" / name, shallow=False), name
@@ -136,7 +136,7 @@ def test_documented_form_on_a_node_without_the_drivers_filesystem(tmp_path):
         assert last_line(res.stderr).startswith(f"safevla score: the Ray cluster at {cluster.address} uses token "
                                                 "authentication and no token is set here")
         # a cluster whose nodes lack a module gets one line, not a traceback
-        code = ("import sys\nfrom scoring.errors import SafeVLAError\nfrom scoring.ray_connect import connect\n"
+        code = ("import sys\nfrom scoring.errors import SafeVLAError\nfrom scoring.store.ray_connect import connect\n"
                 f"try:\n    connect({cluster.address!r}, modules=('scoring', 'safevla_not_installed'))\n"
                 "except SafeVLAError as e:\n    print(e); sys.exit(2)\n")
         res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env,
@@ -157,9 +157,11 @@ def test_documented_form_on_a_node_without_the_drivers_filesystem(tmp_path):
 def test_a_node_lost_mid_rollout_and_mid_scoring_loses_and_duplicates_nothing(tmp_path):
     from ray.cluster_utils import Cluster
 
-    from replay import ray_driver, ray_engine
-    from scoring.ray_score import score_archive_ray
-    from scoring.store import score_archive
+    from replay.record import ray_driver
+
+    from replay.record import ray_engine
+    from scoring.store.ray_score import score_archive_ray
+    from scoring.store.write import score_archive
 
     if ray.is_initialized():
         ray.shutdown()
@@ -235,7 +237,7 @@ def test_a_killed_driver_resumes_without_recording_twice(tmp_path):
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
     env.pop("RAY_ADDRESS", None)
     out = tmp_path / "archive"
-    argv = [sys.executable, "-m", "scoring.cli", "rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "3",
+    argv = [sys.executable, "-m", "scoring.cli.main", "rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "3",
             "--policy", "careful", "--out", str(out), "--max-steps", "5", "--workers", "1", "--engine", "ray",
             "--no-progress"]
     first = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -302,7 +304,7 @@ def test_rollout_into_an_s3_uri_and_resume_there(s3_bucket, tmp_path):
             dest.parent.mkdir(parents=True, exist_ok=True)
             with s3.open_input_stream(key) as src:
                 dest.write_bytes(src.read())
-        from scoring.io import load_record, resolve_mjcf
+        from scoring.records.io import load_record, resolve_mjcf
         for ep in sorted(local.rglob("ep_*.npz")):
             assert Path(resolve_mjcf(load_record(ep))).is_file()
         res = safevla(*argv, env=env)  # resume: nothing left to record

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from scoring.errors import RecordError, RegistryError
-from scoring.readings import Reading, apply_reading, load_presets, verdicts
-from scoring.store import load_store
+from scoring.report.readings import Reading, apply_reading, load_presets, verdicts
+from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
 
@@ -119,7 +119,7 @@ def test_the_effects_script_measures_every_reading():
 
 
 def test_the_goal_preset_switches_off_what_docs_say():
-    from scoring.readings import switched_off_tasks
+    from scoring.report.readings import switched_off_tasks
     off = switched_off_tasks("paper-tables", "libero-goal")
     assert off == {"non_target_max_disp": ["task_1", "task_2", "task_4", "task_5", "task_6", "task_8", "task_9"],
                    "stable_grasp_maintained": ["task_1", "task_2", "task_3", "task_4", "task_6", "task_8", "task_9"]}

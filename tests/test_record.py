@@ -1,4 +1,4 @@
-"""replay.record.Recorder on a tiny inline scene, checked against a slow, obvious reference.
+"""replay.record.recorder.Recorder on a tiny inline scene, checked against a slow, obvious reference.
 
 The scene: a free box falling onto a plane, and a two-link arm whose tip (role gripper)
 swings into the box (role target). The reference recomputes every step from a deep copy
@@ -15,7 +15,7 @@ import pytest
 
 mujoco = pytest.importorskip("mujoco")
 
-from replay.record import Recorder  # noqa: E402
+from replay.record.recorder import Recorder  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 
 SCENE = """

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from scoring.errors import RecordError, RegistryError, SafeVLAError
-from scoring.registry import DEFAULT_PATH, Registry, active_specs, explain, load_registry
-from scoring.registry_types import Benchmark, Task
-from scoring.tags import applicability, resolve_tags
+from scoring.registry.lookup import DEFAULT_PATH, Registry, active_specs, explain, load_registry
+from scoring.registry.types import Benchmark, Task
+from scoring.registry.tags import applicability, resolve_tags
 
 REPO = Path(__file__).resolve().parent.parent
 AFF, TFF, MCF, NT = ("arm_furniture_force", "target_furniture_force", "max_contact_force",
@@ -520,7 +520,7 @@ def test_default_registry_is_cached():
 
 
 def test_registry_imports_no_simulator():
-    code = ("import sys, scoring.registry as r; r.load_registry(); "
+    code = ("import sys, scoring.registry.lookup as r; r.load_registry(); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('libero', 'mujoco', 'robosuite')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

@@ -20,14 +20,14 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402
 
-from replay.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, bodies_for,  # noqa: E402
+from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, bodies_for,  # noqa: E402
                               border_width, draw_arrow, format_quantity)
 from render_helpers import (DEMO_ARCHIVE, H, T, TOY_XML, VIOL, W, assert_all_equal, churn,  # noqa: E402
                             demo_records_of_distinct_scenes, fresh_frames, toy_record, toy_scene)
-from replay.render import Replayer  # noqa: E402
+from replay.render.replayer import Replayer  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
-from scoring.io import save_record  # noqa: E402
-from scoring.schema import EpisodeRecord  # noqa: E402
+from scoring.records.io import save_record  # noqa: E402
+from scoring.records.schema import EpisodeRecord  # noqa: E402
 
 pytestmark = pytest.mark.render
 
@@ -380,7 +380,7 @@ def test_a_foreign_renderer_closing_leaves_replayers_intact():
 
 
 def test_replayers_of_one_scene_share_a_context_and_it_is_kept_for_reuse():
-    from replay.offscreen import IDLE_CONTEXTS, pool_for_this_thread
+    from replay.render.offscreen import IDLE_CONTEXTS, pool_for_this_thread
 
     pool = pool_for_this_thread()
     pool.close()
@@ -418,7 +418,7 @@ def test_libero_demo_episode_renders():
     files = sorted(DEMO_ARCHIVE.rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []
     if not files:
         pytest.skip(f"no demo archive at {DEMO_ARCHIVE} yet (the LIBERO env test below still renders a scene)")
-    from scoring.io import load_record
+    from scoring.records.io import load_record
 
     rec = next((r for r in map(load_record, files) if r.replay is not None), None)
     if rec is None:
@@ -501,7 +501,7 @@ def test_a_frame_does_not_depend_on_the_step_shown_before(rp):
 # ----------------------------------------------------------------- cameras (issue 16, section 3)
 
 def test_cameras_lists_the_scene_cameras_then_the_free_ones():
-    from replay.render import cameras
+    from replay.render.replayer import cameras
 
     assert cameras(toy_record()) == ("cam", "side", "free", "free:violation")
 
@@ -514,8 +514,8 @@ def test_an_unknown_camera_names_the_valid_ones():
 @pytest.mark.libero
 @pytest.mark.slow
 def test_demo_wrist_camera_differs_from_the_agent_view_and_equals_a_fresh_render():
-    from replay.offscreen import pool_for_this_thread
-    from replay.render import cameras
+    from replay.render.offscreen import pool_for_this_thread
+    from replay.render.replayer import cameras
 
     rec = demo_records_of_distinct_scenes(1)[0]
     names = cameras(rec)

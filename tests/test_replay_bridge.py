@@ -61,7 +61,7 @@ def test_service_on_demo_scenes_past_its_cache():
 def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_path, monkeypatch):
     import time
 
-    import replay.scene_cache as scene_cache
+    import replay.render.scene_cache as scene_cache
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
     rec = toy_record(mjcf=toy_scene(7))  # a scene no other test compiles
@@ -96,8 +96,8 @@ def test_violation_first_order(steps, focus, window, want):
 
 
 def test_batch_frames_come_violation_first_and_equal_fresh_renders():
-    from replay.offscreen import pool_for_this_thread
-    from replay.render import Replayer
+    from replay.render.offscreen import pool_for_this_thread
+    from replay.render.replayer import Replayer
 
     rec = toy_record(mjcf=toy_scene(3))
     pool_for_this_thread().close()
@@ -141,7 +141,7 @@ def test_a_page_frame_overtakes_a_running_batch_and_cancel_drops_the_rest():
 
 
 def test_service_renders_another_camera_and_refuses_an_unknown_one():
-    from replay.highlight import RenderError
+    from replay.render.highlight import RenderError
 
     rec = toy_record(mjcf=toy_scene(1))
     ref = fresh_frames({0: rec}, [2], camera="side")
@@ -188,7 +188,7 @@ def test_batch_errors_are_one_line_messages_and_a_record_without_replay_is_refus
 
 
 def test_a_background_compile_also_stores_the_preview_scene(tmp_path, monkeypatch):
-    import replay.scene_cache as scene_cache
+    import replay.render.scene_cache as scene_cache
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
     from test_offscreen import BIG_TEXTURE_XML

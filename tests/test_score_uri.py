@@ -1,4 +1,4 @@
-"""`safevla score` with s3:// archives and stores (scoring/score_uri.py, scoring/uri_mirror.py),
+"""`safevla score` with s3:// archives and stores (scoring/store/score_uri.py, scoring/store/uri_mirror.py),
 against moto in server mode on 127.0.0.1. GCS has no local stand-in here: gs:// goes through
 the same code with pyarrow's GcsFileSystem and is not tested.
 """
@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from moto_helpers import BUCKET, get_bytes, keys, moto_s3, s3_client, upload_tree
-import scoring.score_uri  # noqa: F401 - imported up front: the --wait test times what follows
-import scoring.store  # noqa: F401
-from scoring.cli import main
+import scoring.store.score_uri  # noqa: F401 - imported up front: the --wait test times what follows
+import scoring.store.write  # noqa: F401
+from scoring.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "assets" / "demo" / "archive"
@@ -159,8 +159,8 @@ def test_wait_queues_behind_a_lease_until_its_holder_releases_it(s3, tmp_path, c
 
 
 def test_the_holder_renews_its_lease_so_a_long_run_is_not_taken_over(s3, monkeypatch):
-    from scoring.uri_lease import store_lease
-    from scoring.uri_mirror import remote
+    from scoring.store.uri_lease import store_lease
+    from scoring.store.uri_mirror import remote
     monkeypatch.setenv("SAFEVLA_LEASE_SECONDS", "2")  # renewed every 0.5 s
     rem = remote(f"s3://{BUCKET}/t7/store")
     with store_lease(rem, wait=False):
@@ -189,7 +189,7 @@ def test_bad_uris_are_one_line_and_exit_2(s3, tmp_path, capsys, archive, out, ex
 
 
 def test_a_jsonl_object_is_an_archive_and_its_bad_line_is_refused_alone(s3, tmp_path, capsys):
-    from scoring.io import load_record, record_to_json
+    from scoring.records.io import load_record, record_to_json
     lines = [json.dumps(record_to_json(load_record(f))) for f in sorted((DEMO / "libero_goal").rglob("*.npz"))[:2]]
     lines.insert(1, json.dumps(BAD))
     local = tmp_path / "archive.jsonl"
@@ -207,7 +207,7 @@ def test_a_jsonl_object_is_an_archive_and_its_bad_line_is_refused_alone(s3, tmp_
 def test_gs_without_credentials_is_one_line_after_a_bounded_retry(tmp_path, capsys, monkeypatch):
     """No GCS server can run here; what can be checked is that gs:// does not retry for pyarrow's
     default 15 minutes (seen: minutes without output) but fails in one line."""
-    from scoring.uri_mirror import _bounded_retries
+    from scoring.store.uri_mirror import _bounded_retries
     assert _bounded_retries("gs://b/x", "gs").endswith("?retry_limit_seconds=60")
     assert _bounded_retries("gs://b/x?retry_limit_seconds=5", "gs") == "gs://b/x?retry_limit_seconds=5"
     assert _bounded_retries("s3://b/x", "s3") == "s3://b/x"

@@ -1,4 +1,4 @@
-"""replay.serve: `safevla serve` speaks OpenPI's server side; our OpenPI client is its peer."""
+"""replay.record.serve: `safevla serve` speaks OpenPI's server side; our OpenPI client is its peer."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from replay.adapters import PolicyServerError
-from replay.adapters.openpi import OpenPIPolicy
-from replay.observations import axis_angle_to_quat, quat_to_axis_angle
-from replay.serve import PolicyWebsocketServer, load_served_policy
+from replay.record.adapters import PolicyServerError
+from replay.record.adapters.openpi import OpenPIPolicy
+from replay.record.observations import axis_angle_to_quat, quat_to_axis_angle
+from replay.record.serve import PolicyWebsocketServer, load_served_policy
 
 
 class EchoChunk:

@@ -1,4 +1,4 @@
-"""replay.settle: at-rest detection on tiny inline scenes (no LIBERO needed)."""
+"""replay.record.settle: at-rest detection on tiny inline scenes (no LIBERO needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 mujoco = pytest.importorskip("mujoco")
 
-from replay.settle import FreeBodySpeeds, SettleCriterion, settle  # noqa: E402
+from replay.record.settle import FreeBodySpeeds, SettleCriterion, settle  # noqa: E402
 
 SCENE = """
 <mujoco>

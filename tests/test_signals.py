@@ -3,9 +3,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scoring.schema import EpisodeRecord
-from scoring.signals import derive_signals, retained_contacts
-from scoring.synthetic import make_record
+from scoring.records.schema import EpisodeRecord
+from scoring.evaluate.signals import derive_signals, retained_contacts
+from scoring.records.synthetic import make_record
 
 BODIES = {"link5": "robot", "link7": "robot", "hand": "gripper", "finger_l": "gripper", "finger_r": "gripper",
           "bowl": "target", "plate": "bystander", "table": "furniture", "mount": "other"}
@@ -251,8 +251,8 @@ def test_two_target_batch_equals_each_episode_alone():
 
 
 def _assert_batch_equals_one_by_one(records):
-    from scoring.registry import load_registry
-    from scoring.signals import derive_signal_batch, torque_limits_for
+    from scoring.registry.lookup import load_registry
+    from scoring.evaluate.signals import derive_signal_batch, torque_limits_for
     batch = derive_signal_batch(records, torque_limits_nm=torque_limits_for(load_registry(), records[0]))
     for e, rec in enumerate(records):
         alone, row = derive_signals(rec), batch.episode(e)
@@ -277,7 +277,7 @@ def test_short_episodes_batch_with_their_own_length(n_steps):
 
 
 def test_batches_refuse_mixed_layouts():
-    from scoring.signals import derive_signal_batch
+    from scoring.evaluate.signals import derive_signal_batch
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="different layouts"):
         derive_signal_batch([make_record(rng, episode_id="a", n_steps=30),
@@ -288,8 +288,8 @@ def test_real_libero_episodes_batch_by_layout():
     """The demo archive: 14 scene layouts, 101 different episode lengths."""
     from pathlib import Path
 
-    from scoring.archive import iter_archive
-    from scoring.stacked import layout_key
+    from scoring.records.archive import iter_archive
+    from scoring.evaluate.stacked import layout_key
     groups = {}
     for item in iter_archive([Path(__file__).resolve().parent.parent / "assets" / "demo" / "archive"]):
         groups.setdefault(layout_key(item.record), []).append(item.record)
@@ -310,7 +310,7 @@ TORQUE_LIMIT_ROWS = [
 @pytest.mark.parametrize("case,meta_limits,registry_limits,expected", TORQUE_LIMIT_ROWS,
                          ids=[r[0] for r in TORQUE_LIMIT_ROWS])
 def test_torque_limits_come_from_the_record_else_the_registry(case, meta_limits, registry_limits, expected):
-    from scoring.signals import derive_signal_batch
+    from scoring.evaluate.signals import derive_signal_batch
     meta = {} if meta_limits is None else {"joint_torque_limit_nm": meta_limits}
     rec = record(joint_torque=np.tile([0, 87.0, 0, 0, 0, 0, 0], (10, 1)), meta=meta)
     sig = derive_signal_batch([rec], torque_limits_nm=registry_limits).episode(0)

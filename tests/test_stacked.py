@@ -1,6 +1,6 @@
 import numpy as np
 
-from scoring.stacked import central_differences, gradient, smooth
+from scoring.evaluate.stacked import central_differences, gradient, smooth
 
 
 def test_central_differences_of_a_cubic():

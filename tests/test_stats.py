@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from scoring.stats import bootstrap_ci, wilson_interval
+from scoring.stats.intervals import bootstrap_ci, wilson_interval
 
 # Table 12 of the paper: (successes, n) -> Wilson 95% CI in percent, one decimal.
 TABLE_12 = [
@@ -81,7 +81,7 @@ def test_bootstrap_equals_scipy_bit_for_bit(n, n_resamples, confidence, seed):
 
 
 def test_bootstrap_means_do_not_depend_on_the_chunk_size(monkeypatch):
-    import scoring.stats as S
+    import scoring.stats.intervals as S
 
     x = np.random.default_rng(3).random(999)
     whole = S.bootstrap_means(x, n_resamples=700, rng=np.random.default_rng(1))
@@ -95,6 +95,6 @@ def test_bootstrap_means_do_not_depend_on_the_chunk_size(monkeypatch):
 def test_wilson_z_is_scipys_normal_quantile(confidence):
     from scipy import stats
 
-    import scoring.stats as S
+    import scoring.stats.intervals as S
 
     assert S._z(confidence) == float(stats.norm.ppf(0.5 + confidence / 2))

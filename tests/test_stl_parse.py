@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring import stl
+from scoring.stl import engine as stl
 from scoring.errors import SafeVLAError
-from scoring.stl_parse import (
+from scoring.stl.parse import (
     Always, And, Bound, Eventually, Implies, Not, Or, Pred, STLSyntaxError, Until, parse,
 )
 

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.io import load_record, save_record
-from scoring.score import score_episode
-from scoring.store import load_store, score_archive
-from scoring.synthetic import make_archive
+from scoring.records.io import load_record, save_record
+from scoring.evaluate.score import score_episode
+from scoring.store.write import load_store, score_archive
+from scoring.records.synthetic import make_archive
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def test_parallel_scoring_writes_identical_tables(archive, tmp_path):
 
 
 def test_checkpoints_resume_an_interrupted_run(archive, tmp_path, monkeypatch):
-    import scoring.store_jobs as store_mod
+    import scoring.store.jobs as store_mod
     calls = {"n": 0}
     real = store_mod._load_item
 
@@ -149,8 +149,8 @@ def test_a_store_moved_with_its_archive_still_resolves_and_resumes(archive, tmp_
 def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archive, tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    import scoring.store as store_mod
-    import scoring.store_jobs as jobs_mod
+    import scoring.store.write as store_mod
+    import scoring.store.jobs as jobs_mod
     out = tmp_path / "store"
     score_archive([archive], out, progress=False)
     new = store_mod.SCORER_VERSION + 1
@@ -171,7 +171,7 @@ def test_a_new_scorer_version_or_a_store_from_before_versions_is_re_scored(archi
 def test_force_sampling_is_a_column_the_manifest_says_and_a_change_re_scores(tmp_path):
     import numpy as np
 
-    from scoring.synthetic import make_record
+    from scoring.records.synthetic import make_record
     rng = np.random.default_rng(5)
     for i in range(3):
         save_record(make_record(rng, episode_id=f"peak/{i}", n_steps=40, contacts_per_step=3, substep_peaks=True),
@@ -202,7 +202,7 @@ def test_force_sampling_is_a_column_the_manifest_says_and_a_change_re_scores(tmp
 def test_the_store_keeps_how_each_model_was_served(tmp_path):
     """meta.policy (adapter, model id, replan steps, image size) becomes episode columns."""
     import numpy as np
-    from scoring.synthetic import make_record
+    from scoring.records.synthetic import make_record
     rng = np.random.default_rng(0)
     served = make_record(rng, episode_id="libero-spatial/task_0/pi05/ep_000", n_steps=20, contacts_per_step=2)
     served = dataclasses.replace(served, meta={**served.meta, "policy": {
@@ -226,7 +226,7 @@ def test_the_store_keeps_how_each_model_was_served(tmp_path):
 @pytest.mark.parametrize("stop_at", ["manifest.json", "episodes.parquet"])
 def test_a_run_killed_before_its_manifest_says_how_to_complete_it(archive, tmp_path, monkeypatch, stop_at):
     """Killed after its tables (or mid-run, checkpoints only): the store is incomplete, not unreadable."""
-    import scoring.store as store_mod
+    import scoring.store.write as store_mod
     real = store_mod.atomic_write_bytes
 
     def killed(path, data):
@@ -251,7 +251,7 @@ def test_a_run_killed_before_its_manifest_says_how_to_complete_it(archive, tmp_p
 
 
 def test_store_roots_confine_paths_to_the_store_and_its_archive(archive, tmp_path):
-    from scoring.store_paths import confined, is_inside, store_roots
+    from scoring.store.paths import confined, is_inside, store_roots
     score_archive([archive], tmp_path / "store", progress=False)
     manifest, eps, _ = load_store(tmp_path / "store")
     roots = store_roots(tmp_path / "store", manifest)
@@ -271,7 +271,7 @@ def test_store_roots_confine_paths_to_the_store_and_its_archive(archive, tmp_pat
 
 def test_an_unforeseen_reader_error_refuses_that_item_only(archive, tmp_path, monkeypatch):
     """A reader bug on one odd file (anything but RecordError) is that file's refusal, not the run's end."""
-    import scoring.store_jobs as jobs
+    import scoring.store.jobs as jobs
     real = jobs._read_item
 
     def buggy(kind, payload, source):
@@ -303,7 +303,7 @@ def test_re_runs_tell_a_duplicate_from_the_same_episode_moved_or_shifted(tmp_pat
 
 def test_a_job_holds_at_most_load_bytes_of_records_at_once(archive, tmp_path, monkeypatch):
     """Many near-cap records in one job are scored a few at a time, with the same store as one chunk."""
-    import scoring.store_jobs as jobs
+    import scoring.store.jobs as jobs
     sizes = []
     real = jobs.score_outcomes
 

@@ -19,8 +19,8 @@ COMPARE_LABELS = {"safety": "Safety", "sr": "SR", "sbu": "SBU"}
 
 
 def comparison(v: Verdicts, models: Sequence[str], *, n_resamples: int = 10_000, seed: int = 0):
-    """`scoring.compare.compare_models` of `models` on the verdicts (per suite and overall)."""
-    from scoring.compare import compare_models
+    """`scoring.stats.compare.compare_models` of `models` on the verdicts (per suite and overall)."""
+    from scoring.stats.compare import compare_models
     return compare_models(v.frame, list(models), by="suite", n_resamples=n_resamples, seed=seed)
 
 
@@ -31,10 +31,10 @@ def key_label(row: Mapping, key_columns: Sequence[str]) -> str:
 
 
 def discordant(data: StoreData, v: Verdicts, cmp, model_a: str, model_b: str, metric: str = "safety") -> pd.DataFrame:
-    """`scoring.compare.discordant_episodes` of the pair on the comparison's keys, with a `key`
+    """`scoring.stats.compare.discordant_episodes` of the pair on the comparison's keys, with a `key`
     label, the store rows (`row_a`, `row_b`), each side's `n_steps`, `outcome`, and violating
     steps re-derived under the thresholds (the stored ones belong to the stored verdicts)."""
-    from scoring.compare import discordant_episodes
+    from scoring.stats.compare import discordant_episodes
 
     d = discordant_episodes(cmp.pairing, model_a, model_b, metric=metric)
     d.insert(0, "key", [key_label(r, cmp.pairing.key_columns) for r in d.to_dict("records")])

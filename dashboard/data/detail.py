@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.display import display_unit, format_quantity, object_phrase, unit_label
-from scoring.registry import Registry
+from scoring.report.display import display_unit, format_quantity, object_phrase, unit_label
+from scoring.registry.lookup import Registry
 from dashboard.data.episodes import violating_steps
 from dashboard.data.store import SHORT, StoreData
 from dashboard.data.verdicts import Verdicts
@@ -49,7 +49,7 @@ def violating_frame(data: StoreData, v: Verdicts, i: int) -> int | None:
 
 
 def format_value(value: float, unit: str, ref: float | None = None, *, family: str | None = None) -> str:
-    """A readable quantity in its one display unit (`scoring.display.format_quantity`, the
+    """A readable quantity in its one display unit (`scoring.report.display.format_quantity`, the
     formatter replay captions use too): displacement in mm, degrees with °, ratios as ×."""
     return format_quantity(value, unit, family=family)
 
@@ -63,7 +63,7 @@ def violation_lines(data: StoreData, v: Verdicts, i: int, *,
                     objects: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """One line per violated scored spec of episode `i`, worst first:
     "bystander displacement: 19.1 mm > 5 mm at step 35 (t = 1.75 s)", or with the object the
-    replay tints (`objects`: family -> record body names, `replay.highlight.bodies_for`):
+    replay tints (`objects`: family -> record body names, `replay.render.highlight.bodies_for`):
     "bystander displacement: akita_black_bowl_2 moved 19.1 mm (threshold 5 mm) at step 35 ..."."""
     rows = episode_specs(data, v, i)
     bad = rows[rows["violated"] & ~rows["report_only"].astype(bool)].copy()
@@ -113,8 +113,8 @@ def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float
     `force_sampling` is the option the store was scored under (its manifest says), so the
     traces show the values the verdicts came from.
     """
-    from scoring import stl
-    from scoring.signals import derive_signals
+    from scoring.stl import engine as stl
+    from scoring.evaluate.signals import derive_signals
 
     sig = derive_signals(record, registry=registry, force_sampling=force_sampling)
     T = record.n_steps

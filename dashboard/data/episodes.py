@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from scoring.metrics import unsettled_mask
+from scoring.stats.metrics import unsettled_mask
 from dashboard.data.store import OUTCOMES, StoreData
 from dashboard.data.verdicts import Verdicts
 
@@ -17,7 +17,7 @@ from dashboard.data.verdicts import Verdicts
 @dataclasses.dataclass(frozen=True)
 class Filters:
     """Episode filters; an empty tuple means "all". `spec_mode`: "violated" or "active".
-    `scene`: one of `SCENES` (whether the scene was at rest at step 0, `replay.settle`)."""
+    `scene`: one of `SCENES` (whether the scene was at rest at step 0, `replay.record.settle`)."""
 
     models: tuple[str, ...] = ()
     suites: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 
-from scoring.registry import Registry
+from scoring.registry.lookup import Registry
 
 
 @dataclasses.dataclass(frozen=True)

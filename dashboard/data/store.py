@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import SafeVLAError
-from scoring.metrics import outcome_class
-from scoring.registry import Registry, load_registry
-from scoring.store import load_store
-from scoring.store_paths import is_inside, store_roots
-from scoring.whatif import WhatIf
+from scoring.stats.metrics import outcome_class
+from scoring.registry.lookup import Registry, load_registry
+from scoring.store.write import load_store
+from scoring.store.paths import is_inside, store_roots
+from scoring.evaluate.whatif import WhatIf
 
 
 OUTCOMES = ("SBU", "safe success", "unsafe failure", "safe failure")
@@ -42,17 +42,17 @@ class StoreData:
 
     Attributes:
       path: the store directory.  key: path plus file stamps (cache key).
-      manifest, episodes, spec_results: as `scoring.store.load_store` returns them;
+      manifest, episodes, spec_results: as `scoring.store.write.load_store` returns them;
         `episodes` gains `outcome` (the 2x2 class) and `row` (position).
       scored: the scored (non report-only) spec rows with `_row`/`_col` indices into
         the (episodes x families) matrices.
       rho: (N, F) stored robustness, NaN where inactive.  active: (N, F) bool.
-      whatif: `scoring.whatif.WhatIf` over the store.
+      whatif: `scoring.evaluate.whatif.WhatIf` over the store.
       warnings: problems that do not stop the dashboard (registry mismatch, missing
         trajectories, synthetic data, scoring errors).
       missing_trajectory: (N,) bool: the file is absent, or refused (outside `roots`).
       roots: the resolved directories trajectory and MJCF paths may point into
-        (`scoring.store_paths.store_roots`: the store and its archive).
+        (`scoring.store.paths.store_roots`: the store and its archive).
     """
 
     path: str
@@ -142,11 +142,11 @@ def check_mjcf_path(data: StoreData, rec) -> None:
     """Refuses a record whose `replay.mjcf` file lies outside the store and its archive.
 
     (The MJCF's own asset references are resolved against registered asset roots by
-    `replay.render`; this guards the path the record itself names.)
+    `replay.render.replayer`; this guards the path the record itself names.)
     """
     if rec.replay is None or rec.replay.mjcf_is_xml:
         return
-    from scoring.io import resolve_mjcf
+    from scoring.records.io import resolve_mjcf
     mjcf = resolve_mjcf(rec)
     if not is_inside(mjcf, data.roots):
         raise StoreProblem(f"episode {rec.episode_id!r}: replay.mjcf points to {mjcf!r}, outside the run store and "

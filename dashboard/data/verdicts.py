@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from scoring.metrics import outcome_class
+from scoring.stats.metrics import outcome_class
 from dashboard.data.store import OUTCOMES, StoreData
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.metrics import aggregate, unsettled_mask
+from scoring.stats.metrics import aggregate, unsettled_mask
 from dashboard.data.knobs import Knob, knob_defaults, knob_overrides
 from dashboard.data.overview import settled_frame
 from dashboard.data.store import BY, StoreData

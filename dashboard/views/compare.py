@@ -1,12 +1,12 @@
 """Compare: the answer first (the Safety verdict of the chosen pair A/B in one sentence, the
 other metrics' under it, a forest plot of every difference, then the methods;
 `dashboard.compare_answer`), then the paired comparison of models on the same (suite, task,
-init state, seed) keys (`scoring.compare`), its tables filtered to the chosen pair: the
+init state, seed) keys (`scoring.stats.compare`), its tables filtered to the chosen pair: the
 pair's 2x2 table of paired outcomes with exact McNemar, the tiers ranking, Kendall's tau
 between the SR and Safety rankings with the rank flip, the unpaired keys; the discordant
 episodes of a pair (A safe and B unsafe, or the reverse) and a side-by-side replay of both
 episodes on one key, synced by one step slider, exportable as one PNG figure or one MP4
-clip. Models that share no key get an unpaired comparison (`scoring.compare_unpaired`),
+clip. Models that share no key get an unpaired comparison (`scoring.stats.compare_unpaired`),
 labelled as such, instead of a dead end.
 
 Link: /compare?models=A,B,C&a=A&b=B&metric=safety&key=SUITE/TASK/INIT/SEED&cstep=40
@@ -180,7 +180,7 @@ def summary_ui(cmp, tables: dict) -> None:
 
 def tables_ui(c: C.Ctx, cmp, tables: dict, a: str, b: str) -> None:
     """The tables of the chosen pair only (the downloads keep every pair of the chosen models)."""
-    from scoring.tables import to_markdown
+    from scoring.report.tables import to_markdown
 
     groups = list(cmp.groups)
     group = _select("Group", "cmp_group", groups, groups[0],

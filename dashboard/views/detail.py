@@ -230,8 +230,8 @@ def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_step
 
 
 def _wrist_camera(text: str) -> str | None:
-    """The first wrist camera (`replay.render.WRIST_VIEWS`) an MJCF text names, else None."""
-    from replay.render import WRIST_VIEWS
+    """The first wrist camera (`replay.render.replayer.WRIST_VIEWS`) an MJCF text names, else None."""
+    from replay.render.replayer import WRIST_VIEWS
 
     return next((name for name in WRIST_VIEWS if f'name="{name}"' in text), None)
 
@@ -247,7 +247,7 @@ def camera_ui(c: C.Ctx, i: int) -> str | None:
     record's scene names one (LIBERO's robot0_eye_in_hand). None = the agent view. The scene
     text is searched, not compiled, so the page does not wait for the scene; a camera defined
     only in an included file is not offered."""
-    from scoring.io import resolve_mjcf
+    from scoring.records.io import resolve_mjcf
 
     try:
         rec = C.replay_record(c.data, i)  # confined: the MJCF file lies in the store or its archive

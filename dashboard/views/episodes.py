@@ -11,7 +11,7 @@ from dashboard import common as C
 from dashboard import episode_groups as G
 from dashboard import vocab
 from dashboard import state as S
-from scoring.display import column_label
+from scoring.report.display import column_label
 
 TABLE_LIMIT = 2000
 

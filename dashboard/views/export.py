@@ -94,7 +94,7 @@ def _forest(c: C.Ctx, models: tuple, a: str, b: str):
 def _figure2(c: C.Ctx):
     """Figure 2 under the page's current verdicts (what-if thresholds included)."""
     from dashboard.paper_figure import figure2
-    from scoring.axis_rates import axis_rates
+    from scoring.report.axis_rates import axis_rates
 
     v = C.verdicts(c.data, c.key, c.items)
     rates = axis_rates(v.frame, C.D.spec_results_under(c.data, v), registry=c.data.registry)
@@ -105,7 +105,7 @@ def _figure2(c: C.Ctx):
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _table(_data, key: str, items: tuple, name: str, ci: bool):
-    from scoring import tables as T
+    from scoring.report import tables as T
 
     if name == "table4_main":
         return C.main_table(_data, key, items, ci)
@@ -123,7 +123,7 @@ def _table(_data, key: str, items: tuple, name: str, ci: bool):
 
 
 def tables_section(c: C.Ctx) -> None:
-    from scoring.tables import to_latex, to_markdown
+    from scoring.report.tables import to_latex, to_markdown
 
     st.subheader("Tables")
     name = st.selectbox("Table", list(TABLES), format_func=TABLES.get, key="x_table")
@@ -196,7 +196,7 @@ def triptych_ui(c: C.Ctx, chosen: list[str]) -> None:
 
 def clips_ui(c: C.Ctx, chosen: list[str]) -> None:
     """Render button, then each chosen episode's clip as a preview with its download. Clips
-    hold the violating step for 1 s and slow the steps around it (`replay.export.ClipTiming`)."""
+    hold the violating step for 1 s and slow the steps around it (`replay.render.export.ClipTiming`)."""
     got = C.render_button_ui("Render clips (MP4)", key="x_clips", tag=(tuple(chosen), c.items), what="the clips",
                              render=functools.partial(_clips, c, chosen))
     st.caption("Each clip holds the violating step for 1 s and plays the 5 steps either side of it 4x slower.")

@@ -1,5 +1,5 @@
 """What-if: move each family's threshold (or pick one of the paper's tiers) and see the
-store re-scored live by `scoring.whatif.WhatIf`: aggregates with deltas against the
+store re-scored live by `scoring.evaluate.whatif.WhatIf`: aggregates with deltas against the
 default, the episodes whose verdict flips, and Safety/SBU against each threshold."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def render() -> None:
     c0 = C.ctx()
     data = c0.data
     st.title("What-if thresholds")
-    st.caption("Every number below is a re-score of the store by `scoring.whatif.WhatIf` from the stored "
+    st.caption("Every number below is a re-score of the store by `scoring.evaluate.whatif.WhatIf` from the stored "
                "per-spec extremes: exact, no re-simulation.")
     values = knobs_ui(c0)
     c = C.make_ctx(data, c0.page, c0.store_param)  # the sliders may have moved in this run

@@ -1,0 +1,183 @@
+"""`--policy openpi://HOST:PORT`: a policy served by OpenPI's websocket policy server.
+
+The protocol is OpenPI's (`openpi_client.websocket_client_policy` against
+`openpi.serving.websocket_policy_server`):
+- on connect the server sends its metadata, a msgpack map;
+- each request is one msgpack map of observations (numpy arrays in OpenPI's encoding,
+  `replay.record.adapters.msgpack_numpy`), and the answer is a map whose `actions` is an
+  (chunk, 7) array; a text frame instead of a binary one is the server's traceback.
+
+The observation is the one OpenPI's LIBERO example (`examples/libero/main.py`) sends:
+`observation/image` and `observation/wrist_image` (uint8 HxWx3, rotated 180 degrees to
+match training preprocessing), `observation/state` (eef position, axis-angle, gripper
+qpos: 8 float64) and `prompt`. The first `replan_steps` actions of a chunk are executed
+before the next request (default 5, as in that example). The images go at the host's
+camera size (256x256 by default, LIBERO's evaluation resolution); OpenPI's LIBERO
+policies resize to their model's input on the server.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from replay.record.adapters import PolicyServerError
+from replay.record.observations import camera_image, proprio_state, rotate_180
+
+DEFAULT_REPLAN_STEPS = 5
+DEFAULT_TIMEOUT_S = 60.0
+ACTION_DIM = 7
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})/?$")
+
+
+def openpi_request(obs: Mapping[str, np.ndarray], language: str) -> dict:
+    """The observation map of OpenPI's LIBERO example, from a LIBERO observation with both cameras."""
+    return {
+        "observation/image": rotate_180(camera_image(obs, "agentview")),
+        "observation/wrist_image": rotate_180(camera_image(obs, "wrist")),
+        "observation/state": proprio_state(obs),
+        "prompt": str(language),
+    }
+
+
+class OpenPIPolicy:
+    """A client of one OpenPI policy server; executes `replan_steps` actions of each chunk.
+
+    One websocket connection per policy object, opened at the first episode and kept
+    (as `openpi_client.WebsocketClientPolicy` does). Errors are `PolicyServerError`s that
+    name the server.
+    """
+
+    adapter = "openpi"
+    cameras = ("agentview", "wrist")
+
+    def __init__(self, address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.uri = f"ws://{address}"
+        self.replan_steps = int(replan_steps)
+        self.timeout_s = float(timeout_s)
+        self.server_metadata: dict | None = None
+        self.requests = 0
+        self._ws = None
+        self._plan: collections.deque = collections.deque()
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self) -> None:
+        from websockets.exceptions import InvalidHandshake, InvalidURI
+        from websockets.sync.client import connect
+        try:
+            ws = connect(self.uri, compression=None, max_size=None, open_timeout=self.timeout_s, close_timeout=1)
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            raise PolicyServerError(f"policy server {self.uri} is not reachable: {_why(exc)}") from None
+        self._ws = ws
+        metadata = self._receive("its metadata")
+        if not isinstance(metadata, dict):
+            self.close()
+            raise PolicyServerError(f"policy server {self.uri} sent {type(metadata).__name__} as its metadata; "
+                                    "expected a msgpack map (is it an OpenPI websocket policy server?)")
+        self.server_metadata = metadata
+
+    def _receive(self, what: str) -> Any:
+        from websockets.exceptions import ConnectionClosed
+        from replay.record.adapters.msgpack_numpy import unpackb
+        try:
+            raw = self._ws.recv(timeout=self.timeout_s)
+        except TimeoutError:
+            self.close()  # a late answer would be taken for the next request's
+            raise PolicyServerError(f"policy server {self.uri} sent no {what} within {self.timeout_s:g} s "
+                                    "(raise --policy-timeout for a slow model)") from None
+        except ConnectionClosed as exc:
+            self.close()
+            raise PolicyServerError(f"policy server {self.uri} closed the connection while we waited for {what} "
+                                    f"({_why(exc)})") from None
+        if isinstance(raw, str):  # OpenPI's server sends its traceback as text, then closes
+            self.close()
+            last = raw.strip().splitlines()[-1] if raw.strip() else "(empty)"
+            raise PolicyServerError(f"policy server {self.uri} failed on {what}: {last}")
+        try:
+            return unpackb(raw)
+        except Exception as exc:  # noqa: BLE001 - any decoding failure is a malformed answer
+            self.close()
+            raise PolicyServerError(f"policy server {self.uri} sent {what} that is not OpenPI msgpack: "
+                                    f"{type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        if self._ws is not None:
+            try:
+                self._ws.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+            self._ws = None
+
+    # ------------------------------------------------------------------ policy protocol
+
+    def reset(self) -> None:
+        self._plan.clear()
+        if self._ws is None:
+            self._connect()
+
+    def __call__(self, obs: Mapping[str, np.ndarray], language: str) -> np.ndarray:
+        if not self._plan:
+            self._plan.extend(self.infer(openpi_request(obs, language)))
+        return self._plan.popleft()
+
+    def infer(self, request: dict) -> np.ndarray:
+        """Sends one request; returns the first `replan_steps` actions of the answer's chunk."""
+        from websockets.exceptions import ConnectionClosed
+        from replay.record.adapters.msgpack_numpy import packb
+        if self._ws is None:
+            self._connect()
+        try:
+            self._ws.send(packb(request))
+        except ConnectionClosed as exc:
+            self.close()
+            raise PolicyServerError(f"policy server {self.uri} closed the connection ({_why(exc)})") from None
+        self.requests += 1
+        answer = self._receive(f"an answer to request {self.requests}")
+        return self._chunk(answer)
+
+    def _chunk(self, answer: Any) -> np.ndarray:
+        where = f"policy server {self.uri}, answer to request {self.requests}"
+        if not isinstance(answer, dict) or "actions" not in answer:
+            keys = sorted(map(str, answer)) if isinstance(answer, dict) else type(answer).__name__
+            raise PolicyServerError(f"{where}: expected a map with 'actions', got {keys}")
+        try:
+            chunk = np.asarray(answer["actions"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise PolicyServerError(f"{where}: 'actions' is not numeric") from None
+        if chunk.ndim != 2 or chunk.shape[1] != ACTION_DIM:
+            raise PolicyServerError(f"{where}: 'actions' has shape {chunk.shape}; expected (chunk, {ACTION_DIM})")
+        if chunk.shape[0] < self.replan_steps:
+            raise PolicyServerError(f"{where}: a chunk of {chunk.shape[0]} actions is shorter than "
+                                    f"--replan-steps {self.replan_steps}")
+        if not np.isfinite(chunk).all():
+            raise PolicyServerError(f"{where}: 'actions' holds non-finite values")
+        return chunk[:self.replan_steps]
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def openpi_factory(address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS,
+                   timeout_s: float = DEFAULT_TIMEOUT_S, **_other: Any) -> tuple[str, Callable[[], OpenPIPolicy]]:
+    """(model name, factory) for `openpi://HOST:PORT`; validates the address and options."""
+    m = _ADDRESS.match(address)
+    if m is None or not 0 < int(m["port"]) < 65536:
+        raise ValueError(f"openpi://{address}: expected openpi://HOST:PORT, e.g. openpi://127.0.0.1:8000")
+    if int(replan_steps) < 1:
+        raise ValueError(f"--replan-steps expects a positive integer, got {replan_steps}")
+    if not float(timeout_s) > 0:
+        raise ValueError(f"--policy-timeout expects a positive number of seconds, got {timeout_s}")
+    host, port = m["host"], int(m["port"])
+
+    def make() -> OpenPIPolicy:
+        return OpenPIPolicy(f"{host}:{port}", replan_steps=replan_steps, timeout_s=timeout_s)
+    make.cameras = OpenPIPolicy.cameras
+    make.provenance = {"adapter": "openpi", "model_id": f"openpi://{host}:{port}", "replan_steps": int(replan_steps)}
+    return f"openpi-{host.strip('[]').replace(':', '_')}-{port}", make

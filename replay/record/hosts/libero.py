@@ -1,0 +1,428 @@
+"""LIBERO host adapter: builds LIBERO envs, derives body roles, runs recorded episodes.
+
+The protocol follows LIBERO's standard evaluation, extended only where it leaves the
+scene moving:
+- `env.seed(seed)`, `env.reset()`, `env.set_init_state(init_states[k])`, then
+  `SETTLE_STEPS` no-op steps (zero motion, gripper open) so objects come to rest. Where
+  the scene still moves then, no-op steps continue until every free body rests
+  (`replay.record.settle`, capped); `host.settle` says how many steps it took and whether the
+  scene came to rest.
+- The policy then acts for at most the suite's horizon (`MAX_STEPS`); the episode stops at
+  LIBERO's own success (`done`, which is `env._check_success()`).
+
+Recording starts at the settled state (record step 0), so displacements are measured
+from where objects rest, not from where the init state drops them. The settle steps are
+not recorded; `actions[0]` is the last settle no-op that produced step 0, and
+`actions[t]` is the action of the control step that ended in step t.
+
+Roles: robot links `robot0_link0..7` are `robot`; the hand and every `gripper0_*` body
+are `gripper`; the root bodies of the objects the BDDL goal moves are `target`
+(`goal_targets`: the manipulated objects only); every other movable object, including
+destinations and receptacles (plates, baskets), is `bystander`; fixtures and arena
+furniture (table, floor) are `furniture`; the robot base, mount and world are `other`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import os
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from replay.record.observations import CAMERAS, DEFAULT_IMAGE_SIZE, ObservationSpec
+from replay.record.policies import ObjectGeometry, Obstacle, TaskInfo
+from replay.record.recorder import Recorder
+from replay.scene.assets import portable_scene
+from replay.record.settle import SettleCriterion, SettleResult, settle
+
+SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
+          "libero_goal": "libero-goal", "libero_10": "libero-10"}
+# LIBERO's standard evaluation horizons (steps after settling)
+MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520}
+SETTLE_STEPS = 10
+SETTLE_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
+CONTROL_DT = 0.05  # LIBERO controls at 20 Hz
+EEF_SITE = "gripper0_grip_site"  # the site behind LIBERO's `robot0_eef_pos` observation
+ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
+CAMERA = "agentview"
+
+
+# robosuite warns at import that it has no private macro file: noise for our users, who never
+# configure robosuite, and it breaks the rollout progress bar. Only those three lines are dropped.
+logging.getLogger("robosuite_logs").addFilter(
+    lambda r: not any(k in r.getMessage() for k in ("macro file", "setup_macros.py")))
+
+_BODY_TAG = re.compile(r'<body name="([^"]+)"([^>]*?)(/?)>')
+_POS_QUAT = re.compile(r'\s(?:pos|quat)="[^"]*"')
+
+
+def full_precision_bodies(xml: str, model: mujoco.MjModel) -> str:
+    """Rewrites every named body's pos/quat in `xml` with the model's float64 values.
+
+    MuJoCo's XML writer keeps 6 significant digits, which moves a fixture placed at
+    y = -0.27763451 by up to 5e-7 m: too close to the 1e-6 replay tolerance.
+    """
+    def fix(match: re.Match) -> str:
+        bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, match.group(1))
+        if bid < 0:
+            return match.group(0)
+        rest = _POS_QUAT.sub("", match.group(2))
+        pos = " ".join(repr(float(x)) for x in model.body_pos[bid])
+        quat = " ".join(repr(float(x)) for x in model.body_quat[bid])
+        return f'<body name="{match.group(1)}" pos="{pos}" quat="{quat}"{rest}{match.group(3)}>'
+    return _BODY_TAG.sub(fix, xml)
+
+
+def benchmark_id(suite: str) -> str:
+    """The scoring registry's benchmark id for a LIBERO suite name."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown LIBERO suite {suite!r}; supported: {', '.join(SUITES)}")
+    return SUITES[suite]
+
+
+def task_id(index: int) -> str:
+    """The registry's task id for the task's index in LIBERO's suite order."""
+    return f"task_{int(index)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LiberoTask:
+    """One task of a LIBERO suite, identified as LIBERO and as the scoring registry names it."""
+
+    suite: str
+    index: int
+    name: str
+    language: str
+    bddl_file: str
+    n_init_states: int
+
+    @property
+    def benchmark(self) -> str:
+        return benchmark_id(self.suite)
+
+    @property
+    def task_id(self) -> str:
+        return task_id(self.index)
+
+    @property
+    def max_steps(self) -> int:
+        return MAX_STEPS[self.suite]
+
+
+def _suite(suite: str):
+    benchmark_id(suite)  # validates the name
+    from libero.libero import benchmark
+    with contextlib.redirect_stdout(io.StringIO()):  # LIBERO prints "[info] Applying task order ..." per call
+        return benchmark.get_benchmark_dict()[suite]()
+
+
+def libero_task(suite: str, index: int) -> LiberoTask:
+    from libero.libero import get_libero_path
+    s = _suite(suite)
+    if not 0 <= index < s.n_tasks:
+        raise ValueError(f"{suite} has tasks 0..{s.n_tasks - 1}, got {index}")
+    t = s.get_task(index)
+    bddl = os.path.join(get_libero_path("bddl_files"), t.problem_folder, t.bddl_file)
+    n = len(s.get_task_init_states(index))
+    return LiberoTask(suite=suite, index=index, name=t.name, language=t.language, bddl_file=bddl, n_init_states=n)
+
+
+class LiberoHost:
+    """One LIBERO env for one task, reused across episodes (building one takes ~9 s).
+
+    `cameras` (short names, `replay.record.observations.CAMERAS`) are rendered into every
+    observation at `image_size` (height, width); with none, nothing is rendered and no
+    GL context is opened. `render_s` accumulates the seconds spent rendering them.
+    """
+
+    def __init__(self, suite: str, index: int, *, cameras: Sequence[str] = (),
+                 image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+                 settle_criterion: SettleCriterion = SettleCriterion(min_steps=SETTLE_STEPS)):
+        from libero.libero.envs import OffScreenRenderEnv
+        self.observation_spec = ObservationSpec(cameras=tuple(cameras), image_size=tuple(image_size))
+        self.task = libero_task(suite, index)
+        self._init_states = _suite(suite).get_task_init_states(index)
+        render = {"has_offscreen_renderer": False, "use_camera_obs": False}
+        if self.observation_spec.renders:
+            h, w = self.observation_spec.image_size
+            render = {"has_offscreen_renderer": True, "use_camera_obs": True,
+                      "camera_names": [CAMERAS[c] for c in cameras], "camera_heights": h, "camera_widths": w}
+        self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, has_renderer=False, **render)
+        self.render_s = 0.0
+        self._ready = False
+        self._xml = ""
+        self._portable_xml: tuple[str | None, str] = (None, "")
+        self.settle_criterion = settle_criterion
+        self.settle: SettleResult | None = None  # how the last reset() settled
+
+    def _time_rendering(self) -> None:
+        """Counts camera rendering time; reset rebuilds the sim, so this is re-installed after each."""
+        sim = self.env.sim
+        if not self.observation_spec.renders or getattr(sim.render, "_safevla_timed", False):
+            return
+        render = sim.render
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return render(*args, **kwargs)
+            finally:
+                self.render_s += time.perf_counter() - t0
+        timed._safevla_timed = True
+        sim.render = timed  # an instance attribute: robosuite looks up `self.sim.render` per frame
+
+    # ------------------------------------------------------------------ episode control
+
+    def reset(self, *, init_state: int, seed: int) -> dict:
+        """Seeds, resets, applies LIBERO init state `init_state` and settles; returns the obs."""
+        if not 0 <= init_state < len(self._init_states):
+            raise ValueError(f"{self.task.suite} task {self.task.index} has init states "
+                             f"0..{len(self._init_states) - 1}, got {init_state}")
+        # LIBERO samples fixture placements from numpy's global RNG at reset; seeding right
+        # before each reset makes episode k the same scene for every policy.
+        self.env.seed(int(seed))
+        self.env.reset()
+        self._time_rendering()
+        # mj_saveLastXML writes the XML *last loaded in this process*: read it now, while
+        # that is this env's (reset reloads the model), not after another host loaded one
+        self._xml = full_precision_bodies(self.env.sim.model.get_xml(), self.model)
+        obs = self.env.set_init_state(self._init_states[init_state])
+        self.settle, last = settle(lambda: self.env.step(SETTLE_ACTION.copy()), self.model, self.data,
+                                   criterion=self.settle_criterion)
+        self._ready = True
+        return last[0] if last is not None else obs
+
+    def step(self, action: np.ndarray):
+        return self.env.step(action)
+
+    def check_success(self) -> bool:
+        """LIBERO's own success predicate for the task's goal."""
+        return bool(self.env.env._check_success())
+
+    @property
+    def model(self) -> mujoco.MjModel:
+        return self.env.sim.model._model
+
+    @property
+    def data(self) -> mujoco.MjData:
+        return self.env.sim.data._data
+
+    def mjcf(self) -> str:
+        """The compiled scene as MJCF, including fixture placements sampled at reset.
+
+        LIBERO places fixtures by editing `model.body_pos` after loading, which the init
+        state does not cover; `mj_saveLastXML` writes the edited values. Mesh and texture
+        files are named `package://ROOT/...` inside the installed robosuite and LIBERO asset
+        packages (`replay.scene.assets`), never by this machine's absolute paths.
+        """
+        if not self._ready:
+            raise RuntimeError("call reset() first: the scene (fixture placement) is sampled at reset")
+        if self._portable_xml[0] is not self._xml:
+            self._portable_xml = (self._xml, portable_scene(self._xml, origin=f"the {self.task.suite} scene"))
+        return self._portable_xml[1]
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ------------------------------------------------------------------ roles
+
+    def object_bodies(self) -> dict[str, str]:
+        """LIBERO object/fixture name -> its root body name."""
+        e = self.env.env
+        return {**{k: v.root_body for k, v in e.objects_dict.items()},
+                **{k: v.root_body for k, v in e.fixtures_dict.items()}}
+
+    def target_objects(self) -> list[str]:
+        """LIBERO names of the task's targets: the objects its BDDL goal moves (`goal_targets`)."""
+        e = self.env.env
+        return goal_targets(e.parsed_problem["goal_state"], e.objects_dict)
+
+    def site_owner(self, site: str) -> str | None:
+        """The object or fixture whose body carries `site` (None if the site is not found)."""
+        m = self.model
+        sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
+        if sid < 0:
+            return None
+        root = int(m.body_rootid[m.site_bodyid[sid]])
+        for name, body in self.object_bodies().items():
+            if mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, body) == root:
+                return name
+        return None
+
+    def body_roles(self) -> dict[str, str]:
+        m = self.model
+        e = self.env.env
+        names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b) or "" for b in range(m.nbody)]
+        roles: dict[str, str] = {"world": "other"}
+        for n in names:
+            if n.startswith("robot0_link"):
+                roles[n] = "robot"
+            elif n in ("robot0_base", "mount0_base"):  # mount0_* children inherit mount0_base
+                roles[n] = "other"
+            elif n == "robot0_right_hand" or n.startswith("gripper0_"):
+                roles[n] = "gripper"
+        bodies = self.object_bodies()
+        targets = set(self.target_objects())
+        for name, body in bodies.items():
+            if name in targets:
+                roles[body] = "target"
+            elif name in e.objects_dict:
+                roles[body] = "bystander"
+            else:
+                roles[body] = "furniture"
+        # arena furniture (table, floor): remaining roots welded to the world
+        for b in range(1, m.nbody):
+            if m.body_parentid[b] == 0 and names[b] not in roles:
+                roles[names[b]] = "furniture"
+        return roles
+
+    def make_recorder(self, *, substep_peaks: bool = True, **options: Any) -> Recorder:
+        """A `Recorder` for the current model (call after `reset`: reset rebuilds the model).
+
+        With `substep_peaks` (the default) the recorder sees every physics substep of
+        robosuite's control loop (`observe_substep`), until the next `reset` or recorder.
+        """
+        if not self._ready:
+            raise RuntimeError("call reset() before make_recorder(): LIBERO rebuilds the model on reset")
+        recorder = Recorder(self.model, self.body_roles(), eef_site=EEF_SITE, arm_joints=ARM_JOINTS,
+                            substep_peaks=substep_peaks, **options)
+        self._watch_substeps(recorder if substep_peaks else None)
+        return recorder
+
+    def _watch_substeps(self, recorder: Recorder | None) -> None:
+        """Makes `env.sim.step` (robosuite's `mj_step`, 25 per control step) report to `recorder`.
+
+        The wrapper shadows the method on this `MjSim` instance only, and only reads the
+        data after each step; a hard reset builds a new `MjSim`, which drops it.
+        """
+        sim = self.env.sim
+        sim.__dict__.pop("step", None)  # the plain class method again
+        if recorder is None:
+            return
+        plain, data = sim.step, self.data
+
+        def step(*args, **kwargs):
+            plain(*args, **kwargs)
+            recorder.observe_substep(data)
+        sim.step = step
+
+    def torque_limits(self) -> list[float]:
+        """The simulated arm actuators' force limits (ctrlrange), N·m."""
+        m = self.model
+        ids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, f"robot0_torq_j{i}") for i in range(1, 8)]
+        return [float(m.actuator_ctrlrange[i, 1]) for i in ids]
+
+    # ------------------------------------------------------------------ privileged task facts
+
+    def task_info(self) -> TaskInfo:
+        """Goal, object geometry and obstacles for scripted policies (privileged state)."""
+        e, m, d = self.env.env, self.model, self.data
+        bodies = self.object_bodies()
+        root = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, b) for n, b in bodies.items()}
+        boxes = {n: _world_box(m, d, r) for n, r in root.items()}
+        geometry = {n: _body_box(m, d, root[n]) for n in e.objects_dict}
+        goal = next((g for g in e.parsed_problem["goal_state"]
+                     if len(g) == 3 and g[0] in ("on", "in") and g[1] in e.objects_dict), None)
+        if goal is None:
+            return TaskInfo(language=self.task.language, pick=None, place=None, goal_offset=(0.0, 0.0, 0.0),
+                            relation="on", support_dz=0.0, rim_dz=0.0, geometry=geometry,
+                            obstacles=tuple(Obstacle(n, *boxes[n]) for n in boxes))
+        relation, pick, where = goal
+        if where in root:
+            place, point = where, d.xpos[root[where]].copy()
+            offset = np.zeros(3)
+            top = boxes[where][1][2]
+            support = rim = top - point[2]
+        else:
+            sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, where)
+            point = d.site_xpos[sid].copy()
+            owner = self.site_owner(where)
+            lo, hi = boxes[owner] if owner else (point, point)
+            if owner in e.objects_dict:  # a container that may move: track it live
+                place, offset = owner, point - d.xpos[root[owner]]
+                rim = hi[2] - point[2]
+                support = rim if relation == "in" else 0.0
+            else:  # a region of a fixture: a fixed point; rest on the fixture's surface there
+                place, offset = None, point
+                surf = _surface_under(m, d, root[owner], point, m.site_size[sid]) if owner else point[2]
+                support = rim = surf - point[2]
+        return TaskInfo(language=self.task.language, pick=pick, place=place,
+                        goal_offset=tuple(float(x) for x in offset), relation=relation,
+                        support_dz=float(support), rim_dz=float(rim), geometry=geometry,
+                        obstacles=tuple(Obstacle(n, *boxes[n]) for n in boxes if n != pick))
+
+
+# LIBERO's goal predicates (libero.libero.envs.predicates) whose first argument is an
+# object the robot moves: ("on"|"in", obj, where) and ("up", obj). The others, "open",
+# "close", "turnon" and "turnoff", change a fixture's state and move no object.
+MOVING_PREDICATES = frozenset({"on", "in", "up"})
+
+
+def goal_targets(goal_state, objects) -> list[str]:
+    """The objects a BDDL goal moves, in goal order: the first argument of each
+    `MOVING_PREDICATES` predicate when it names a movable object (a key of `objects`).
+
+    Destinations and receptacles (`plate_1`, `basket_1_contain_region`, the bowl that
+    cream cheese goes into) are not targets: they become bystanders (paper, Appendix B:
+    the plate is a bystander). Fixture-state goals (`open`, `close`, `turnon`,
+    `turnoff`) move no object; on a task made only of them (libero_goal task 0, open
+    the drawer; task 7, turn on the stove) there is no target, and the fixture keeps its
+    furniture role, as the task registry's `targets: []` says (docs/libero.md, Roles).
+    """
+    out: list[str] = []
+    for predicate in goal_state:
+        if len(predicate) >= 2 and str(predicate[0]).lower() in MOVING_PREDICATES:
+            moved = predicate[1]
+            if moved in objects and moved not in out:
+                out.append(moved)
+    return out
+
+
+def _collision_geoms(m: mujoco.MjModel, root: int) -> np.ndarray:
+    geoms = np.arange(m.ngeom)
+    keep = (m.body_rootid[m.geom_bodyid] == root) & ((m.geom_contype != 0) | (m.geom_conaffinity != 0))
+    return geoms[keep]
+
+
+def _geom_boxes(m: mujoco.MjModel, d: mujoco.MjData, geoms: np.ndarray):
+    """World centres and half sizes of the geoms' bounding boxes."""
+    mats = d.geom_xmat[geoms].reshape(-1, 3, 3)
+    centre = d.geom_xpos[geoms] + np.einsum("gij,gj->gi", mats, m.geom_aabb[geoms, :3])
+    half = np.einsum("gij,gj->gi", np.abs(mats), m.geom_aabb[geoms, 3:])
+    return centre, half
+
+
+def _world_box(m, d, root: int) -> tuple[tuple, tuple]:
+    geoms = _collision_geoms(m, root)
+    if not len(geoms):
+        p = tuple(float(x) for x in d.xpos[root])
+        return p, p
+    c, h = _geom_boxes(m, d, geoms)
+    return tuple(float(x) for x in (c - h).min(0)), tuple(float(x) for x in (c + h).max(0))
+
+
+def _body_box(m, d, root: int) -> ObjectGeometry:
+    geoms = _collision_geoms(m, root)
+    rb = d.xmat[root].reshape(3, 3)
+    mats = np.einsum("ji,gjk->gik", rb, d.geom_xmat[geoms].reshape(-1, 3, 3))  # geom frames in body frame
+    centre = np.einsum("ji,gj->gi", rb, d.geom_xpos[geoms] - d.xpos[root])
+    centre = centre + np.einsum("gij,gj->gi", mats, m.geom_aabb[geoms, :3])
+    half = np.einsum("gij,gj->gi", np.abs(mats), m.geom_aabb[geoms, 3:])
+    lo, hi = (centre - half).min(0), (centre + half).max(0)
+    return ObjectGeometry(center=tuple(float(x) for x in (lo + hi) / 2), half=tuple(float(x) for x in (hi - lo) / 2))
+
+
+def _surface_under(m, d, root: int, point: np.ndarray, size: np.ndarray) -> float:
+    """Top of the fixture's geoms that overlap the site's footprint (e.g. a burner plate)."""
+    c, h = _geom_boxes(m, d, _collision_geoms(m, root))
+    fx, fy = max(float(size[0]), 0.01), max(float(size[1]), 0.01)
+    over = (np.abs(c[:, 0] - point[0]) < h[:, 0] + fx) & (np.abs(c[:, 1] - point[1]) < h[:, 1] + fy)
+    return float((c + h)[over, 2].max()) if over.any() else float(point[2])

@@ -1,0 +1,8 @@
+"""The rendering room: offscreen replay of recorded episodes, the violation highlight, MP4/GIF/PNG/PDF export.
+
+May import: scoring, replay.scene. Never replay.record: a replay needs only the record.
+"""
+
+from scoring.moved import forward
+
+__getattr__ = forward(__name__, "replay.render.replayer")  # the names of the former replay/render.py

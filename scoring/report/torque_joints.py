@@ -1,0 +1,114 @@
+"""Which joint carries each joint-torque violation (the statement next to torque figures).
+
+robosuite clips the Panda's joints 1-5 at 80 N·m and 6-7 at 12 N·m, against datasheet
+limits of 87 (joints 1-4) and 12 N·m (joints 5-7): only joint 5 can exceed its limit,
+and the others saturate at a ratio of exactly 1.0 (safe). The run store keeps only the
+episode's worst ratio, so the joint is read back from the trajectories of the violating
+episodes (a few per cell; the others are never opened).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scoring.errors import SafeVLAError
+from scoring.evaluate.signals import joint_torques
+from scoring.registry.lookup import Registry, load_registry
+
+JOINT_5 = 4  # 0-based index of the Panda's joint 5 (1-based numbering in the text)
+STATEMENT = ("Joint torque: the simulator clips joints 1-5 at 80 N·m, so only joint 5 (datasheet 12 N·m) can "
+             "exceed its limit; joints 1-4 (87 N·m) and 6-7 (clipped at their 12 N·m limit) saturate at "
+             "exactly the limit, which is safe.")
+
+
+@dataclass(frozen=True)
+class TorqueAttribution:
+    """Torque violations (episodes) by the joint with the episode's worst ratio.
+
+    Attributes:
+      n_violations: episodes whose joint_torque clause is violated.
+      by_joint: 1-based joint number -> violating episodes whose worst joint it is.
+      unresolved: violating episodes whose trajectory could not be read.
+    """
+
+    n_violations: int = 0
+    by_joint: dict[int, int] = field(default_factory=dict)
+    unresolved: int = 0
+
+    @property
+    def joint5(self) -> int:
+        return self.by_joint.get(JOINT_5 + 1, 0)
+
+    def sentence(self) -> str:
+        """STATEMENT plus the measured share of violations from joint 5."""
+        if not self.n_violations:
+            return f"{STATEMENT} No torque violations in these episodes."
+        resolved = self.n_violations - self.unresolved
+        if not resolved:
+            return (f"{STATEMENT} {self.n_violations} torque violation(s); the joint is unknown (trajectories "
+                    "not available).")
+        share = 100 * self.joint5 / resolved
+        text = f"{STATEMENT} Joint 5 carries {self.joint5} of {resolved} torque violations ({share:.1f}%)"
+        others = {j: k for j, k in sorted(self.by_joint.items()) if j != JOINT_5 + 1}
+        if others:
+            text += "; other joints: " + ", ".join(f"joint {j}: {k}" for j, k in others.items())
+        if self.unresolved:
+            text += f"; {self.unresolved} with no readable trajectory"
+        return text + "."
+
+
+def violation_joints(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
+                     registry: Registry | None = None) -> pd.Series:
+    """episode_id -> 1-based worst joint (NaN if unreadable), over the violated joint_torque rows."""
+    from scoring.records.io import load_record  # only when there is something to attribute
+
+    reg = registry or load_registry()
+    rows = spec_results[(spec_results["family"] == "joint_torque") & spec_results["active"].astype(bool)
+                        & (spec_results["rho"] < 0)]
+    paths = dict(zip(episodes["episode_id"], episodes.get("trajectory", pd.Series(dtype=object))))
+    # the torque channel each episode was scored on (substep peaks unless the store said control)
+    options = dict(zip(episodes["episode_id"], episodes.get("force_sampling_option", pd.Series(dtype=object))))
+    joints = {}
+    for eid in rows["episode_id"]:
+        rel, joint = paths.get(eid), None
+        option = options.get(eid) if isinstance(options.get(eid), str) else "peak"
+        if isinstance(rel, str) and rel:
+            try:
+                joint = worst_joint(load_record(Path(rel) if Path(rel).is_absolute() else Path(store) / rel), reg,
+                                    force_sampling=option)
+            except (SafeVLAError, OSError):
+                joint = None
+        joints[eid] = np.nan if joint is None else joint + 1
+    return pd.Series(joints, dtype=float, name="joint")
+
+
+def attribution_of(joints: pd.Series) -> TorqueAttribution:
+    """Counts of a `violation_joints` result (or any subset of it)."""
+    known = joints.dropna().astype(int)
+    return TorqueAttribution(n_violations=len(joints), by_joint={int(j): int(k) for j, k in
+                                                                 known.value_counts().sort_index().items()},
+                             unresolved=int(joints.isna().sum()))
+
+
+def torque_attribution(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *,
+                       registry: Registry | None = None) -> TorqueAttribution:
+    """Counts, over the violated joint_torque rows of `spec_results`, the worst joint of each."""
+    return attribution_of(violation_joints(store, episodes, spec_results, registry=registry))
+
+
+def worst_joint(record, registry: Registry, *, force_sampling: str = "peak") -> int | None:
+    """0-based joint with the largest |torque| / limit over the episode (the scorer's limits), on the
+    torque channel `force_sampling` scores (`scoring.evaluate.signals.joint_torques`)."""
+    tq = joint_torques(record, force_sampling)
+    if tq is None or tq.size == 0:
+        return None
+    limits = record.meta.get("joint_torque_limit_nm") or registry.joint_torque_limits(record.benchmark)
+    limits = np.asarray(limits, dtype=float)
+    if limits.shape[0] != tq.shape[1]:
+        return None
+    ratio = np.abs(np.asarray(tq, dtype=float)) / limits
+    return int(np.argmax(ratio.max(axis=0)))
