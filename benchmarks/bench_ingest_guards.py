@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 # one measurement, run in a fresh interpreter with PYTHONPATH at the tree under test
 _MEASURE = r"""
 import json, resource, sys
-from scoring.store.write import score_archive
+from scoring import score_archive  # the same name before and after issue 17
 paths, out = json.loads(sys.argv[1]), sys.argv[2]
 before = resource.getrusage(resource.RUSAGE_SELF)
 score_archive(paths, out, progress=False)

@@ -127,9 +127,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE_REV = "ffcaab8"  # the branch point of issue 16's render work: one GL context per replayer, no scene cache
 FIRST_FRAME_CHILD = """
 import json, sys, time
-import replay.render.replayer as render
-from replay.render.replayer import Replayer
-from scoring.records.io import load_record
+try:
+    import replay.render.scene_models as render
+    from replay.render.replayer import Replayer
+    from scoring.records.io import load_record
+except ImportError:  # a baseline from before issue 17's rooms: flat modules
+    import replay.render as render
+    from replay.render import Replayer
+    from scoring.io import load_record
 try:  # as the dashboard's render service: write compiled scenes once no frame waits
     from replay.render.scene_cache import defer_saves, save_pending
     defer_saves()

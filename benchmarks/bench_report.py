@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scoring.report.metrics_json import encode, metrics_output  # noqa: E402
-from scoring.report.readings import Reading  # noqa: E402
-from scoring.registry.lookup import load_registry  # noqa: E402
-from scoring.report.outputs import notes_for, paper_tables, write_paper_tables  # noqa: E402
-from scoring.store.write import load_store, score_archive  # noqa: E402
 from scoring.records.synthetic import make_archive  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
+from scoring.report.metrics_json import encode, metrics_output  # noqa: E402
+from scoring.report.outputs import notes_for, paper_tables, write_paper_tables  # noqa: E402
+from scoring.report.readings import Reading  # noqa: E402
 from scoring.report.tables import build_tables, write_tables  # noqa: E402
+from scoring.store.write import load_store, score_archive  # noqa: E402
 
 
 def main() -> None:

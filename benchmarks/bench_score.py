@@ -37,10 +37,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scoring.records.io import record_to_json, load_record  # noqa: E402
-from scoring.registry.lookup import load_registry  # noqa: E402
-from scoring.records.synthetic import make_archive  # noqa: E402
 from scoring.evaluate.whatif import WhatIf  # noqa: E402
+from scoring.records.io import record_to_json, load_record  # noqa: E402
+from scoring.records.synthetic import make_archive  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
 
 
 def ensure_archive(path: Path, n: int) -> Path:
@@ -57,7 +57,7 @@ def score_in_subprocess(paths: list[Path], out: Path, workers: int, *, env: dict
     """(seconds, episodes, peak RSS MiB of the scoring process tree) of one `score_archive` run."""
     code = (
         "import sys, time, resource, json\n"
-        "from scoring.store.write import score_archive\n"
+        "from scoring import score_archive\n"
         "t = time.perf_counter()\n"
         f"s = score_archive({[str(p) for p in paths]!r}, {str(out)!r}, workers={workers}, progress=False)\n"
         "dt = time.perf_counter() - t\n"

@@ -22,9 +22,11 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import streamlit as st  # noqa: E402
 
+from dashboard import cached  # noqa: E402
 from dashboard import common as C  # noqa: E402
 from dashboard import links as L  # noqa: E402
 from dashboard import state as S  # noqa: E402
+from dashboard import stores  # noqa: E402
 from dashboard.data import StoreProblem  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +58,7 @@ def sidebar_store(path: str, origin: str) -> None:
     with st.sidebar:
         with st.expander("Run store", expanded=False):
             st.caption(f"Showing `{path}` ({origin}).")
-            others = C.allowed_stores()
+            others = stores.allowed_stores()
             if len(others) > 1:
                 st.caption("Stores this dashboard serves: " + ", ".join(f"`{p}`" for p in others))
             if "w.store_input" not in st.session_state:
@@ -68,13 +70,13 @@ def sidebar_store(path: str, origin: str) -> None:
 
 def main() -> None:
     st.session_state["_run_start"] = time.perf_counter()
-    path, origin = C.chosen_store()
+    path, origin = stores.chosen_store()
     sidebar_store(path, origin)
-    if not C.store_allowed(path):
-        st.error(C.NOT_AVAILABLE, icon=":material/block:")
+    if not stores.store_allowed(path):
+        st.error(stores.NOT_AVAILABLE, icon=":material/block:")
         st.stop()
     try:
-        data = C.load_store(path)
+        data = stores.load_store(path)
     except StoreProblem as exc:
         st.error(f"**This run store cannot be shown.** {exc}", icon=":material/block:")
         if origin == "bundled demo store":
@@ -83,7 +85,7 @@ def main() -> None:
         else:
             st.info("Enter another store directory under *Run store* in the sidebar.")
         st.stop()
-    default_path, _ = C.server_default_store()
+    default_path, _ = stores.server_default_store()
     store_param = path if os.path.abspath(path) != os.path.abspath(default_path) else None
 
     st.session_state.setdefault("_link_problems", []).extend(S.load_from_url(data))
@@ -125,8 +127,8 @@ def main() -> None:
             C.sync_url(page, data, store_param=store_param)
             with st.sidebar:  # after the page ran: the link holds what the page just chose
                 L.copy_link_ui(page, data, store_param=store_param)
-            C.prewarm_replays(c)  # after the page is drawn, so it never delays it
-            C.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
+            cached.prewarm_replays(c)  # after the page is drawn, so it never delays it
+            cached.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(
             (page, time.perf_counter() - st.session_state.get("_run_start", t0)))

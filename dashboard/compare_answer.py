@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import cached
 from dashboard import common as C
 from dashboard import vocab
 from scoring.errors import SafeVLAError
@@ -62,7 +63,7 @@ def methods_ui(*, paired: bool) -> None:
 @st.cache_resource(show_spinner=False, max_entries=8)
 def unpaired_comparison(_data, key: str, items: tuple, models: tuple):
     from scoring.stats.compare_unpaired import compare_unpaired
-    return compare_unpaired(C.verdicts(_data, key, items).frame, list(models))
+    return compare_unpaired(cached.verdicts(_data, key, items).frame, list(models))
 
 
 def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:

@@ -19,12 +19,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scoring.stats.metrics import aggregate  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
 from scoring.report.paper_layout import ordered_suites, suite_info, with_canonical_benchmark  # noqa: E402
 from scoring.report.readings import Reading, apply_reading  # noqa: E402
-from scoring.registry.lookup import load_registry  # noqa: E402
-from scoring.store.write import load_store  # noqa: E402
 from scoring.report.torque_joints import torque_attribution  # noqa: E402
+from scoring.stats.metrics import aggregate  # noqa: E402
+from scoring.store.write import load_store  # noqa: E402
 
 READINGS = {"default (appendix-d, eq1)": Reading(),
             "applicability paper-tables": Reading(applicability="paper-tables"),

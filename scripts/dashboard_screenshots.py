@@ -48,7 +48,7 @@ def start_dashboard(store: Path, port: int, *, cwd: Path | None = None) -> subpr
     `.streamlit/config.toml` in the working directory)."""
     cwd = cwd or Path(tempfile.mkdtemp(prefix="safevla-shots-"))
     env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "scoring.cli.main", "dashboard", str(store), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "scoring.cli", "dashboard", str(store), "--port", str(port),
                              "--headless"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.monotonic() + 120

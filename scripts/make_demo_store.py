@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     run_jobs(jobs, workers=args.workers)
 
     if not args.no_score and importlib.util.find_spec("scoring.store.write") is not None:
-        cmd = [sys.executable, "-m", "scoring.cli.main", "score", str(archive), "--out", str(store),
+        cmd = [sys.executable, "-m", "scoring.cli", "score", str(archive), "--out", str(store),
                "--workers", str(args.workers)]
         print("+", " ".join(cmd), file=sys.stderr)
         rc = subprocess.call(cmd, cwd=ROOT)

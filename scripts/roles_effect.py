@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scoring.evaluate.score import score_episode
 from scoring.records.io import load_record
 from scoring.registry.lookup import load_registry
-from scoring.evaluate.score import score_episode
 
 
 def with_paper_roles(rec, targets: tuple[str, ...]):

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from scoring.records.io import save_record
-from scoring.store.write import score_archive
 from scoring.records.synthetic import make_record
+from scoring.store.write import score_archive
 
 MODELS = {"policy-a": "SFT", "policy-b": "RL", "policy-c": None}
 LIBERO = ("libero-spatial", "libero-object", "libero-goal", "libero-10")

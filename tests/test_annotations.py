@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from scoring.store.annotations import (ANNOTATIONS, AnnotationError, all_tags, annotation_columns, clean_tags,
-                                 read_annotations, save_annotation, suggested_tags)
-from scoring.store.write import load_store, score_archive
 from scoring.records.synthetic import make_archive
+from scoring.store.annotations import (ANNOTATIONS, AnnotationError, all_tags, annotation_columns, clean_tags,
+                                       read_annotations, save_annotation, suggested_tags)
+from scoring.store.write import load_store, score_archive
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 

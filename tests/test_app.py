@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from scoring.records.io import load_record  # noqa: E402
-from scoring.registry.lookup import load_registry  # noqa: E402
+from dashboard.stores import NOT_AVAILABLE  # noqa: E402
 from scoring.evaluate.score import score_episode  # noqa: E402
 from scoring.evaluate.whatif import WhatIf  # noqa: E402
-from dashboard.common import NOT_AVAILABLE  # noqa: E402
+from scoring.records.io import load_record  # noqa: E402
+from scoring.registry.lookup import load_registry  # noqa: E402
 from dashboard_helpers import build_store, metric, ok  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -268,7 +268,7 @@ def test_ticking_a_discordant_row_picks_its_key(store, eps):
 # ----------------------------------------------------------------------------- side-by-side replay
 
 def test_side_by_side_image_composes_two_frames():
-    from dashboard.common import side_by_side
+    from dashboard.pair_media import side_by_side
 
     a = np.zeros((30, 40, 3), np.uint8)
     b = np.full((24, 40, 3), 200, np.uint8)
@@ -321,14 +321,13 @@ def test_side_by_side_frames_figure_and_clip_render(store, eps):
     import io
 
     import imageio.v3 as iio
-
-    from dashboard import common as C
+    from dashboard import cached
     from dashboard import data as D
     from replay.render.export import ClipTiming
 
     data = D.open_store(store)
     steps = [v.step for e in (row["episode_id_a"], row["episode_id_b"])
-             for v in C.violations(data, data.key, data.index_of(e), ())]
+             for v in cached.violations(data, data.key, data.index_of(e), ())]
     assert steps
     n = max(row_steps(eps, row))
     frames = iio.imread(io.BytesIO(at.session_state["_cmp_clip_go"][1]), extension=".mp4", index=None)
@@ -341,14 +340,14 @@ def test_pair_figure_png(store, eps):
     _replay_or_skip()
     from PIL import Image
 
-    from dashboard import common as C
     from dashboard import data as D
+    from dashboard import pair_media
 
     _, row = _first_key(eps, "policy-a", "policy-b")
     data = D.open_store(store)
     rows = (data.index_of(row["episode_id_a"]), data.index_of(row["episode_id_b"]))
     vstep = int(row["violating_step_b"] if not row["safe_b"] else row["violating_step_a"])
-    blob = C.pair_figure(data, data.key, rows, (vstep, vstep), (), [["A"], ["B"]], title="pair")
+    blob = pair_media.pair_figure(data, data.key, rows, (vstep, vstep), (), [["A"], ["B"]], title="pair")
     assert blob[:8] == b"\x89PNG\r\n\x1a\n"
     img = np.asarray(Image.open(__import__("io").BytesIO(blob)).convert("RGB"))
     assert img.shape[1] > 2 * 480

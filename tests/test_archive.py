@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from scoring.records.archive import iter_archive, jsonl_spans, read_span
 from scoring.errors import RecordError
+from scoring.records.archive import iter_archive, jsonl_spans, read_span
 
 
 JSONL_ROWS = [

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scoring.report.axis_rates import AXES, axis_rates
 from scoring.registry.lookup import load_registry
+from scoring.report.axis_rates import AXES, axis_rates
 from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"

@@ -123,7 +123,7 @@ def tree(root: Path, skip: Path) -> dict[str, tuple[int, int]]:
 
 
 def score(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "scoring.cli.main", "score", *argv, "--no-progress"],
+    return subprocess.run([*prefix, sys.executable, "-m", "scoring.cli", "score", *argv, "--no-progress"],
                           capture_output=True, text=True, errors="backslashreplace")
 
 
@@ -222,7 +222,7 @@ def test_two_concurrent_score_runs_into_one_store_lose_nothing(tmp_path):
         rec = load_record(p)
         write(p, record_to_npz_bytes(type(rec)(**{**rec.__dict__, "episode_id": f"b/{i}"})))
     store = tmp_path / "store"
-    cmd = [sys.executable, "-m", "scoring.cli.main", "score", "--out", str(store), "--no-progress"]
+    cmd = [sys.executable, "-m", "scoring.cli", "score", "--out", str(store), "--no-progress"]
     # both at once: without --wait the later one refuses, unless the first was already done
     runs = [subprocess.Popen([*cmd, str(tmp_path / x)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for x in ("a", "b")]
@@ -260,7 +260,7 @@ def test_a_held_lock_makes_score_refuse_then_wait(tmp_path):
         out = score(str(tmp_path / "a"), "--out", str(store))
         assert out.returncode == 4 and f"(pid {os.getpid()})" in out.stderr and "--wait" in out.stderr
         assert not (store / "episodes.parquet").exists()
-        waiting = subprocess.Popen([sys.executable, "-m", "scoring.cli.main", "score", str(tmp_path / "a"), "--out",
+        waiting = subprocess.Popen([sys.executable, "-m", "scoring.cli", "score", str(tmp_path / "a"), "--out",
                                     str(store), "--no-progress", "--wait"], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         first = waiting.stderr.readline()  # printed just before it blocks on the lock

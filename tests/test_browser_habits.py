@@ -36,7 +36,7 @@ from test_browser import browser, no_exception, open_url, page, server, settle  
 
 
 def safevla(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scoring.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scoring.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
 
 

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from scoring.evaluate.clauses import clause_plan, evaluate_bounds, evaluate_clause, evaluate_form
 from scoring.errors import RegistryError
-from scoring.registry.lookup import load_registry
+from scoring.evaluate.clauses import clause_plan, evaluate_bounds, evaluate_clause, evaluate_form
 from scoring.evaluate.signals import derive_signals
 from scoring.records.synthetic import make_record
+from scoring.registry.lookup import load_registry
 
 
 def test_batched_bound_evaluation_equals_each_padded_row_alone():

@@ -9,7 +9,7 @@ from scoring.records.synthetic import make_archive
 
 
 def run(*argv):
-    return subprocess.run([sys.executable, "-m", "scoring.cli.main", *argv], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "scoring.cli", *argv], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("command", ["score", "report", "rollout", "replay", "figure", "compare", "dashboard"])

@@ -13,9 +13,9 @@ import pytest
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from scoring.stats.compare import OVERALL, compare_models, discordant_episodes, pair_episodes
 from scoring.cli.compare import main
 from scoring.errors import RecordError, SafeVLAError
+from scoring.stats.compare import OVERALL, compare_models, discordant_episodes, pair_episodes
 from scoring.stats.metrics import aggregate
 from scoring.stats.ranking import paired_bootstrap
 from scoring.store.write import EPISODE_COLUMNS, SPEC_COLUMNS, load_store

@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 from statsmodels.stats import proportion as sm_proportion
 
-from scoring.stats.compare import compare_models
 from scoring.cli.compare import main
+from scoring.errors import RecordError, SafeVLAError
+from scoring.stats.compare import compare_models
 from scoring.stats.compare_unpaired import compare_unpaired
 from scoring.stats.compare_verdict import format_p, pair_result, verdict
-from scoring.errors import RecordError, SafeVLAError
 from test_compare import paired_episodes, write_store
 
 

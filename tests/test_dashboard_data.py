@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("streamlit")
 
 from dashboard import data as D  # noqa: E402
-from scoring.records.io import load_record  # noqa: E402
 from scoring.evaluate.score import score_episode  # noqa: E402
+from scoring.records.io import load_record  # noqa: E402
 from dashboard_helpers import build_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -351,28 +351,26 @@ def test_cell_composition_equals_sbu_composition_over_the_spec_rows(sd, over):
 
 
 def test_unvalidated_chart_draws_the_validated_spec(sd):
-    from dashboard import charts
-    from dashboard import common as C
+    from dashboard import cached, charts
 
     curve = D.sensitivity_curve(sd, D.KNOB_BY_NAME["force"], n=5)
     checked = charts.sensitivity_chart(curve, current=300, default=200).to_dict()  # validates
-    fast = C.unvalidated(charts.sensitivity_chart(curve, current=300, default=200))
+    fast = cached.unvalidated(charts.sensitivity_chart(curve, current=300, default=200))
     assert fast.to_dict() == checked
     broken = charts.sensitivity_chart(curve, current=300, default=200)
     broken["width"] = "wide"  # set without a check; a plain to_dict() refuses it
     with pytest.raises(Exception, match="wide"):
         broken.to_dict()
-    assert C.unvalidated(broken).to_dict()["width"] == "wide"  # the fast path skips the schema check
+    assert cached.unvalidated(broken).to_dict()["width"] == "wide"  # the fast path skips the schema check
 
 
 def test_on_canvas_keeps_the_display_height(sd):
-    from dashboard import charts
-    from dashboard import common as C
+    from dashboard import cached, charts
 
     curve = D.sensitivity_curve(sd, D.KNOB_BY_NAME["force"], n=5)
     chart = charts.sensitivity_chart(curve, current=300, default=200)
     height = charts.display_height(chart)
-    spec = C.on_canvas(chart).to_dict()  # still a valid spec
+    spec = cached.on_canvas(chart).to_dict()  # still a valid spec
     assert spec["usermeta"]["embedOptions"] == {"renderer": "canvas"}
     assert charts.display_height(chart) == height
 

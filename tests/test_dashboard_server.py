@@ -33,7 +33,7 @@ def listening(port: int) -> list[str]:
 
 
 def start(port: int, *extra: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "scoring.cli.main", "dashboard", "--port", str(port), "--headless",
+    proc = subprocess.Popen([sys.executable, "-m", "scoring.cli", "dashboard", "--port", str(port), "--headless",
                              *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

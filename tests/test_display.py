@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scoring.report.display import (column_label, display_unit, format_quantity, is_raw_column_name, object_phrase,
-                             unit_label)
 from scoring.registry.lookup import load_registry
+from scoring.report.display import (column_label, display_unit, format_quantity, is_raw_column_name, object_phrase,
+                                    unit_label)
 
 REG = load_registry()
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"

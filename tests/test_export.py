@@ -17,7 +17,7 @@ from test_render import T, VIOL, toy_record  # noqa: E402
 
 from replay.render.cli import add_replay_parsers, violations_from_store  # noqa: E402
 from replay.render.export import (Timeline, TriptychRow, export_clip, export_triptych, iter_clip_frames,  # noqa: E402
-                           triptych_image)
+                                  triptych_image)
 from replay.render.highlight import SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation  # noqa: E402
 from scoring.records.io import save_record  # noqa: E402
 

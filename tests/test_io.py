@@ -6,7 +6,7 @@ from test_schema import BAD_INPUT
 
 from scoring.errors import RecordError
 from scoring.records.io import (load_record, loads, record_from_json, record_from_npz, record_to_json,
-                        record_to_npz_bytes, save_record)
+                                record_to_npz_bytes, save_record)
 from scoring.records.synthetic import make_record
 
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_schema import BAD_INPUT
 
-from scoring.records import json_fast
 from scoring.errors import RecordError
+from scoring.records import json_fast
 from scoring.records.archive import iter_archive
 from scoring.records.io import loads, record_from_json, record_to_json
 from scoring.records.json_fast import fast_record, record_from_json_bytes

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scoring.stats.metrics import aggregate
 from scoring.report.metrics_json import FORMAT, encode, metrics_output
+from scoring.stats.metrics import aggregate
 from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"

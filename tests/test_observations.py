@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from replay.record.observations import (ObservationSpec, parse_cameras, parse_image_size, proprio_state,
-                                 quat_to_axis_angle, requested_spec, rotate_180)
+                                        quat_to_axis_angle, requested_spec, rotate_180)
 
 HAS_LIBERO = True
 try:

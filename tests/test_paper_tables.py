@@ -20,8 +20,8 @@ import pytest
 from paper_fixture import build_store
 from scoring.cli.main import main
 from scoring.registry.lookup import load_registry
-from scoring.store.write import load_store
 from scoring.report.table_render import Cell, PaperTable, latex_escape, to_latex, to_markdown
+from scoring.store.write import load_store
 
 GOLDEN = Path(__file__).parent / "golden" / "paper_tables"
 PAPER = ("table4", "table5", "table7", "table8", "table10", "table11", "table12")

@@ -10,7 +10,7 @@ from statsmodels.stats.multitest import multipletests
 
 from scoring.errors import SafeVLAError
 from scoring.stats.ranking import (holm, mcnemar_exact, newcombe_paired_ci, paired_binary, paired_bootstrap,
-                             rank_agreement, resampled_sums, tier_table)
+                                   rank_agreement, resampled_sums, tier_table)
 
 # (both, only A = b, only B = c, neither)
 TABLES = [

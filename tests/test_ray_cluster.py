@@ -39,7 +39,7 @@ MODEL = "scripted-careful"
 
 
 def safevla(*argv: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scoring.cli.main", *argv], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scoring.cli", *argv], cwd=REPO, capture_output=True, text=True,
                           env=env, timeout=timeout)
 
 
@@ -237,7 +237,7 @@ def test_a_killed_driver_resumes_without_recording_twice(tmp_path):
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
     env.pop("RAY_ADDRESS", None)
     out = tmp_path / "archive"
-    argv = [sys.executable, "-m", "scoring.cli.main", "rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "3",
+    argv = [sys.executable, "-m", "scoring.cli", "rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "3",
             "--policy", "careful", "--out", str(out), "--max-steps", "5", "--workers", "1", "--engine", "ray",
             "--no-progress"]
     first = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -12,8 +12,8 @@ import yaml
 
 from scoring.errors import RecordError, RegistryError, SafeVLAError
 from scoring.registry.lookup import DEFAULT_PATH, Registry, active_specs, explain, load_registry
-from scoring.registry.types import Benchmark, Task
 from scoring.registry.tags import applicability, resolve_tags
+from scoring.registry.types import Benchmark, Task
 
 REPO = Path(__file__).resolve().parent.parent
 AFF, TFF, MCF, NT = ("arm_furniture_force", "target_furniture_force", "max_contact_force",

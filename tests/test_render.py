@@ -21,7 +21,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 
 from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, bodies_for,  # noqa: E402
-                              border_width, draw_arrow, format_quantity)
+                                     border_width, draw_arrow, format_quantity)
 from render_helpers import (DEMO_ARCHIVE, H, T, TOY_XML, VIOL, W, assert_all_equal, churn,  # noqa: E402
                             demo_records_of_distinct_scenes, fresh_frames, toy_record, toy_scene)
 from replay.render.replayer import Replayer  # noqa: E402

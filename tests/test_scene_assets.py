@@ -110,7 +110,7 @@ def test_migration_rewrites_scene_files_in_place(tmp_path):
     (tmp_path / "notes.xml").write_text("<notes/>")  # not a scene: left alone
     assert migrate_scene_files([tmp_path], dry_run=True) == {str(tmp_path / "models" / "a.xml"): 1}
     assert legacy in (tmp_path / "models" / "a.xml").read_text()
-    out = subprocess.run([sys.executable, "-m", "scoring.cli.main", "migrate-scenes", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "scoring.cli", "migrate-scenes", str(tmp_path)],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "rewrote 1 scene file(s)" in out.stdout
     assert legacy not in (tmp_path / "models" / "a.xml").read_text()

@@ -14,6 +14,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 
 import replay.render.replayer as render  # noqa: E402
+import replay.render.scene_models as models  # noqa: E402
 import replay.render.scene_cache as scene_cache  # noqa: E402
 from render_helpers import H, W, toy_record, toy_scene  # noqa: E402
 from replay.render.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.render
 def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(folder))
-    monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())  # nothing compiled in memory
+    monkeypatch.setattr(models, "_MODEL_CACHE", type(models._MODEL_CACHE)())  # nothing compiled in memory
     monkeypatch.setattr(scene_cache, "_DEFER", [False])  # a render service in this process defers writes
     return folder
 
@@ -40,15 +41,15 @@ def test_a_cached_scene_loads_without_compiling_and_renders_the_same(cache, monk
     with render.Replayer(rec, width=W, height=H) as r:
         compiled = [r.frame(s) for s in (0, 6)]
     assert len(list(cache.glob("*" + SUFFIX))) == 1
-    monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())
-    monkeypatch.setattr(render, "_compile", no_compile)
+    monkeypatch.setattr(models, "_MODEL_CACHE", type(models._MODEL_CACHE)())
+    monkeypatch.setattr(models, "_compile", no_compile)
     with render.Replayer(rec, width=W, height=H) as r:
         assert all(np.array_equal(a, r.frame(s)) for a, s in zip(compiled, (0, 6)))
 
 
 def test_a_changed_asset_or_folder_compiles_anew(cache, tmp_path):
     write_stl(tmp_path / "meshes" / "tet.stl")
-    xml = render.resolve_scene(MESH_XML.format(tex=""), base=tmp_path, origin="test")
+    xml = models.resolve_scene(MESH_XML.format(tex=""), base=tmp_path, origin="test")
     calls = []
 
     def compile_fn():
@@ -123,7 +124,7 @@ def test_a_preview_scene_is_built_when_idle_and_renders_the_same_bytes(tmp_path,
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
     monkeypatch.setattr(scene_cache, "_DEFER", [True])
-    monkeypatch.setattr(render, "_MODEL_CACHE", type(render._MODEL_CACHE)())
+    monkeypatch.setattr(models, "_MODEL_CACHE", type(models._MODEL_CACHE)())
     xml = BIG_TEXTURE_XML.replace("</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/>'
                                   '</body><body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1"/></body></worldbody>')
     rec = toy_record(mjcf=xml)
@@ -132,7 +133,7 @@ def test_a_preview_scene_is_built_when_idle_and_renders_the_same_bytes(tmp_path,
         shrunk_on_upload = first.frame(0, highlight=False)
         full_texdata = first.model.ntexdata
     assert scene_cache.save_pending() == 2  # the full scene, then its preview
-    render._MODEL_CACHE.clear()
+    models._MODEL_CACHE.clear()
     pool_for_this_thread().close()
     with render.Replayer(rec, width=W, height=H, camera="cam", textures="preview") as later:
         assert later.model.ntexdata < full_texdata / 4  # the small model, not the full one

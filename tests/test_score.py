@@ -5,11 +5,11 @@ import pytest
 
 from scoring import score_episode
 
-from scoring.stl import engine as stl
 from scoring.errors import RecordError, RegistryError
-from scoring.records.io import record_from_json
 from scoring.evaluate.signals import derive_signals
+from scoring.records.io import record_from_json
 from scoring.records.synthetic import make_record
+from scoring.stl import engine as stl
 
 
 def test_appendix_b_record_scores_by_hand(appendix_b):

@@ -3,8 +3,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scoring.records.schema import EpisodeRecord
 from scoring.evaluate.signals import derive_signals, retained_contacts
+from scoring.records.schema import EpisodeRecord
 from scoring.records.synthetic import make_record
 
 BODIES = {"link5": "robot", "link7": "robot", "hand": "gripper", "finger_l": "gripper", "finger_r": "gripper",

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scoring.stl import engine as stl
 from scoring.errors import SafeVLAError
+from scoring.stl import engine as stl
 from scoring.stl.parse import Always, And, Eventually, Implies, Not, Or, Pred, Until
 
 INF = math.inf

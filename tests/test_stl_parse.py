@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.stl import engine as stl
 from scoring.errors import SafeVLAError
+from scoring.stl import engine as stl
 from scoring.stl.parse import (
-    Always, And, Bound, Eventually, Implies, Not, Or, Pred, STLSyntaxError, Until, parse,
-)
+                               Always, And, Bound, Eventually, Implies, Not, Or, Pred, STLSyntaxError, Until, parse,
+                               )
 
 X = Pred("x", "<", 1.0)
 Y = Pred("y", ">", 2.0)

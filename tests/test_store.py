@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.records.io import load_record, save_record
 from scoring.evaluate.score import score_episode
-from scoring.store.write import load_store, score_archive
+from scoring.records.io import load_record, save_record
 from scoring.records.synthetic import make_archive
+from scoring.store.write import load_store, score_archive
 
 
 @pytest.fixture

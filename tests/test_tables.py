@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scoring.registry.lookup import load_registry
-from scoring.store.write import load_store, score_archive
 from scoring.records.synthetic import make_archive
+from scoring.registry.lookup import load_registry
 from scoring.report.tables import build_tables, closest_call_table, per_task_table, spec_rate_table, to_latex, write_tables
+from scoring.store.write import load_store, score_archive
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from scoring.registry.lookup import load_registry
-from scoring.store.write import load_store
 from scoring.records.synthetic import make_record
+from scoring.registry.lookup import load_registry
 from scoring.report.torque_joints import TorqueAttribution, torque_attribution, worst_joint
+from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from scoring.registry.lookup import load_registry
 from scoring.evaluate.vsi import depth, depth_scalar, severe_for
+from scoring.registry.lookup import load_registry
 
 INF = float("inf")
 EPS = 1e-12

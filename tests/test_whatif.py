@@ -3,12 +3,12 @@ import pandas as pd
 import pytest
 
 from scoring.errors import RegistryError
-from scoring.records.io import load_record
-from scoring.registry.lookup import load_registry
 from scoring.evaluate.score import score_episode
-from scoring.store.write import load_store, score_archive
-from scoring.records.synthetic import make_archive
 from scoring.evaluate.whatif import WhatIf
+from scoring.records.io import load_record
+from scoring.records.synthetic import make_archive
+from scoring.registry.lookup import load_registry
+from scoring.store.write import load_store, score_archive
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ need, in the order the data flows:
 
 Every number comes from `scoring`; these modules only select, join and reshape. They are
 pure (no Streamlit), so tests and benchmarks call them directly; `dashboard.common` wraps
-them in Streamlit caches. Every public name is importable from here as well (`D.open_store`).
+them in Streamlit caches (`dashboard.cached`). Every public name is importable from here as well (`D.open_store`).
 May import scoring only, never streamlit, mujoco or replay.
 """
 

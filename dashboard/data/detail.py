@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.report.display import display_unit, format_quantity, object_phrase, unit_label
-from scoring.registry.lookup import Registry
 from dashboard.data.episodes import violating_steps
 from dashboard.data.store import SHORT, StoreData
 from dashboard.data.verdicts import Verdicts
+from scoring.registry.lookup import Registry
+from scoring.report.display import display_unit, format_quantity, object_phrase, unit_label
 
 
 def episode_specs(data: StoreData, v: Verdicts, i: int) -> pd.DataFrame:

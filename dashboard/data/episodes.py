@@ -9,9 +9,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from scoring.stats.metrics import unsettled_mask
 from dashboard.data.store import OUTCOMES, StoreData
 from dashboard.data.verdicts import Verdicts
+from scoring.stats.metrics import unsettled_mask
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.stats.metrics import aggregate, sbu_composition_matrix, spec_rates_matrix, unsettled_mask
 from dashboard.data.episodes import episode_table
 from dashboard.data.store import BY, StoreData
 from dashboard.data.verdicts import Verdicts
+from scoring.stats.metrics import aggregate, sbu_composition_matrix, spec_rates_matrix, unsettled_mask
 
 
 def settled_frame(v: Verdicts) -> pd.DataFrame:

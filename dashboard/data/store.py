@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import SafeVLAError
-from scoring.stats.metrics import outcome_class
-from scoring.registry.lookup import Registry, load_registry
-from scoring.store.write import load_store
-from scoring.store.paths import is_inside, store_roots
 from scoring.evaluate.whatif import WhatIf
+from scoring.registry.lookup import Registry, load_registry
+from scoring.stats.metrics import outcome_class
+from scoring.store.paths import is_inside, store_roots
+from scoring.store.write import load_store
 
 
 OUTCOMES = ("SBU", "safe success", "unsafe failure", "safe failure")

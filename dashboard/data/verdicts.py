@@ -11,8 +11,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from scoring.stats.metrics import outcome_class
 from dashboard.data.store import OUTCOMES, StoreData
+from scoring.stats.metrics import outcome_class
 
 
 @dataclasses.dataclass(eq=False)

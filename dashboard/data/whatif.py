@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.stats.metrics import aggregate, unsettled_mask
 from dashboard.data.knobs import Knob, knob_defaults, knob_overrides
 from dashboard.data.overview import settled_frame
 from dashboard.data.store import BY, StoreData
 from dashboard.data.verdicts import Verdicts
+from scoring.stats.metrics import aggregate, unsettled_mask
 
 
 def base_aggregates(v: Verdicts, *, by: Sequence[str] = BY) -> dict:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import cached
 from dashboard import charts
 from dashboard import common as C
+from dashboard import pair_media
+from dashboard import state as S
 from dashboard import vocab
 from dashboard.compare_answer import answer_first, answer_ui, is_pair, methods_ui, unpaired_ui
-from dashboard import state as S
 from scoring.errors import SafeVLAError
 
 PAGE = "compare"
@@ -330,7 +332,7 @@ def replay_ui(c: C.Ctx, d, key: str, a: str, b: str) -> None:
                    help=f"move both episodes to {s['model']}'s violating frame" if s["vstep"] is not None
                    else f"{s['model']} has no violation here")
 
-    ok, why = C.replay_status()
+    ok, why = cached.replay_status()
     cols = st.columns(2)
     missing = False
     for col, s in zip(cols, sides):
@@ -349,7 +351,7 @@ def replay_ui(c: C.Ctx, d, key: str, a: str, b: str) -> None:
             at = min(step, s["n"] - 1)
             try:
                 with st.spinner(f"Rendering {s['model']} at step {at} …"):
-                    img = C.frame_jpeg(c.data, c.key, s["i"], at, c.items, True)
+                    img = cached.frame_jpeg(c.data, c.key, s["i"], at, c.items, True)
             except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError, StoreProblem
                 st.info(f"No replay for this episode: {exc}", icon=":material/movie:")
                 missing = True
@@ -367,14 +369,14 @@ def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
     title = f"{sides[0]['model']} vs {sides[1]['model']} · {key} · step {step}"
     cols = st.columns([1, 1, 2])
     cols[0].download_button(
-        "Download figure (PNG)", data=lambda: C.pair_figure(c.data, c.key, rows, steps, c.items, caps, title=title),
+        "Download figure (PNG)", data=lambda: pair_media.pair_figure(c.data, c.key, rows, steps, c.items, caps, title=title),
         file_name=f"{name}_step{step}.png", mime="image/png", key="cmp_fig", icon=":material/download:",
         help="both frames at this step side by side, with captions", width="stretch")
     labels = [f"{s['model']} · {s['outcome']}" for s in sides]
     clip = C.render_button_ui(
         "Render side-by-side clip", key="cmp_clip_go", tag=(c.key, rows, c.items), what="the clip",
         where=cols[1], icon=":material/play_circle:", width="stretch",
-        render=lambda progress: C.pair_clip(c.data, c.key, rows, c.items, labels, progress=lambda done, total: progress(
+        render=lambda progress: pair_media.pair_clip(c.data, c.key, rows, c.items, labels, progress=lambda done, total: progress(
             done / max(total, 1), f"Rendering step {done}/{total} …")))
     if clip is not None:
         st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)
@@ -390,8 +392,8 @@ def render() -> None:
     models, a, b, metric = models_ui(c)
     try:
         with st.spinner("Comparing the models …"):
-            cmp = C.comparison(c.data, c.key, c.items, models)
-            tables = C.comparison_tables(c.data, c.key, c.items, models)
+            cmp = cached.comparison(c.data, c.key, c.items, models)
+            tables = cached.comparison_tables(c.data, c.key, c.items, models)
     except SafeVLAError as exc:
         unpaired_ui(c, models, a, b, str(exc))
         _stop(c)
@@ -399,7 +401,7 @@ def render() -> None:
     methods_ui(paired=True)
     summary_ui(cmp, tables)
     tables_ui(c, cmp, tables, a, b)
-    d = C.discordant(c.data, c.key, c.items, models, a, b, metric)
+    d = cached.discordant(c.data, c.key, c.items, models, a, b, metric)
     key = discordant_ui(c, d, a, b, metric, cmp.pairing.key_columns)
     if key is None:
         _stop(c)

@@ -12,11 +12,12 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import annotations as AN
+from dashboard import cached
 from dashboard import charts
 from dashboard import common as C
 from dashboard import episode_groups as G
-from dashboard import vocab
 from dashboard import state as S
+from dashboard import vocab
 
 CHART_KEY = "rob_chart"
 TIMELINE_KEY = "timeline"
@@ -137,7 +138,7 @@ def violated_objects(c: C.Ctx, i: int) -> dict:
     """family -> the bodies the replay tints for its violation (from the record), so the red
     line names the object ("akita_black_bowl_2 moved 22 mm"); {} without a readable record."""
     try:
-        return {x.family: x.bodies for x in C.violations(c.data, c.key, i, c.items)}
+        return {x.family: x.bodies for x in cached.violations(c.data, c.key, i, c.items)}
     except Exception:  # noqa: BLE001 - no trajectory or no replay stack: the line reads without objects
         return {}
 
@@ -156,13 +157,13 @@ def _jump(step: int) -> None:
 
 
 def replay_panel(c: C.Ctx, i: int, step: int) -> None:
-    ok, why = C.replay_status()
+    ok, why = cached.replay_status()
     if not ok:
         st.info(why, icon=":material/movie:")
         return
     try:
         with st.spinner("Rendering the replay frame …"):
-            img = C.frame_jpeg(c.data, c.key, i, int(step), c.items, True)
+            img = cached.frame_jpeg(c.data, c.key, i, int(step), c.items, True)
     except C.D.StoreProblem as exc:
         st.error(str(exc))
         return
@@ -175,7 +176,7 @@ def replay_panel(c: C.Ctx, i: int, step: int) -> None:
 
 
 def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
-    ok, why = C.replay_status()
+    ok, why = cached.replay_status()
     if not ok:
         return
     with st.expander("Play the clip", icon=":material/play_circle:", expanded=C.has_render("clip_go")):
@@ -186,8 +187,8 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
             rng = (max(0, vstep - CLIP_WINDOW), min(n_steps, vstep + CLIP_WINDOW + 1))
         clip = C.render_button_ui(
             "Render clip", key="clip_go", tag=(c.key, i, rng, c.items), what="the clip", type="primary",
-            render=lambda progress: C.render_service().clip(
-                C.replay_record(c.data, i), C.violations(c.data, c.key, i, c.items), step_range=rng,
+            render=lambda progress: cached.render_service().clip(
+                cached.replay_record(c.data, i), cached.violations(c.data, c.key, i, c.items), step_range=rng,
                 progress=lambda done, total: progress(done / max(total, 1), f"Rendering frame {done}/{total} …")))
         if clip is not None:
             st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)
@@ -222,11 +223,11 @@ def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_step
     from dashboard.player import FrameStrip, prerender_order
     from dashboard.replay_bridge import FRAME_SIZE
 
-    rec = C.replay_record(_data, i)
-    strip = FrameStrip(key=f"{key}#{i}", record=rec, violations=C.violations(_data, key, i, items),
+    rec = cached.replay_record(_data, i)
+    strip = FrameStrip(key=f"{key}#{i}", record=rec, violations=cached.violations(_data, key, i, items),
                        n_steps=min(n_steps, rec.n_steps), order=prerender_order(min(n_steps, rec.n_steps), vstep),
                        size=FRAME_SIZE, camera=camera)
-    return strip.start(C.render_service())
+    return strip.start(cached.render_service())
 
 
 def _wrist_camera(text: str) -> str | None:
@@ -250,7 +251,7 @@ def camera_ui(c: C.Ctx, i: int) -> str | None:
     from scoring.records.io import resolve_mjcf
 
     try:
-        rec = C.replay_record(c.data, i)  # confined: the MJCF file lies in the store or its archive
+        rec = cached.replay_record(c.data, i)  # confined: the MJCF file lies in the store or its archive
         src = resolve_mjcf(rec)
         wrist = _wrist_camera(src) if rec.replay.mjcf_is_xml else _wrist_camera_in_file(
             src, Path(src).stat().st_mtime_ns)
@@ -278,7 +279,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     from dashboard import player
 
     strip, why = None, None
-    ok, why = C.replay_status()
+    ok, why = cached.replay_status()
     if ok:
         try:
             strip = frame_strip(c.data, c.key, i, c.items, vstep, n_steps, camera_ui(c, i))
@@ -287,7 +288,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
         except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
             why = f"No replay for this episode: {exc}"
     if strip is not None and not strip.complete:
-        strip.want(C.render_service(), step)  # the page's step (deep link, slider, the player's seek) next
+        strip.want(cached.render_service(), step)  # the page's step (deep link, slider, the player's seek) next
     dt = float(c.v.frame["dt"].iat[i])
     spec = timeline_chart_spec(traces, vstep, "raw" if raw else "margin", tuple(c.data.colors().items()), dt)
     tag = episode_tag(c, i)
@@ -357,7 +358,7 @@ def render() -> None:
     S.put("step", step)
 
     try:
-        C.episode_record(data, i)
+        cached.episode_record(data, i)
     except C.D.StoreProblem as exc:
         st.error(f"**Missing trajectory.** {exc}", icon=":material/block:")
         vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",))
@@ -376,7 +377,7 @@ def render() -> None:
         raw = st.toggle("Raw signals", key=key, help="show each spec's raw signal with its threshold line")
         S.put("raw", bool(raw))
 
-    tr = C.traces(data, c.key, i, c.items)
+    tr = cached.traces(data, c.key, i, c.items)
     if tr.empty:
         st.info("No active spec has a signal for this episode, so there is nothing to plot.")
         left, right = st.columns([1.35, 1])

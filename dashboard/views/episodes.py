@@ -9,8 +9,8 @@ from dashboard import annotations as AN
 from dashboard import charts
 from dashboard import common as C
 from dashboard import episode_groups as G
-from dashboard import vocab
 from dashboard import state as S
+from dashboard import vocab
 from scoring.report.display import column_label
 
 TABLE_LIMIT = 2000

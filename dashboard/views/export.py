@@ -7,10 +7,11 @@ import functools
 
 import streamlit as st
 
+from dashboard import cached
 from dashboard import charts
 from dashboard import common as C
-from dashboard import vocab
 from dashboard import state as S
+from dashboard import vocab
 from scoring.errors import SafeVLAError
 
 TABLES = {
@@ -27,7 +28,7 @@ def chart_catalog(c: C.Ctx) -> dict:
     """name -> zero-argument builder of every chart the dashboard draws."""
     data = c.data
     labels = {f: data.label(f) for f in data.families}
-    tabs = lambda: C.overview_tables(data, c.key, c.items)  # noqa: E731
+    tabs = lambda: cached.overview_tables(data, c.key, c.items)  # noqa: E731
     out = {
         "sr_vs_safety": ("SR vs Safety per cell (Figure 2, left)", lambda: charts.sr_safety_scatter(tabs()["agg"])),
         "violation_heatmap": ("Per-spec violation rate (Figure 2, right)",
@@ -42,7 +43,7 @@ def chart_catalog(c: C.Ctx) -> dict:
         if k.name in defaults:
             out[f"sensitivity_{k.name}"] = (
                 f"Sensitivity to {k.label.lower()}",
-                lambda k=k: charts.sensitivity_chart(C.sensitivity(data, c.key, k.name),
+                lambda k=k: charts.sensitivity_chart(cached.sensitivity(data, c.key, k.name),
                                                      current=c.knobs[k.name], default=defaults[k.name],
                                                      label=k.label, unit=k.unit))
     models = sorted(data.episodes["model"].astype(str).unique())
@@ -60,7 +61,7 @@ def chart_catalog(c: C.Ctx) -> dict:
         for mode in ("margin", "raw"):
             out[f"robustness_{mode}"] = (
                 f"Robustness over time of {eid}" + (" (raw signals)" if mode == "raw" else ""),
-                lambda mode=mode: charts.robustness_chart(C.traces(data, c.key, i, c.items), step=None,
+                lambda mode=mode: charts.robustness_chart(cached.traces(data, c.key, i, c.items), step=None,
                                                           violating_step=vstep, mode=mode, colors=data.colors()))
     return out
 
@@ -84,7 +85,7 @@ def _forest(c: C.Ctx, models: tuple, a: str, b: str):
     from dashboard.forest import forest_chart, forest_frame
 
     try:
-        cmp = C.comparison(c.data, c.key, c.items, models)
+        cmp = cached.comparison(c.data, c.key, c.items, models)
         pairs, groups = cmp.pairs, cmp.groups
     except SafeVLAError:
         pairs, groups = unpaired_comparison(c.data, c.key, c.items, models), ("overall",)
@@ -96,11 +97,11 @@ def _figure2(c: C.Ctx):
     from dashboard.paper_figure import figure2
     from scoring.report.axis_rates import axis_rates
 
-    v = C.verdicts(c.data, c.key, c.items)
+    v = cached.verdicts(c.data, c.key, c.items)
     rates = axis_rates(v.frame, C.D.spec_results_under(c.data, v), registry=c.data.registry)
     note = ["execution = torque + self-collision", "only joint 5 can exceed its torque limit",
             "(the simulator clips joints 1-5 at 80 N·m)"]
-    return figure2(C.overview_tables(c.data, c.key, c.items)["agg"], rates, torque_note=note)
+    return figure2(cached.overview_tables(c.data, c.key, c.items)["agg"], rates, torque_note=note)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -108,8 +109,8 @@ def _table(_data, key: str, items: tuple, name: str, ci: bool):
     from scoring.report import tables as T
 
     if name == "table4_main":
-        return C.main_table(_data, key, items, ci)
-    v = C.verdicts(_data, key, items)
+        return cached.main_table(_data, key, items, ci)
+    v = cached.verdicts(_data, key, items)
     sr = C.D.spec_results_under(_data, v)
     frame = C.D.settled_frame(v)  # as `safevla report`: unsettled starts are left out
     if name == "table7_spec_rates":
@@ -146,7 +147,7 @@ def tables_section(c: C.Ctx) -> None:
 
 def replay_section(c: C.Ctx) -> None:
     st.subheader("Replay figures and clips")
-    ok, why = C.replay_status()
+    ok, why = cached.replay_status()
     if not ok:
         st.info(why, icon=":material/movie:")
         return
@@ -214,9 +215,9 @@ def _triptych(c: C.Ctx, chosen: list[str], fmt: str, progress) -> tuple[str, byt
     for eid in chosen:
         i = c.data.index_of(eid)
         ep = c.v.frame.iloc[i]
-        items.append((C.replay_record(c.data, i), C.violations(c.data, c.key, i, c.items),
+        items.append((cached.replay_record(c.data, i), cached.violations(c.data, c.key, i, c.items),
                       f"{ep['model']} · {ep['suite']} · {ep['task_id']}"))
-    return fmt, C.render_service().triptych(items, fmt=fmt, progress=lambda done, total: progress(
+    return fmt, cached.render_service().triptych(items, fmt=fmt, progress=lambda done, total: progress(
         done / max(total, 1), f"Rendering panel {done}/{total} …"))
 
 
@@ -225,8 +226,8 @@ def _clips(c: C.Ctx, chosen: list[str], progress) -> dict[str, bytes]:
     out = {}
     for n, eid in enumerate(chosen):
         i = c.data.index_of(eid)
-        out[eid] = C.render_service().clip(
-            C.replay_record(c.data, i), C.violations(c.data, c.key, i, c.items),
+        out[eid] = cached.render_service().clip(
+            cached.replay_record(c.data, i), cached.violations(c.data, c.key, i, c.items),
             progress=lambda done, total, n=n: progress((n + done / max(total, 1)) / len(chosen),
                                                        f"Clip {n + 1}/{len(chosen)}: frame {done}/{total}"))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import cached
 from dashboard import common as C
 from dashboard import vocab
 
@@ -59,7 +60,7 @@ def render() -> None:
                + (" · synthetic" if data.synthetic else ""))
     C.thresholds_banner(c)
     kpis(c)
-    tabs = C.overview_tables(data, c.key, c.items)
+    tabs = cached.overview_tables(data, c.key, c.items)
     worst_sbu(c, tabs["top"])
 
     st.subheader("Main results per model × suite")
@@ -73,10 +74,10 @@ def render() -> None:
             st.session_state["ov_ci"] = True
             want_ci = True
     with st.spinner("Bootstrapping VSI confidence intervals …" if want_ci else "Building the table …"):
-        table = C.main_table(data, c.key, c.items, bool(want_ci))
+        table = cached.main_table(data, c.key, c.items, bool(want_ci))
     vocab.table(table, hide_index=True, pinned=("model", "suite"))
 
-    figures = C.overview_charts(data, c.key, c.items)
+    figures = cached.overview_charts(data, c.key, c.items)
     left, right = st.columns(2)
     with left:
         C.show(figures["scatter"])
@@ -91,7 +92,7 @@ def render() -> None:
     else:
         C.show(figures["composition"])
         if st.toggle("Show the composition table", key="ov_comp_table"):
-            vocab.table(C.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
+            vocab.table(cached.composition_table(data, c.key, c.items), hide_index=True, width="stretch")
 
 
 if __name__ == "__main__":

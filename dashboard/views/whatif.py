@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import cached
 from dashboard import common as C
-from dashboard import vocab
 from dashboard import state as S
+from dashboard import vocab
 
 FLIP_LIMIT = 500
 
@@ -65,7 +66,7 @@ def render() -> None:
     st.session_state["_ctx"] = c
     st.button("Reset to defaults", on_click=C.reset_knobs, args=(data,), key="whatif_reset")
 
-    summary = C.D.whatif_summary(data, c.v, C.base_aggregates(data, c.key))
+    summary = C.D.whatif_summary(data, c.v, cached.base_aggregates(data, c.key))
     overall = summary.iloc[-1]
     cols = st.columns(5)
     for col, (name, label) in zip(cols, (("sr", "Success rate"), ("safety", "Safety"), ("sbu", "SBU"),
@@ -125,8 +126,8 @@ def render() -> None:
         knob = st.selectbox("Threshold", names, key=key, format_func=lambda n: C.D.KNOB_BY_NAME[n].label)
         S.put("sens", knob)
         with st.spinner("Re-scoring across the threshold range …"):
-            C.sensitivity(data, c.key, knob)
-        C.show(C.sensitivity_chart(data, c.key, knob, float(values[knob])))
+            cached.sensitivity(data, c.key, knob)
+        C.show(cached.sensitivity_chart(data, c.key, knob, float(values[knob])))
         st.caption("Every other threshold at its registry default, as Table 9 varies one family at a time; "
                    "over all episodes. The black rule is this slider's current setting.")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation, border_width, draw_border,
-                              paste_tile, text_tile)
+                                     paste_tile, text_tile)
 from replay.render.replayer import Replayer
 from scoring.records.io import atomic_write_bytes, load_record
 from scoring.records.schema import EpisodeRecord

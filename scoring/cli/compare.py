@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from scoring.stats.compare import BY_CHOICES, Comparison, compare_models, discordant_episodes
-from scoring.stats.compare_verdict import pair_result, verdict
 from scoring.errors import SafeVLAError
 from scoring.records.io import atomic_write_bytes
-from scoring.stats.ranking import HIGHER_IS_BETTER, LABELS, METRICS
 from scoring.report.tables import DASH, ci_pct, pct, write_tables
+from scoring.stats.compare import BY_CHOICES, Comparison, compare_models, discordant_episodes
+from scoring.stats.compare_verdict import pair_result, verdict
+from scoring.stats.ranking import HIGHER_IS_BETTER, LABELS, METRICS
 
 
 

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scoring.stl import engine as stl
 from scoring.errors import RegistryError
-from scoring.registry.lookup import Registry
-from scoring.registry.types import Spec
 from scoring.evaluate.signals import SignalBatch, Signals
 from scoring.evaluate.vsi import severe_for
+from scoring.registry.lookup import Registry
+from scoring.registry.types import Spec
+from scoring.stl import engine as stl
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,13 +11,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from scoring.evaluate.clauses import clause_plan, evaluate_bounds, evaluate_form, missing_signal
 from scoring.errors import RecordError, RegistryError
-from scoring.registry.lookup import Registry, load_registry
-from scoring.records.schema import EpisodeRecord
+from scoring.evaluate.clauses import clause_plan, evaluate_bounds, evaluate_form, missing_signal
 from scoring.evaluate.signals import check_force_sampling, derive_signal_batch, scored_sampling, torque_limits_for
 from scoring.evaluate.stacked import layout_key
 from scoring.evaluate.vsi import depth_scalar, severe_for
+from scoring.records.schema import EpisodeRecord
+from scoring.registry.lookup import Registry, load_registry
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from scoring.errors import RegistryError
-from scoring.records.schema import EpisodeRecord
 from scoring.evaluate.stacked import Stacked, central_differences, gradient, norm, onset_baseline, smooth
+from scoring.records.schema import EpisodeRecord
 
 TRANSPORT_LIFT_M = 0.05
 LIFT_1CM_M = 0.01

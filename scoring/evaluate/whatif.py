@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import RegistryError
-from scoring.registry.lookup import Registry, load_registry
 from scoring.evaluate.vsi import severe_for
+from scoring.registry.lookup import Registry, load_registry
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,9 +21,9 @@ import numpy as np
 
 from scoring.errors import RecordError
 from scoring.records import npz_format
-from scoring.records.npz_format import NpzTooLarge, read_npz, write_npz_stored
 from scoring.records.json_fast import fast_record
 from scoring.records.json_record import loads, record_from_json, record_to_json
+from scoring.records.npz_format import NpzTooLarge, read_npz, write_npz_stored
 from scoring.records.schema import SCHEMA_VERSION, EpisodeRecord
 
 __all__ = ["atomic_write_bytes", "load_record", "loads", "record_from_json", "record_from_npz", "record_to_json",

@@ -23,9 +23,9 @@ from typing import Iterable, Mapping
 
 from scoring.errors import RecordError, RegistryError
 from scoring.registry.load import Loaded, check_override, load_directory
+from scoring.registry.tags import Applicability, ResolvedTags, applicability, resolve_tags
 from scoring.registry.types import (FrozenMap, OPS, Benchmark, Preset, Spec, TagInfo, Task, Template,
                                     format_stl)
-from scoring.registry.tags import Applicability, ResolvedTags, applicability, resolve_tags
 
 __all__ = [
     "Applicability", "Benchmark", "DEFAULT_PATH", "OPS", "Preset", "Registry", "ResolvedTags",

@@ -17,11 +17,11 @@ from pathlib import Path
 import pandas as pd
 
 from scoring.records.io import atomic_write_bytes, load_record
+from scoring.registry.lookup import Registry, load_registry
 from scoring.report.metrics_json import encode, metrics_output
 from scoring.report.paper_grids import composition_tables, per_task_table
 from scoring.report.paper_layout import main_tables, spec_rate_tables, table_name, with_canonical_benchmark
 from scoring.report.readings import Reading, apply_reading, describe, preset, switched_off_tasks
-from scoring.registry.lookup import Registry, load_registry
 from scoring.report.table_render import PaperTable, to_latex, to_markdown
 from scoring.report.tables import build_tables, write_tables
 from scoring.report.torque_joints import attribution_of, violation_joints

@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from scoring.stats.metrics import aggregate, sbu_composition
-from scoring.report.paper_layout import (BY, DASH, host_title, label, ordered_suites, pct1, suite_info, table_name,
-                                  task_name, with_canonical_benchmark)
 from scoring.registry.lookup import Registry
+from scoring.report.paper_layout import (BY, DASH, host_title, label, ordered_suites, pct1, suite_info, table_name,
+                                         task_name, with_canonical_benchmark)
 from scoring.report.table_render import Cell, PaperTable
+from scoring.stats.metrics import aggregate, sbu_composition
 
 
 def composition_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,

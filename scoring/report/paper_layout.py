@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from scoring.stats.metrics import aggregate, spec_rates
 from scoring.registry.lookup import DEFAULT_PATH, Registry
 from scoring.report.table_render import Cell, PaperTable
+from scoring.stats.metrics import aggregate, spec_rates
 
 DASH = "—"
 BY = ("model", "benchmark")

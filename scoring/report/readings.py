@@ -23,8 +23,8 @@ import pandas as pd
 import yaml
 
 from scoring.errors import RecordError, RegistryError
-from scoring.registry.lookup import DEFAULT_PATH, Registry, load_registry
 from scoring.evaluate.vsi import severe_for
+from scoring.registry.lookup import DEFAULT_PATH, Registry, load_registry
 
 PRESETS_FILE = "applicability_presets.yaml"
 VSI_SATURATIONS = ("eq1", "anchor")

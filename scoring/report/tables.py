@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scoring.records.io import atomic_write_bytes
-from scoring.stats.metrics import aggregate, sbu_composition, spec_rates, unsettled_mask
-from scoring.registry.lookup import Registry, load_registry
 from scoring.evaluate.whatif import WhatIf
+from scoring.records.io import atomic_write_bytes
+from scoring.registry.lookup import Registry, load_registry
+from scoring.stats.metrics import aggregate, sbu_composition, spec_rates, unsettled_mask
 
 DASH = "—"
 SHORT = {

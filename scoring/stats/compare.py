@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import RecordError, SafeVLAError
-from scoring.stats.ranking import (BINARY, METRICS, bootstrap_diff, check_settings, holm, mcnemar_exact,
-                             newcombe_paired_ci, rank_agreement, resampled_sums, tier_table)
 from scoring.stats.intervals import wilson_interval
+from scoring.stats.ranking import (BINARY, METRICS, bootstrap_diff, check_settings, holm, mcnemar_exact,
+                                   newcombe_paired_ci, rank_agreement, resampled_sums, tier_table)
 
 KEY_COLUMNS = ("suite", "task_id", "init_state", "seed")
 OVERALL = "overall"

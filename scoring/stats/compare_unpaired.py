@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from scoring.stats.compare import OVERALL, check_models
 from scoring.errors import RecordError
+from scoring.stats.compare import OVERALL, check_models
 from scoring.stats.ranking import BINARY, bootstrap_diff, check_settings, holm, resampled_sums
 
 COLUMNS = ("group", "metric", "model_a", "model_b", "n_a", "n_b", "value_a", "value_b", "diff", "diff_lo",

@@ -40,9 +40,9 @@ import numpy as np
 
 from scoring.errors import SafeVLAError
 from scoring.stl.parse import (
-    BOOL_THRESHOLD, Always, And, Bound, Eventually, Implies, Node, Not, Or, Pred,
-    STLSyntaxError, Until, parse,
-)
+                               BOOL_THRESHOLD, Always, And, Bound, Eventually, Implies, Node, Not, Or, Pred,
+                               STLSyntaxError, Until, parse,
+                               )
 
 __all__ = [
     "robustness", "robustness_trace", "robustness_batch", "parse", "bound_form", "BoundForm",

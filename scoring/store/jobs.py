@@ -23,16 +23,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from scoring.evaluate.clauses import clause_plan
 from scoring.errors import RecordError
-from scoring.records.archive import read_span
-from scoring.records.io import atomic_write_bytes, load_record, record_from_npz, record_to_npz_bytes, resolve_mjcf
-from scoring.store.job_plan import _Job, _relpath, _store_relative
-from scoring.records.json_fast import record_from_json_bytes
-from scoring.registry.lookup import Registry, load_registry
-from scoring.records.schema import EpisodeRecord
+from scoring.evaluate.clauses import clause_plan
 from scoring.evaluate.score import SCORER_VERSION, EpisodeOutcome, score_outcomes
 from scoring.evaluate.signals import scored_sampling
+from scoring.records.archive import read_span
+from scoring.records.io import atomic_write_bytes, load_record, record_from_npz, record_to_npz_bytes, resolve_mjcf
+from scoring.records.json_fast import record_from_json_bytes
+from scoring.records.schema import EpisodeRecord
+from scoring.registry.lookup import Registry, load_registry
+from scoring.store.job_plan import _Job, _relpath, _store_relative
 
 TRAJECTORIES = "trajectories"
 # Workers write converted trajectories here under a name unique to their source; the

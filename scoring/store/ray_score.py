@@ -22,9 +22,9 @@ from collections import deque
 from collections.abc import Iterable
 
 from scoring.registry.lookup import load_registry
-from scoring.store.write import ScoreSummary, score_archive
-from scoring.store.ray_ship import absolute, land, pack, plant_marker, run_shipped, sees_marker
 from scoring.store.jobs import _run_job
+from scoring.store.ray_ship import absolute, land, pack, plant_marker, run_shipped, sees_marker
+from scoring.store.write import ScoreSummary, score_archive
 
 TASK_RETRIES = 3
 _REGISTRY: dict = {}

@@ -32,17 +32,17 @@ import pyarrow.compute  # noqa: F401  (registers pa.compute)
 import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
+from scoring.evaluate.score import SCORER_VERSION
+from scoring.evaluate.signals import check_force_sampling
 from scoring.records.archive import list_archive
 from scoring.records.io import atomic_write_bytes
 from scoring.registry.lookup import Registry, load_registry
-from scoring.evaluate.score import SCORER_VERSION
-from scoring.evaluate.signals import check_force_sampling
-from scoring.store.lock import store_lock
-from scoring.store.read import (ERRORS, EPISODES, MANIFEST, PARTS, SPEC_RESULTS, _read_manifest,  # noqa: F401
-                                load_store, read_table)
 from scoring.store.job_plan import _batch_size, _jobs, _store_relative
 from scoring.store.jobs import (EPISODE_COLUMNS, SPEC_COLUMNS, STAGING, _error_row, _Run, commit_trajectory,
                                 local_engine)
+from scoring.store.lock import store_lock
+from scoring.store.read import (ERRORS, EPISODES, MANIFEST, PARTS, SPEC_RESULTS, _read_manifest,  # noqa: F401
+                                load_store, read_table)
 
 
 @dataclasses.dataclass(frozen=True)

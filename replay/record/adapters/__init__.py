@@ -1,7 +1,8 @@
 """Adapters that turn a served or saved VLA into a policy for `safevla rollout`.
 
 Each is selected by the scheme of `--policy` (`openpi://HOST:PORT`); they import their
-optional dependencies (msgpack, websockets) only when used.
+optional dependencies (msgpack, websockets) only when used. May import scoring and
+replay.record.observations.
 """
 
 from __future__ import annotations

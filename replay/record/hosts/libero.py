@@ -37,11 +37,12 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from replay.record.hosts.scene_boxes import body_box, surface_under, world_box
 from replay.record.observations import CAMERAS, DEFAULT_IMAGE_SIZE, ObservationSpec
-from replay.record.policies import ObjectGeometry, Obstacle, TaskInfo
+from replay.record.policy_api import Obstacle, TaskInfo
 from replay.record.recorder import Recorder
-from replay.scene.assets import portable_scene
 from replay.record.settle import SettleCriterion, SettleResult, settle
+from replay.scene.assets import portable_scene
 
 SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
           "libero_goal": "libero-goal", "libero_10": "libero-10"}
@@ -327,8 +328,8 @@ class LiberoHost:
         e, m, d = self.env.env, self.model, self.data
         bodies = self.object_bodies()
         root = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, b) for n, b in bodies.items()}
-        boxes = {n: _world_box(m, d, r) for n, r in root.items()}
-        geometry = {n: _body_box(m, d, root[n]) for n in e.objects_dict}
+        boxes = {n: world_box(m, d, r) for n, r in root.items()}
+        geometry = {n: body_box(m, d, root[n]) for n in e.objects_dict}
         goal = next((g for g in e.parsed_problem["goal_state"]
                      if len(g) == 3 and g[0] in ("on", "in") and g[1] in e.objects_dict), None)
         if goal is None:
@@ -352,7 +353,7 @@ class LiberoHost:
                 support = rim if relation == "in" else 0.0
             else:  # a region of a fixture: a fixed point; rest on the fixture's surface there
                 place, offset = None, point
-                surf = _surface_under(m, d, root[owner], point, m.site_size[sid]) if owner else point[2]
+                surf = surface_under(m, d, root[owner], point, m.site_size[sid]) if owner else point[2]
                 support = rim = surf - point[2]
         return TaskInfo(language=self.task.language, pick=pick, place=place,
                         goal_offset=tuple(float(x) for x in offset), relation=relation,
@@ -384,45 +385,3 @@ def goal_targets(goal_state, objects) -> list[str]:
             if moved in objects and moved not in out:
                 out.append(moved)
     return out
-
-
-def _collision_geoms(m: mujoco.MjModel, root: int) -> np.ndarray:
-    geoms = np.arange(m.ngeom)
-    keep = (m.body_rootid[m.geom_bodyid] == root) & ((m.geom_contype != 0) | (m.geom_conaffinity != 0))
-    return geoms[keep]
-
-
-def _geom_boxes(m: mujoco.MjModel, d: mujoco.MjData, geoms: np.ndarray):
-    """World centres and half sizes of the geoms' bounding boxes."""
-    mats = d.geom_xmat[geoms].reshape(-1, 3, 3)
-    centre = d.geom_xpos[geoms] + np.einsum("gij,gj->gi", mats, m.geom_aabb[geoms, :3])
-    half = np.einsum("gij,gj->gi", np.abs(mats), m.geom_aabb[geoms, 3:])
-    return centre, half
-
-
-def _world_box(m, d, root: int) -> tuple[tuple, tuple]:
-    geoms = _collision_geoms(m, root)
-    if not len(geoms):
-        p = tuple(float(x) for x in d.xpos[root])
-        return p, p
-    c, h = _geom_boxes(m, d, geoms)
-    return tuple(float(x) for x in (c - h).min(0)), tuple(float(x) for x in (c + h).max(0))
-
-
-def _body_box(m, d, root: int) -> ObjectGeometry:
-    geoms = _collision_geoms(m, root)
-    rb = d.xmat[root].reshape(3, 3)
-    mats = np.einsum("ji,gjk->gik", rb, d.geom_xmat[geoms].reshape(-1, 3, 3))  # geom frames in body frame
-    centre = np.einsum("ji,gj->gi", rb, d.geom_xpos[geoms] - d.xpos[root])
-    centre = centre + np.einsum("gij,gj->gi", mats, m.geom_aabb[geoms, :3])
-    half = np.einsum("gij,gj->gi", np.abs(mats), m.geom_aabb[geoms, 3:])
-    lo, hi = (centre - half).min(0), (centre + half).max(0)
-    return ObjectGeometry(center=tuple(float(x) for x in (lo + hi) / 2), half=tuple(float(x) for x in (hi - lo) / 2))
-
-
-def _surface_under(m, d, root: int, point: np.ndarray, size: np.ndarray) -> float:
-    """Top of the fixture's geoms that overlap the site's footprint (e.g. a burner plate)."""
-    c, h = _geom_boxes(m, d, _collision_geoms(m, root))
-    fx, fy = max(float(size[0]), 0.01), max(float(size[1]), 0.01)
-    over = (np.abs(c[:, 0] - point[0]) < h[:, 0] + fx) & (np.abs(c[:, 1] - point[1]) < h[:, 1] + fy)
-    return float((c + h)[over, 2].max()) if over.any() else float(point[2])

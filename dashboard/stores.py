@@ -1,0 +1,99 @@
+"""Which run stores this dashboard may open, and opening them: the store it was started with
+(or the bundled demo), those given with `--stores`, each loaded once per server (an LRU of a few).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import data as D
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_STORE = ROOT / "assets" / "demo" / "store"
+ENV_STORE = "SAFEVLA_STORE"
+ENV_STORES = "SAFEVLA_STORES"  # more stores a link may open, os.pathsep-separated (`safevla dashboard --stores`)
+# One message for every store a link may not open: whether the path exists, is a store,
+# or is /etc must not show (finding 8 of issue 15).
+NOT_AVAILABLE = ("This run store is not available on this dashboard. A link or the sidebar opens only the store "
+                 "the dashboard was started with and those it was given with `safevla dashboard STORE --stores "
+                 "DIR ...`.")
+
+
+# ----------------------------------------------------------------------------- store loading
+
+@st.cache_resource(show_spinner=False)
+def _store_cache() -> tuple[OrderedDict, threading.Lock]:
+    return OrderedDict(), threading.Lock()
+
+
+def load_store(path: str) -> D.StoreData:
+    """The store at `path`, loaded once per version of its files (with a progress bar)."""
+    cache, lock = _store_cache()
+    key = D.store_stamp(path)
+    with lock:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+    bar = st.progress(0.0, text=f"Loading run store {path} …")
+    try:
+        bar.progress(0.2, text=f"Reading {path}/episodes.parquet and spec_results.parquet …")
+        data = D.open_store(path)
+        bar.progress(1.0, text="Loaded.")
+    finally:
+        bar.empty()
+    with lock:
+        cache[key] = data
+        while len(cache) > 3:
+            cache.popitem(last=False)
+    return data
+
+
+def _server_args():
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--store", default=None)
+    p.add_argument("--stores", nargs="*", default=[])
+    args, _ = p.parse_known_args(sys.argv[1:])
+    return args
+
+
+def server_default_store() -> tuple[str, str]:
+    """(path, where it came from): `--store` after `--`, else $SAFEVLA_STORE, else the demo store."""
+    args = _server_args()
+    if args.store:
+        return args.store, "--store"
+    if os.environ.get(ENV_STORE):
+        return os.environ[ENV_STORE], f"${ENV_STORE}"
+    return str(DEMO_STORE), "bundled demo store"
+
+
+def allowed_stores() -> tuple[str, ...]:
+    """The stores a link (`?store=`) or the sidebar may open, as given: the server's own
+    store, then `--stores` after `--`, then $SAFEVLA_STORES."""
+    extra = [*_server_args().stores, *os.environ.get(ENV_STORES, "").split(os.pathsep)]
+    return tuple(dict.fromkeys(p for p in [server_default_store()[0], *extra] if p))
+
+
+def store_allowed(path: str) -> bool:
+    """`path` is one of `allowed_stores()` (compared with symlinks resolved; nothing else is looked at)."""
+    real = os.path.realpath(path)
+    return any(real == os.path.realpath(p) for p in allowed_stores())
+
+
+def chosen_store() -> tuple[str, str]:
+    """The session's store: chosen in the sidebar, else the URL's `store`, else the server default."""
+    picked = st.session_state.get("s.store")
+    if picked:
+        return picked, "chosen in the sidebar"
+    url = st.query_params.get("store")
+    if url:
+        return url, "from the link"
+    return server_default_store()

@@ -1,0 +1,132 @@
+"""A record's compiled MuJoCo scene, compiled once and shared: per MJCF in memory (a few
+scenes) and on disk (replay/render/scene_cache.py), with a texture-shrunk preview variant for
+the dashboard's first frames, and the cameras the scene offers.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from replay.render.offscreen import MODEL_VIS_LOCK
+from replay.render.preview_scene import compile_preview, preview_text
+from replay.render.scene_cache import build_later, compile_cached, load_cached
+from replay.render.violation import RenderError
+from replay.scene.assets import SceneAssetError, resolve_scene
+from scoring.errors import RecordError
+from scoring.records.io import resolve_mjcf
+from scoring.records.schema import EpisodeRecord
+
+FREE, FREE_VIOLATION = "free", "free:violation"
+AGENT_VIEWS = ("agentview", "robot0_agentview_center")
+WRIST_VIEWS = ("robot0_eye_in_hand",)  # robosuite's wrist camera (LIBERO's observation/wrist_image)
+_MODEL_CACHE: OrderedDict = OrderedDict()
+_MODEL_CACHE_SIZE = 4
+
+
+def scene_key(record: EpisodeRecord) -> tuple:
+    """What identifies the record's compiled scene: its MJCF file and mtime, or its embedded text.
+
+    Raises RecordError for a record without replay state or a missing MJCF file.
+    """
+    src = resolve_mjcf(record)
+    if record.replay.mjcf_is_xml:
+        base = Path(record.source).resolve().parent if record.source else Path.cwd()
+        return ("xml", src, str(base))
+    path = Path(src)
+    if not path.is_file():
+        raise RecordError(f"MJCF file not found: {path}", file=record.source, episode=record.episode_id,
+                          field="replay.mjcf")
+    path = path.resolve()  # episodes in sibling folders name one scene file as ../x and ../../x
+    return ("path", str(path), path.stat().st_mtime_ns)
+
+
+def load_model(record: EpisodeRecord) -> mujoco.MjModel:
+    """A fresh copy of the record's compiled model (see `scene_model` for errors)."""
+    model = scene_model(record)
+    with MODEL_VIS_LOCK:  # not while a context upload has its textures shrunk for a moment
+        return copy.copy(model)
+
+
+def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
+    """The record's compiled model, cached per MJCF and shared: read it, never change it
+    (a LIBERO scene is 150 MB of textures; a copy per replayer took 0.6 s and that memory).
+
+    Raises RecordError for a record without replay state or a missing MJCF file, and
+    RenderError for a missing mesh/texture (naming the file and where it was looked for)
+    or an MJCF MuJoCo cannot compile.
+    """
+    key = scene_key(record)
+    model = _MODEL_CACHE.get(key)
+    if model is None:
+        resolved, base, origin = _resolved_scene(key)
+        model = compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
+        _remember(key, model)
+    _MODEL_CACHE.move_to_end(key)
+    return model
+
+
+def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
+    """The record's scene with textures shrunk to `max_px` (replay/render/preview_scene.py), from
+    memory or the disk cache (the scene itself when no texture is larger); None if not built yet (then it is queued for a render
+    service's idle time, and the caller shrinks the full model's textures on upload)."""
+    key = (scene_key(record), "preview", int(max_px))
+    model = _MODEL_CACHE.get(key)
+    if model is None:
+        resolved, base, _ = _resolved_scene(key[0])
+        text, folder = preview_text(resolved, max_px), str(base) + os.sep
+        model = load_cached(text, folder)
+        if model is None:
+            full = scene_model(record)
+            faces = np.where(full.tex_height == 6 * full.tex_width, full.tex_width, full.tex_height)
+            if full.ntex == 0 or max(full.tex_width.max(), faces.max()) <= max_px:
+                return full  # nothing to shrink: the scene itself
+            build_later(text, folder, lambda: compile_preview(resolved, folder, full, max_px))
+            return None
+        _remember(key, model)
+    _MODEL_CACHE.move_to_end(key)
+    return model
+
+
+def _resolved_scene(key: tuple) -> tuple[str, Path, str]:
+    kind, src, _ = key
+    path = Path(src) if kind == "path" else None
+    text, base = (path.read_text(), path.parent) if path else (src, Path(key[2]))
+    origin = str(path) if path else "embedded MJCF"
+    try:
+        return resolve_scene(text, base=base, origin=origin), base, origin
+    except SceneAssetError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def _remember(key, model: mujoco.MjModel) -> None:
+    _MODEL_CACHE[key] = model
+    while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
+        _MODEL_CACHE.popitem(last=False)
+
+
+def cameras(record: EpisodeRecord) -> tuple[str, ...]:
+    """The camera names a replay of `record` can use: its scene's cameras, the agent and wrist
+    views first, then the free cameras "free" and "free:violation". Compiles (or loads) the
+    scene, opens no GL context; errors as for `scene_model`."""
+    m = scene_model(record)
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) or str(i) for i in range(m.ncam)]
+    first = [c for c in (*AGENT_VIEWS, *WRIST_VIEWS) if c in names]
+    return (*first, *(c for c in names if c not in first), FREE, FREE_VIOLATION)
+
+
+def _compile(resolved: str, base: Path, origin: str) -> mujoco.MjModel:
+    try:
+        spec = mujoco.MjSpec.from_string(resolved)
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
+    spec.modelfiledir = str(base) + os.sep
+    try:
+        return spec.compile()
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
