@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
-    python benchmarks/bench_dashboard.py [--only cold,warm,filter,whatif,overview_whatif,ci,frame,playback]
+    python benchmarks/bench_dashboard.py [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,playback]
                                          [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
@@ -22,6 +22,9 @@ that moment, with the browser's own clock.
 - frame: the detail page of the demo store's worst SBU episode on a fresh server with an
   empty compiled-scene cache and no background warm-up (navigation -> the player's first
   frame drawn).
+- frame_next_scene: on such a server, after the user opened one scene, the detail page of
+  SBU episodes of other scene files never opened (median of --repeat): what browsing feels
+  like after the first episode (MuJoCo keeps the decoded assets the scenes share).
 - playback: the in-browser player on the demo store: first playable frame on a fresh server,
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
@@ -52,7 +55,7 @@ from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove
 DEMO = ROOT / "assets" / "demo" / "store"
 APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
-             "frame": 2.0, "playback": None}
+             "frame": 2.0, "frame_next_scene": 2.0, "playback": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
             '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 3}
@@ -232,13 +235,44 @@ def ci_in_process(store: Path) -> dict:
             "in_process_ratio": round(slow / fast, 2), "identical_to_scipy": same, "cells": len(agg)}
 
 
-def frame(b: "Bench", code: Path) -> dict:
+def _first_frame(pg, url: str) -> float:
+    """Seconds from navigating to `url` until the player shows its first frame."""
+    t0 = time.perf_counter()
+    pg.goto(url)
+    pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+        const img = d && d.querySelector('#frame');
+        return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
+                         arg=PLAYER_IFRAME, timeout=300_000)
+    return round(time.perf_counter() - t0, 3)
+
+
+def _scene_of(store: Path, trajectory: str) -> str:
+    from scoring.records.io import load_record
+
+    rec = load_record(store / trajectory)
+    return str((Path(rec.source).parent / rec.replay.mjcf).resolve()) if not rec.replay.mjcf_is_xml else rec.replay.mjcf
+
+
+def _sbu_by_scene(store: Path, n: int) -> list[str]:
+    """Episode ids of the worst SBU episodes of `n` different scene files, worst first."""
     import pandas as pd
 
-    store = b.demo
     eps = pd.read_parquet(store / "episodes.parquet")
     sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])
-    eid = (sbu if len(sbu) else eps).iloc[0]["episode_id"]
+    picked, scenes = [], set()
+    for _, row in (sbu if len(sbu) else eps).iterrows():
+        scene = _scene_of(store, row["trajectory"])
+        if scene not in scenes:
+            scenes.add(scene)
+            picked.append(row["episode_id"])
+            if len(picked) == n:
+                break
+    return picked
+
+
+def frame(b: "Bench", code: Path) -> dict:
+    store = b.demo
+    eid = _sbu_by_scene(store, 1)[0]
     cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
     try:
         env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
@@ -246,19 +280,39 @@ def frame(b: "Bench", code: Path) -> dict:
             srv.wait_healthy()
             _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # server warm, no scene opened
             pg = b.browser.page()
-            t0 = time.perf_counter()
-            pg.goto(f"{srv.url}/detail?ep={eid}")
-            pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
-                const img = d && d.querySelector('#frame');
-                return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
-                                 arg=PLAYER_IFRAME, timeout=300_000)
-            t = round(time.perf_counter() - t0, 3)
+            t = _first_frame(pg, f"{srv.url}/detail?ep={eid}")
             pg.context.close()
     finally:
         remove_tree(cache)
     return {"value_s": t, "episode": eid, "store": str(store),
             "includes": "new session opening the detail page of a scene never opened (empty compiled-scene "
                         "cache, no warm-up): navigation -> the player's first frame drawn"}
+
+
+def frame_next_scene(b: "Bench", code: Path) -> dict:
+    """A scene never opened, in a dashboard where the user has opened another scene before."""
+    store = b.demo
+    first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
+    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
+    try:
+        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
+        with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
+            srv.wait_healthy()
+            pg = b.browser.page()
+            before = _first_frame(pg, f"{srv.url}/detail?ep={first}")
+            pg.context.close()
+            times = []
+            for eid in others:
+                pg = b.browser.page()
+                times.append(_first_frame(pg, f"{srv.url}/detail?ep={eid}"))
+                pg.context.close()
+    finally:
+        remove_tree(cache)
+    return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before,
+            "episodes": [first, *others], "store": str(store),
+            "includes": "new session opening the detail page of a scene file never opened or compiled, after "
+                        "one other scene was opened in the same server (empty compiled-scene cache, no "
+                        "warm-up): navigation -> the player's first frame drawn"}
 
 
 # ----------------------------------------------------------------------------- timeline (issue 16 s3)
@@ -323,7 +377,8 @@ def playback(b: "Bench", code: Path) -> dict:
 
 
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
-                "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "playback": playback}
+                "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
+                "playback": playback}
 BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci")
 
 

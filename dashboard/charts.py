@@ -12,6 +12,7 @@ import io
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import altair as alt
 import numpy as np
@@ -205,6 +206,7 @@ def composition_bars(comp: pd.DataFrame, agg: pd.DataFrame, *, labels: Mapping[s
 CURSOR_COLOR = "#2ca02c"  # the current step: thick green, never the violation's red dashes (no spec line is green)
 CURSOR_PARAM = "cursor"  # a Vega-Lite variable: the timeline player moves the cursor without a rerun
 PANEL_HEIGHT = 96
+VIEW_PREFIX = "panel_clicks_"  # robustness_spec: the view of each panel holding its click and zoom selections
 
 
 def violation_runs(violated: Sequence[bool]) -> list[tuple[int, int]]:
@@ -236,25 +238,17 @@ def _panel_frames(traces: pd.DataFrame, spec: str, y_field: str) -> tuple[pd.Dat
     return one, band, single
 
 
-def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
-                     mode: str = "margin", selection: str = "pt", width: int = 620,
-                     height: int = PANEL_HEIGHT, colors: Mapping[str, str] | None = None,
-                     dt: float | None = None) -> alt.VConcatChart:
-    """Small multiples of the episode's active specs over time, one panel per spec.
+class _RobustnessParts(NamedTuple):
+    panels: list  # per spec: (unit charts drawn, the clicks unit chart, the panel's properties)
+    selections: tuple  # (click point, x zoom): defined on every panel's clicks view
+    cursor: object  # the `cursor` variable, on the whole chart
+    top: dict  # the whole chart's properties
 
-    `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
-    |threshold|, NaN on gated-off steps), value (raw signal), threshold, unit, violated.
 
-    mode "raw" plots each spec's signal in its unit against its threshold line; mode
-    "margin" plots margin / |threshold| against zero. In each panel the violated steps are
-    filled red (one rect per run, so a one-step spike is a visible band) and a one-step
-    violation also gets its own red triangle; the violating step is a red dashed rule and the
-    current step a thick green cursor driven by the Vega-Lite variable `cursor` (so a client
-    can move it). The y-range of each panel fits its data and its reference line. The x axis
-    gives steps and seconds (`dt`, else from the `t` column); dragging on x zooms all panels
-    together (double-click resets). A nearest-step point selection named `selection` reports
-    clicks ({selection: [{"step": k}]}).
-    """
+def _robustness_parts(traces: pd.DataFrame, *, step: int | None, violating_step: int | None, mode: str,
+                      selection: str, width: int, height: int, colors: Mapping[str, str] | None,
+                      dt: float | None) -> _RobustnessParts:
+    """The unit charts of `robustness_chart` and how they fit together (see there)."""
     if mode not in ("margin", "raw"):
         raise ValueError(f"mode: expected 'margin' or 'raw', got {mode!r}")
     specs = list(dict.fromkeys(traces["spec"]))
@@ -316,16 +310,89 @@ def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating
                       .transform_filter("datum.step >= 0")
                       .mark_rule(color=CURSOR_COLOR, strokeWidth=3.5, opacity=0.85).encode(x="step:Q"))
         clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip)
-        layers.append(clicks.add_params(pick, zoom))
         title = alt.Title(f"{spec}", subtitle=f"threshold {thr:.4g} {unit}".rstrip(),
                           anchor="start", fontSize=12, subtitleFontSize=10, offset=2)
-        panels.append(alt.layer(*layers).properties(width=width, height=height, title=title))
+        panels.append((layers, clicks, dict(width=width, height=height, title=title)))
     total = len(specs) * (height + 48) + 60
-    return alt.vconcat(*panels, spacing=6).add_params(cursor).resolve_scale(x="shared", y="independent").properties(
-        usermeta={"display_height": total, "dt": dt},
-        title=alt.Title("Robustness over time" if mode == "margin" else "Signals over time",
-                        subtitle="red band: violated steps; ▼ one-step violation; red dashes: violating step; "
-                                 "green: current step; drag to zoom"))
+    top = dict(usermeta={"display_height": total, "dt": dt},
+               title=alt.Title("Robustness over time" if mode == "margin" else "Signals over time",
+                               subtitle="red band: violated steps; ▼ one-step violation; red dashes: violating step; "
+                                        "green: current step; drag to zoom"))
+    return _RobustnessParts(panels, (pick, zoom), cursor, top)
+
+
+
+
+def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
+                     mode: str = "margin", selection: str = "pt", width: int = 620,
+                     height: int = PANEL_HEIGHT, colors: Mapping[str, str] | None = None,
+                     dt: float | None = None) -> alt.VConcatChart:
+    """Small multiples of the episode's active specs over time, one panel per spec.
+
+    `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
+    |threshold|, NaN on gated-off steps), value (raw signal), threshold, unit, violated.
+
+    mode "raw" plots each spec's signal in its unit against its threshold line; mode
+    "margin" plots margin / |threshold| against zero. In each panel the violated steps are
+    filled red (one rect per run, so a one-step spike is a visible band) and a one-step
+    violation also gets its own red triangle; the violating step is a red dashed rule and the
+    current step a thick green cursor driven by the Vega-Lite variable `cursor` (so a client
+    can move it). The y-range of each panel fits its data and its reference line. The x axis
+    gives steps and seconds (`dt`, else from the `t` column); dragging on x zooms all panels
+    together (double-click resets). A nearest-step point selection named `selection` reports
+    clicks ({selection: [{"step": k}]}).
+    """
+    parts = _robustness_parts(traces, step=step, violating_step=violating_step, mode=mode, selection=selection,
+                              width=width, height=height, colors=colors, dt=dt)
+    panels = [alt.layer(*layers, clicks.add_params(*parts.selections)).properties(**props)
+              for layers, clicks, props in parts.panels]
+    return alt.vconcat(*panels, spacing=6).add_params(parts.cursor).resolve_scale(
+        x="shared", y="independent").properties(**parts.top)
+
+
+def robustness_spec(traces: pd.DataFrame, *, violating_step: int | None = None, mode: str = "margin",
+                    selection: str = "pt", width: int = 620, height: int = PANEL_HEIGHT,
+                    colors: Mapping[str, str] | None = None, dt: float | None = None) -> dict:
+    """`robustness_chart(...).to_dict()` with no current step (`cursor` -1), in a fraction of the time.
+
+    Altair deep-copies every subchart to merge the selection parameters of a compound chart
+    (0.4 s of the 0.55 s five panels take; 1-2 s in a server whose render thread is busy), so
+    here only the unit charts go through Altair and the layers and the column of panels are
+    put together as dicts. The result is Altair's but for the names of the views that carry the
+    selections (tests/test_dashboard_charts.py compares them); it is not validated against the
+    schema (the chart's own tests do that).
+    """
+    parts = _robustness_parts(traces, step=None, violating_step=violating_step, mode=mode, selection=selection,
+                              width=width, height=height, colors=colors, dt=dt)
+    datasets: dict = {}
+    head: dict = {}
+
+    def unit(chart, **extra) -> dict:
+        d = chart.properties(**extra).to_dict(validate=False) if extra else chart.to_dict(validate=False)
+        datasets.update(d.pop("datasets", {}))
+        head.setdefault("config", d.pop("config", None))
+        head.setdefault("$schema", d.pop("$schema", None))
+        d.pop("config", None)
+        d.pop("$schema", None)
+        return d
+
+    views, panels = [], []
+    for n, (layers, clicks, props) in enumerate(parts.panels):
+        views.append(f"{VIEW_PREFIX}{n}")
+        layer = [unit(c) for c in layers] + [unit(clicks, name=views[-1])]
+        panel = alt.LayerChart(layer=[]).properties(**props).to_dict(validate=False)
+        for key in ("$schema", "config", "layer"):
+            panel.pop(key, None)
+        panels.append({**panel, "layer": layer})
+    params = [{**s.param.to_dict(validate=False), "views": views} for s in parts.selections]
+    params.append(parts.cursor.param.to_dict(validate=False))
+    top = alt.VConcatChart(vconcat=[]).properties(spacing=6, **parts.top).resolve_scale(
+        x="shared", y="independent").to_dict(validate=False)
+    for key in ("vconcat", "$schema", "config"):
+        top.pop(key, None)
+    spec = {**{k: v for k, v in head.items() if v is not None}, **top, "params": params, "vconcat": panels,
+            "datasets": datasets}
+    return spec
 
 
 # ----------------------------------------------------------------------------- what-if

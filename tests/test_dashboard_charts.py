@@ -259,3 +259,36 @@ def test_scatter_axes_fit_the_data_and_models_get_distinct_hues(agg):
     # neighbouring model colours differ in hue, not only in lightness (no dark blue next to light blue)
     for a, b in zip(rng[:4], rng[1:5]):
         assert min(abs(hue(a) - hue(b)), 360 - abs(hue(a) - hue(b))) > 30, (a, b)
+
+
+def _same_views(spec: dict) -> dict:
+    """`spec` with its selection views named by where they are defined (view 0, 1, ...) and the
+    views lists holding only defined views (Altair also lists names of views it copied away)."""
+    import json
+    import re
+
+    text = json.dumps(spec, sort_keys=True)
+    defined = list(dict.fromkeys(re.findall(r'"name": "([^"]+)"', json.dumps(spec["vconcat"]))))
+    for k, name in enumerate(defined):
+        text = text.replace(f'"{name}"', f'"__view_{k}"')
+    out = json.loads(text)
+    for p in out["params"]:
+        if "views" in p:
+            p["views"] = [v for v in p["views"] if v.startswith("__view_")]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["margin", "raw"])
+@pytest.mark.parametrize("vstep", [None, 3])
+def test_the_fast_spec_is_altairs_chart(traces, mode, vstep):
+    # one-step violation (step 0 of the tilt is gated) and a band, in both modes, with and
+    # without the violating-step rule: the hand-assembled dict is Altair's to the letter
+    tr = traces.copy()
+    tr.loc[(tr["spec"] == "held-object tilt") & (tr["step"] == 2), "violated"] = True
+    colors = {"max contact force": "#9467bd", "held-object tilt": "#8c564b"}
+    slow = charts.robustness_chart(tr, step=None, violating_step=vstep, mode=mode, colors=colors, dt=0.05).to_dict()
+    fast = charts.robustness_spec(tr, violating_step=vstep, mode=mode, colors=colors, dt=0.05)
+    assert _same_views(fast) == _same_views(slow)
+    assert [p["name"] for p in fast["params"]] == ["pt", "zoom", charts.CURSOR_PARAM]
+    assert len(fast["params"][0]["views"]) == len(fast["vconcat"]) == 2  # one click view per panel
+    alt.VConcatChart.from_dict(fast)  # and a valid Vega-Lite spec (the schema check the fast path skips)
