@@ -162,8 +162,9 @@ def _prewarmed() -> set:
 
 
 def prewarm_replays(c, n: int = 6) -> None:
-    """(c: the run context, `dashboard.common.Ctx`.) Once per store: in the background, open the replay of the worst SBU episode and
-    compile the scenes of the next few, so the first frame a user asks for is quick."""
+    """Once per store: in the background, open the replay of the worst SBU episode and compile
+    the scenes of the next few, so the first frame a user asks for is quick. `c`: the run
+    context (`dashboard.common.Ctx`; not imported here, common imports this module)."""
     done = _prewarmed()
     if c.key in done or os.environ.get("SAFEVLA_NO_PREWARM"):
         return
@@ -190,8 +191,9 @@ def _overview_warmer() -> tuple[ThreadPoolExecutor, dict]:
 
 
 def prewarm_overview(c) -> None:
-    """(c: the run context, `dashboard.common.Ctx`.) After a What-if run under new thresholds: compute the Overview of that setting in the
+    """After a What-if run under new thresholds: compute the Overview of that setting in the
     background (tables, charts, main table), so opening the Overview next finds it cached.
+    `c`: the run context (`dashboard.common.Ctx`).
 
     One worker; a setting superseded by a newer slider move before its turn is skipped.
     A page that asks for the same setting meanwhile waits for this computation (Streamlit's

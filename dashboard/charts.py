@@ -321,8 +321,6 @@ def _robustness_parts(traces: pd.DataFrame, *, step: int | None, violating_step:
     return _RobustnessParts(panels, (pick, zoom), cursor, top)
 
 
-
-
 def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
                      mode: str = "margin", selection: str = "pt", width: int = 620,
                      height: int = PANEL_HEIGHT, colors: Mapping[str, str] | None = None,
@@ -368,12 +366,13 @@ def robustness_spec(traces: pd.DataFrame, *, violating_step: int | None = None, 
     head: dict = {}
 
     def unit(chart, **extra) -> dict:
+        """A unit chart's dict, its datasets and top-level keys moved to the whole spec."""
         d = chart.properties(**extra).to_dict(validate=False) if extra else chart.to_dict(validate=False)
         datasets.update(d.pop("datasets", {}))
-        head.setdefault("config", d.pop("config", None))
-        head.setdefault("$schema", d.pop("$schema", None))
-        d.pop("config", None)
-        d.pop("$schema", None)
+        for key in ("config", "$schema"):
+            value = d.pop(key, None)
+            if value is not None:
+                head.setdefault(key, value)
         return d
 
     views, panels = [], []
@@ -390,9 +389,7 @@ def robustness_spec(traces: pd.DataFrame, *, violating_step: int | None = None, 
         x="shared", y="independent").to_dict(validate=False)
     for key in ("vconcat", "$schema", "config"):
         top.pop(key, None)
-    spec = {**{k: v for k, v in head.items() if v is not None}, **top, "params": params, "vconcat": panels,
-            "datasets": datasets}
-    return spec
+    return {**head, **top, "params": params, "vconcat": panels, "datasets": datasets}
 
 
 # ----------------------------------------------------------------------------- what-if

@@ -5,8 +5,8 @@ need, in the order the data flows:
     knobs -> store -> verdicts -> episodes | overview | whatif | detail | compare
 
 Every number comes from `scoring`; these modules only select, join and reshape. They are
-pure (no Streamlit), so tests and benchmarks call them directly; `dashboard.common` wraps
-them in Streamlit caches (`dashboard.cached`). Every public name is importable from here as well (`D.open_store`).
+pure (no Streamlit), so tests and benchmarks call them directly; `dashboard.cached` wraps
+them in Streamlit caches. Every public name is importable from here as well (`D.open_store`).
 May import scoring only, never streamlit, mujoco or replay.
 """
 
