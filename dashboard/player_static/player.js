@@ -19,6 +19,7 @@ const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
+  lastEmitted: null,
 };
 
 function send(type, data) {
@@ -54,6 +55,7 @@ function emit(event) {
   S.pending = null;
   remember();
   S.seq += 1;
+  S.lastEmitted = S.step;
   send("streamlit:setComponentValue", { value: { step: S.step, seq: `${LOAD_ID}:${S.seq}`, event: event, episode: S.episode },
                                         dataType: "json" });
 }
@@ -251,6 +253,13 @@ window.addEventListener("message", (event) => {
   document.getElementById("side").style.display = S.total ? "" : "none";
   const serverMoved = a.step !== S.serverStep;
   S.serverStep = a.step;
+  // The page answering a value this player sent (its step is that value's) says nothing new,
+  // and a step the user moved to since, by key or click, is newer than it: a slow rerun of
+  // the page must not pull the player back to an older step. So only a step the page moved
+  // by itself (its slider, the jump button, a deep link) is shown, and never while a key
+  // step waits to be sent.
+  const echo = S.lastEmitted !== null && a.step === S.lastEmitted;
+  if (echo) S.lastEmitted = null;
   if (fresh) {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
     const memo = recalled(a.episode);
@@ -260,7 +269,7 @@ window.addEventListener("message", (event) => {
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
       if (memo && memo.playing) play();
     });
-  } else if (serverMoved && !S.playing) {
+  } else if (serverMoved && !S.playing && !echo && S.pending === null) {
     show(a.step);  // the page's slider, the jump button or a deep link moved the step
   } else {
     show(S.step);  // new frames arrived: the current step may be ready now
