@@ -49,7 +49,8 @@ def test_no_import_circle():
     assert circles == [], "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
-@pytest.mark.parametrize("pair", [("replay.record.policies", "replay.record.scripted"), ("replay.record.rollout", "replay.record.ray_engine"),
+@pytest.mark.parametrize("pair", [("replay.record.policies", "replay.record.scripted"),
+                                  ("replay.record.rollout", "replay.record.ray_engine"),
                                   ("scoring.records.io", "scoring.records.json_fast")])
 def test_the_circles_issue_17_named_stay_broken(pair):
     g = module_graph()
@@ -106,8 +107,10 @@ def test_the_room_check_flags_a_wrong_way_import():
     assert any(room(a)[1] == "evaluate" and room(b)[1] == "records" for a, b in g.edges)
     assert any(room(a)[1] == "render" and room(b)[1] == "scene" for a, b in g.edges)
     # and each kind of wrong-way import is flagged
-    g.add_edges_from([("scoring.records.io", "scoring.store.write"), ("replay.record.rollout", "replay.render.export"),
-                      ("replay.scene.assets", "replay.record.recorder"), ("scoring.stats.metrics", "replay.render.cli")])
+    g.add_edges_from([("scoring.records.io", "scoring.store.write"),
+                      ("replay.record.rollout", "replay.render.export"),
+                      ("replay.scene.assets", "replay.record.recorder"),
+                      ("scoring.stats.metrics", "replay.render.cli")])
     flagged = forbidden_edges(g)
     assert len(flagged) == 4, flagged
     assert any("store comes after records" in f for f in flagged)
