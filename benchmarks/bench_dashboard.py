@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
-    python benchmarks/bench_dashboard.py [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,playback]
-                                         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
+    python benchmarks/bench_dashboard.py
+        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,playback]
+        [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
 JSON line. "Fully drawn" is defined in `benchmarks/browser_timing.py`: status idle, the
@@ -235,33 +236,46 @@ def ci_in_process(store: Path) -> dict:
             "in_process_ratio": round(slow / fast, 2), "identical_to_scipy": same, "cells": len(agg)}
 
 
-def _first_frame(pg, url: str) -> float:
-    """Seconds from navigating to `url` until the player shows its first frame."""
-    t0 = time.perf_counter()
-    pg.goto(url)
-    pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
-        const img = d && d.querySelector('#frame');
-        return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
-                         arg=PLAYER_IFRAME, timeout=300_000)
-    return round(time.perf_counter() - t0, 3)
+def _first_frame(browser, url: str) -> float:
+    """Seconds from navigating a new browser session to `url` until the player shows its first frame."""
+    pg = browser.page()
+    try:
+        t0 = time.perf_counter()
+        pg.goto(url)
+        pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+            const img = d && d.querySelector('#frame');
+            return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
+                             arg=PLAYER_IFRAME, timeout=300_000)
+        return round(time.perf_counter() - t0, 3)
+    finally:
+        pg.context.close()
 
 
-def _scene_of(store: Path, trajectory: str) -> str:
-    from scoring.records.io import load_record
-
-    rec = load_record(store / trajectory)
-    return str((Path(rec.source).parent / rec.replay.mjcf).resolve()) if not rec.replay.mjcf_is_xml else rec.replay.mjcf
+@contextlib.contextmanager
+def _server_with_no_scene_compiled(code: Path, store: Path):
+    """A running server of `code` on `store` with an empty compiled-scene cache and no warm-up."""
+    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
+    try:
+        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
+        with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
+            srv.wait_healthy()
+            yield srv
+    finally:
+        remove_tree(cache)
 
 
 def _sbu_by_scene(store: Path, n: int) -> list[str]:
-    """Episode ids of the worst SBU episodes of `n` different scene files, worst first."""
+    """Episode ids of the worst SBU episodes of `n` different scenes (`scene_key`), worst first."""
     import pandas as pd
+
+    from replay.render.scene_models import scene_key
+    from scoring.records.io import load_record
 
     eps = pd.read_parquet(store / "episodes.parquet")
     sbu = eps[eps["sbu"]].sort_values(["vsi", "episode_id"], ascending=[False, True])
     picked, scenes = [], set()
     for _, row in (sbu if len(sbu) else eps).iterrows():
-        scene = _scene_of(store, row["trajectory"])
+        scene = scene_key(load_record(store / row["trajectory"]))
         if scene not in scenes:
             scenes.add(scene)
             picked.append(row["episode_id"])
@@ -273,17 +287,9 @@ def _sbu_by_scene(store: Path, n: int) -> list[str]:
 def frame(b: "Bench", code: Path) -> dict:
     store = b.demo
     eid = _sbu_by_scene(store, 1)[0]
-    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
-    try:
-        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
-        with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
-            srv.wait_healthy()
-            _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # server warm, no scene opened
-            pg = b.browser.page()
-            t = _first_frame(pg, f"{srv.url}/detail?ep={eid}")
-            pg.context.close()
-    finally:
-        remove_tree(cache)
+    with _server_with_no_scene_compiled(code, store) as srv:
+        _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # server warm, no scene opened
+        t = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}")
     return {"value_s": t, "episode": eid, "store": str(store),
             "includes": "new session opening the detail page of a scene never opened (empty compiled-scene "
                         "cache, no warm-up): navigation -> the player's first frame drawn"}
@@ -293,23 +299,11 @@ def frame_next_scene(b: "Bench", code: Path) -> dict:
     """A scene never opened, in a dashboard where the user has opened another scene before."""
     store = b.demo
     first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
-    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
-    try:
-        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
-        with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
-            srv.wait_healthy()
-            pg = b.browser.page()
-            before = _first_frame(pg, f"{srv.url}/detail?ep={first}")
-            pg.context.close()
-            times = []
-            for eid in others:
-                pg = b.browser.page()
-                times.append(_first_frame(pg, f"{srv.url}/detail?ep={eid}"))
-                pg.context.close()
-    finally:
-        remove_tree(cache)
+    with _server_with_no_scene_compiled(code, store) as srv:
+        before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}")
+        times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}") for eid in others]
     return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before,
-            "episodes": [first, *others], "store": str(store),
+            "episode_ids": [first, *others], "store": str(store),
             "includes": "new session opening the detail page of a scene file never opened or compiled, after "
                         "one other scene was opened in the same server (empty compiled-scene cache, no "
                         "warm-up): navigation -> the player's first frame drawn"}
