@@ -36,6 +36,11 @@ def _sbu_episode(store, *, last: bool = False):
     pytest.skip("the store has no SBU episode with a trajectory")
 
 
+def _slider_value(pg) -> str:
+    """The detail page's step slider value ("Step\n\n41\n\n0\n\n119": label, value, min, max)."""
+    return pg.locator('[data-testid="stSlider"]').first.inner_text().split()[1]
+
+
 def _cursor_x(pg) -> float | None:
     """The x of the chart's current-step rule (the thick green one) in the first panel."""
     from dashboard.charts import CURSOR_COLOR
@@ -72,13 +77,10 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
     # shift+← goes back ten steps; the page's step slider and the address follow once the keys stop
     page.keyboard.press("Shift+ArrowLeft")
     wait_timeline(page, f"r.dataset.step === '{step + 1 - 10}'", timeout=30)
-    def slider_value() -> str:  # "Step\n\n41\n\n0\n\n119": label, value, min, max
-        return page.locator('[data-testid="stSlider"]').first.inner_text().split()[1]
-
     deadline = time.time() + 60
-    while slider_value() != str(step - 9) and time.time() < deadline:
+    while _slider_value(page) != str(step - 9) and time.time() < deadline:
         time.sleep(0.5)
-    assert slider_value() == str(step - 9)
+    assert _slider_value(page) == str(step - 9)
     # the address bar follows by the time pre-rendering is over (see docs/dashboard.md)
     wait_timeline(page, f"r.dataset.frames === '{int(ep['n_steps'])}'", timeout=300)
     settle(page, 1.5)
@@ -115,12 +117,12 @@ def test_a_key_pressed_while_the_page_answers_the_last_one_is_not_undone(server,
     deadline = time.time() + 30  # the player keeps the newer step while the page catches up with it
     while time.time() < deadline:
         assert timeline_attr(page, "data-step") in (want, None)  # None: a re-created player, before its first show
-        if page.locator('[data-testid="stSlider"]').first.inner_text().split()[1] == want:
+        if _slider_value(page) == want:
             break
         time.sleep(0.2)
     settle(page, 1.5)
     assert timeline_attr(page, "data-step") == want
-    assert page.locator('[data-testid="stSlider"]').first.inner_text().split()[1] == want
+    assert _slider_value(page) == want
 
 
 def test_a_deep_link_far_from_the_violation_shows_its_frame_before_pre_rendering_is_over(server, store, page):
