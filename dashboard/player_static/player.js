@@ -1,7 +1,8 @@
 // The episode timeline player: a Streamlit custom component spoken in plain JS (the
 // postMessage protocol of streamlit-component-lib, without its npm build).
 // Args: episode, spec (Vega-Lite, with the variable `cursor`), n_steps, dt, step (the
-// server's step), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}.
+// server's step), answers (the seq of the player's value the page's run had handled, if
+// any), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}.
 // Value sent back on pause / seek / stepping: {step, seq, event}.
 (function () {
 "use strict";
@@ -19,7 +20,7 @@ const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
-  lastEmitted: null,
+  lastSeq: null,
 };
 
 function send(type, data) {
@@ -55,8 +56,8 @@ function emit(event) {
   S.pending = null;
   remember();
   S.seq += 1;
-  S.lastEmitted = S.step;
-  send("streamlit:setComponentValue", { value: { step: S.step, seq: `${LOAD_ID}:${S.seq}`, event: event, episode: S.episode },
+  S.lastSeq = `${LOAD_ID}:${S.seq}`;
+  send("streamlit:setComponentValue", { value: { step: S.step, seq: S.lastSeq, event: event, episode: S.episode },
                                         dataType: "json" });
 }
 // Stepping by keyboard sends one value after the keys stop (each value reruns the page).
@@ -240,6 +241,7 @@ window.addEventListener("message", (event) => {
   if (fresh) {
     pause(false);
     S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec; S.seq = 0;
+    S.lastSeq = null;
   }
   S.nSteps = Math.max(1, a.n_steps || 1);
   S.dt = a.dt || 0.05;
@@ -253,13 +255,14 @@ window.addEventListener("message", (event) => {
   document.getElementById("side").style.display = S.total ? "" : "none";
   const serverMoved = a.step !== S.serverStep;
   S.serverStep = a.step;
-  // The page answering a value this player sent (its step is that value's) says nothing new,
-  // and a step the user moved to since, by key or click, is newer than it: a slow rerun of
-  // the page must not pull the player back to an older step. So only a step the page moved
-  // by itself (its slider, the jump button, a deep link) is shown, and never while a key
-  // step waits to be sent.
-  const echo = S.lastEmitted !== null && a.step === S.lastEmitted;
-  if (echo) S.lastEmitted = null;
+  // Each page run says which of the player's values it had handled (`answers`). A run that
+  // had not handled the newest one started before it reached the server: its step is older
+  // than the player's (a slow answer to a previous key, pause or seek) and must not pull the
+  // player back. Only a run that had seen the newest value and still moved the step (the
+  // page's slider, the jump button, a deep link) moves the player, and never while a key step
+  // waits to be sent.
+  const answers = a.answers === undefined || a.answers === null ? null : String(a.answers);
+  const behind = S.lastSeq !== null && answers !== S.lastSeq;
   if (fresh) {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
     const memo = recalled(a.episode);
@@ -269,7 +272,7 @@ window.addEventListener("message", (event) => {
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
       if (memo && memo.playing) play();
     });
-  } else if (serverMoved && !S.playing && !echo && S.pending === null) {
+  } else if (serverMoved && !behind && !S.playing && S.pending === null) {
     show(a.step);  // the page's slider, the jump button or a deep link moved the step
   } else {
     show(S.step);  // new frames arrived: the current step may be ready now

@@ -294,6 +294,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     st.session_state["_timeline_tag"] = tag  # for tests and debugging: what the player's values must carry
     violated = player.violated_by_step(traces)
     polling = strip is not None and not strip.complete
+    seen = st.session_state.get("_timeline_seen")  # (episode, seq) of the player's last value handled
+    answers = seen[1] if isinstance(seen, (tuple, list)) and len(seen) == 2 else None
 
     def draw() -> None:
         if strip is not None:
@@ -302,7 +304,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
         value = player.timeline(episode=f"{tag}{MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
                                 step=step, violating_step=vstep, frames=frames,
                                 total=len(strip.order) if strip is not None else 0, violated=violated,
-                                key=TIMELINE_KEY)
+                                key=TIMELINE_KEY, answers=answers)
         if strip is not None and strip.errors and not frames:
             st.info(f"No replay for this episode: {strip.errors[0]}", icon=":material/movie:")
         if not polling:

@@ -1,0 +1,153 @@
+"""The timeline player (dashboard/player_static) against the page's answers in any order, in a
+real headless chromium. A host page embeds the component's own files in an iframe and speaks
+Streamlit's component messages to it (`streamlit:render` in, `streamlit:setComponentValue`
+out), so an ordering a loaded server produces only now and then (a slow rerun's answer to an
+older value arriving after a newer one was sent) is produced here every time.
+
+CI saw it twice in one run (tests/test_browser_timeline.py): the page's answer to a pause
+arrived after a chart click had sent step 95 and pulled the player back; the answer to → did
+the same after shift+←."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import io
+import threading
+
+import pytest
+
+from test_browser import browser, page  # noqa: F401
+
+pytestmark = [pytest.mark.browser]
+
+HOST = """<!doctype html><html><body><h1>host</h1>
+<iframe id="player" src="index.html" title="safevla_timeline" style="width:1100px;height:500px"></iframe>
+<script>
+window.values = []; window.ready = false;
+addEventListener("message", (e) => {
+  const m = e.data || {};
+  if (m.type === "streamlit:componentReady") window.ready = true;
+  if (m.type === "streamlit:setComponentValue") window.values.push(m.value);
+});
+window.renderArgs = (args) => document.getElementById("player").contentWindow.postMessage(
+  { type: "streamlit:render", args: args }, "*");
+</script></body></html>"""
+
+N_STEPS = 60
+
+
+def _frame_url() -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 6), (90, 120, 150)).save(buf, format="JPEG")
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    from dashboard.player import component_dir
+
+    folder = component_dir(tmp_path_factory.mktemp("player"))
+    (folder / "host.html").write_text(HOST, encoding="utf-8")
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: D102 - no line per request in the test output
+            pass
+
+    handler = functools.partial(Quiet, directory=str(folder))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/host.html"
+    httpd.shutdown()
+
+
+def _render(pg, *, step: int, answers: str | None, episode: str = "store#3#1|margin") -> None:
+    frame = _frame_url()
+    pg.evaluate("(a) => window.renderArgs(a)", {
+        "episode": episode, "spec": None, "n_steps": N_STEPS, "dt": 0.05, "step": step, "vstep": 40,
+        "frames": {str(k): frame for k in range(N_STEPS)}, "total": N_STEPS, "violated": {}, "answers": answers})
+
+
+def _player_step(pg) -> int:
+    return int(pg.evaluate("() => document.getElementById('player').contentDocument"
+                           ".getElementById('timeline').dataset.step"))
+
+
+def _wait_player_step(pg, step: int) -> None:
+    pg.wait_for_function("(k) => document.getElementById('player').contentDocument"
+                         ".getElementById('timeline').dataset.step === String(k)", arg=step, timeout=10_000)
+
+
+def _wait_values(pg, n: int) -> dict:
+    pg.wait_for_function("(n) => window.values.length >= n", arg=n, timeout=10_000)
+    return pg.evaluate("(n) => window.values[n - 1]", n)
+
+
+def _open(pg, host_url: str, step: int) -> None:
+    pg.goto(host_url)
+    pg.wait_for_function("() => window.ready", timeout=20_000)
+    _render(pg, step=step, answers=None)
+    _wait_player_step(pg, step)
+    pg.locator("h1").click()  # keys on the host page reach the player, as on the dashboard's page
+
+
+def test_a_late_answer_to_an_older_key_step_does_not_pull_the_player_back(host, page):
+    _open(page, host, 10)
+    page.keyboard.press("ArrowRight")
+    first = _wait_values(page, 1)
+    assert (first["step"], first["event"]) == (11, "step")
+    page.keyboard.press("Shift+ArrowLeft")
+    second = _wait_values(page, 2)
+    assert second["step"] == 1 and second["seq"] != first["seq"]
+    # the page's answer to → arrives only now, after the player sent shift+←'s step
+    _render(page, step=11, answers=first["seq"])
+    page.wait_for_timeout(300)
+    assert _player_step(page) == 1, "a late answer to an older value pulled the player back"
+    _render(page, step=1, answers=second["seq"])  # the answer to shift+←: nothing new
+    page.wait_for_timeout(300)
+    assert _player_step(page) == 1
+    # the page moving its own step (its slider, the jump button) after that still moves the player
+    _render(page, step=30, answers=second["seq"])
+    _wait_player_step(page, 30)
+
+
+def test_a_late_answer_to_a_pause_does_not_undo_a_seek(host, page):
+    _open(page, host, 0)
+    page.keyboard.press("Space")
+    page.wait_for_function("() => document.getElementById('player').contentDocument"
+                           ".getElementById('timeline').dataset.playing === '1'", timeout=10_000)
+    page.wait_for_timeout(600)
+    page.keyboard.press("Space")
+    paused = _wait_values(page, 1)
+    assert paused["event"] == "pause" and paused["step"] > 0
+    page.frame_locator("#player").locator("#toviol").click()  # a seek to the violating step (40)
+    seek = _wait_values(page, 2)
+    assert (seek["step"], seek["event"]) == (40, "seek")
+    _render(page, step=paused["step"], answers=paused["seq"])  # the slow answer to the pause
+    page.wait_for_timeout(300)
+    assert _player_step(page) == 40, "a late answer to the pause undid the seek"
+    _render(page, step=40, answers=seek["seq"])
+    page.wait_for_timeout(300)
+    assert _player_step(page) == 40
+
+
+def test_a_page_that_has_not_seen_the_players_value_yet_does_not_move_it(host, page):
+    # a rerun that started before the player's value reached the server answers with the old step
+    _open(page, host, 20)
+    page.keyboard.press("ArrowRight")
+    sent = _wait_values(page, 1)
+    _render(page, step=20, answers=None)
+    page.wait_for_timeout(300)
+    assert _player_step(page) == 21
+    _render(page, step=21, answers=sent["seq"])
+    _render(page, step=5, answers=sent["seq"])  # then the page's own slider
+    _wait_player_step(page, 5)
+
+
+def test_a_deep_link_step_and_a_new_episode_are_shown(host, page):
+    _open(page, host, 7)  # the deep link's step
+    assert _player_step(page) == 7
+    _render(page, step=33, answers=None, episode="store#4#1|margin")
+    _wait_player_step(page, 33)
