@@ -33,6 +33,16 @@ addEventListener("message", (e) => {
 });
 window.renderArgs = (args) => document.getElementById("player").contentWindow.postMessage(
   { type: "streamlit:render", args: args }, "*");
+// a rerun re-creating the component: a new iframe, the old one removed (or kept a while, renamed)
+window.newPlayer = (keepOld) => {
+  const old = document.getElementById("player");
+  if (keepOld) old.id = "old"; else old.remove();
+  window.ready = false;
+  const f = document.createElement("iframe");
+  Object.assign(f, { id: "player", src: "index.html", title: "safevla_timeline" });
+  f.style.cssText = old.style.cssText;
+  document.body.appendChild(f);
+};
 </script></body></html>"""
 
 N_STEPS = 60
@@ -151,3 +161,31 @@ def test_a_deep_link_step_and_a_new_episode_are_shown(host, page):
     assert _player_step(page) == 7
     _render(page, step=33, answers=None, episode="store#4#1|margin")
     _wait_player_step(page, 33)
+
+
+def test_a_key_pressed_before_a_new_players_arguments_came_is_applied_once_they_do(host, page):
+    # the page re-creates the player when pre-rendering ends; a key between the new iframe's
+    # start and the page's first message to it was lost
+    _open(page, host, 10)
+    page.evaluate("() => window.newPlayer(false)")
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    page.keyboard.press("Shift+ArrowRight")
+    _render(page, step=10, answers=None)
+    _wait_player_step(page, 20)
+    assert _wait_values(page, 1)["step"] == 20
+
+
+def test_only_the_newest_player_hears_the_keys(host, page):
+    # while the page swaps the iframe, the old one may still be in it: one key, one step, one value
+    _open(page, host, 10)
+    page.evaluate("() => window.newPlayer(true)")
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=10, answers=None)
+    _wait_player_step(page, 10)
+    page.keyboard.press("ArrowRight")
+    _wait_player_step(page, 11)
+    page.wait_for_timeout(800)  # both players' 450 ms have passed
+    values = page.evaluate("() => window.values")
+    assert [v["step"] for v in values] == [11], values
+    old = page.evaluate("() => document.getElementById('old').contentDocument.getElementById('timeline').dataset.step")
+    assert old == "10", "the replaced player stepped too"

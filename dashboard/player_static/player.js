@@ -20,7 +20,7 @@ const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
-  lastSeq: null,
+  lastSeq: null, queued: [],
 };
 
 function send(type, data) {
@@ -44,6 +44,18 @@ function remember() {
     sessionStorage.setItem(MEMO, JSON.stringify({ episode: S.episode, step: S.step, playing: S.playing,
                                                   pending: S.pending || null, at: Date.now() }));
   } catch (e) { /* storage off: a remount starts from the page's step */ }
+}
+// The newest player's script claims the keys: when a rerun re-creates the iframe, an old
+// one still in the page stops stepping as soon as the new one has started (one key, one
+// step), and the new one keeps the keys that come before the page's first message to it.
+const OWNER = "safevla.timeline.owner";
+try { sessionStorage.setItem(OWNER, LOAD_ID); } catch (e) { /* storage off: see ownsKeys */ }
+function ownsKeys() {
+  try {
+    const owner = sessionStorage.getItem(OWNER);
+    if (owner !== null) return owner === LOAD_ID;
+  } catch (e) { /* storage off */ }
+  return !window.frameElement || window.frameElement.isConnected;
 }
 function recalled(episode) {
   try {
@@ -202,23 +214,32 @@ function typingInto(el) {
   const role = el.getAttribute && el.getAttribute("role");
   return role === "slider" || role === "combobox" || role === "listbox" || role === "option" || role === "textbox";
 }
+function keyMove(ev) {
+  const big = ev.shiftKey ? 10 : 1;
+  if (ev.key === " " || ev.code === "Space") return { toggle: true };
+  if (ev.key === "ArrowRight") return { by: big };
+  if (ev.key === "ArrowLeft") return { by: -big };
+  if (ev.key === "Home") return { to: 0 };
+  if (ev.key === "End") return { to: Infinity };
+  return null;
+}
+function applyMove(move) {
+  if (move.toggle) toggle();
+  else if (move.by !== undefined) stepBy(move.by);
+  else stepBy(Math.min(move.to, S.nSteps - 1) - S.step);
+}
 function onKey(ev) {
-  // an iframe the page removed (a rerun re-created the player) may still hear the parent page
-  if (parentDoc && (!window.frameElement || !window.frameElement.isConnected)) {
-    parentDoc.removeEventListener("keydown", onKey);
+  if (!ownsKeys()) {  // a newer player (the page re-created the iframe) has the keys now
+    if (parentDoc) parentDoc.removeEventListener("keydown", onKey);
     return;
   }
   if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
-  if (!S.episode) return;
-  const big = ev.shiftKey ? 10 : 1;
-  if (ev.key === " " || ev.code === "Space") { toggle(); }
-  else if (ev.key === "ArrowRight") { stepBy(big); }
-  else if (ev.key === "ArrowLeft") { stepBy(-big); }
-  else if (ev.key === "Home") { stepBy(-S.step); }
-  else if (ev.key === "End") { stepBy(S.nSteps - 1 - S.step); }
-  else return;
+  const move = keyMove(ev);
+  if (move === null) return;
   ev.preventDefault();
   ev.stopPropagation();
+  if (S.episode) applyMove(move);
+  else S.queued.push(move);  // the page's arguments have not come yet: applied once they have
 }
 document.addEventListener("keydown", onKey);
 let parentDoc = null;
@@ -271,6 +292,7 @@ window.addEventListener("message", (event) => {
       show(S.step);
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
       if (memo && memo.playing) play();
+      S.queued.splice(0).forEach(applyMove);  // keys pressed before the page's arguments came
     });
   } else if (serverMoved && !behind && !S.playing && S.pending === null) {
     show(a.step);  // the page's slider, the jump button or a deep link moved the step
