@@ -189,3 +189,12 @@ def test_only_the_newest_player_hears_the_keys(host, page):
     assert [v["step"] for v in values] == [11], values
     old = page.evaluate("() => document.getElementById('old').contentDocument.getElementById('timeline').dataset.step")
     assert old == "10", "the replaced player stepped too"
+
+
+def test_v_jumps_to_the_violating_step_as_the_button_says(host, page):
+    _open(page, host, 3)
+    title = page.frame_locator("#player").locator("#toviol").get_attribute("title")
+    assert "(v)" in title
+    page.keyboard.press("v")
+    _wait_player_step(page, 40)
+    assert _wait_values(page, 1) | {"seq": None} == {"step": 40, "event": "seek", "episode": "store#3#1|margin", "seq": None}

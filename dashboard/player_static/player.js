@@ -200,9 +200,10 @@ function stepBy(n) { pause(false); show(S.step + n); emitSoon("step"); }
 playBtn.addEventListener("click", toggle);
 document.getElementById("back").addEventListener("click", () => stepBy(-1));
 document.getElementById("fwd").addEventListener("click", () => stepBy(1));
-document.getElementById("toviol").addEventListener("click", () => {
+function toViolation() {
   if (S.vstep !== null) { pause(false); show(S.vstep); emit("seek"); }
-});
+}
+document.getElementById("toviol").addEventListener("click", toViolation);
 
 // ---------------------------------------------------------------- keyboard
 // Keys work without clicking into the iframe: the component is served from the app's own
@@ -221,10 +222,12 @@ function keyMove(ev) {
   if (ev.key === "ArrowLeft") return { by: -big };
   if (ev.key === "Home") return { to: 0 };
   if (ev.key === "End") return { to: Infinity };
+  if (ev.key === "v" || ev.key === "V") return { violation: true };
   return null;
 }
 function applyMove(move) {
   if (move.toggle) toggle();
+  else if (move.violation) toViolation();
   else if (move.by !== undefined) stepBy(move.by);
   else stepBy(Math.min(move.to, S.nSteps - 1) - S.step);
 }

@@ -320,9 +320,9 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     (st.fragment(run_every=POLL_S)(draw) if polling else draw)()
     if why:
         st.info(why, icon=":material/movie:")
-    st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), a click on the chart seeks; frames around the "
-               "violating step are rendered first. The green rule is the current step, the red dashed rule the "
-               "violating step.")
+    st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), v jumps to the violating step, a click on the "
+               "chart seeks; frames around the violating step are rendered first. The green rule is the current "
+               "step, the red dashed rule the violating step.")
 
 
 def render() -> None:
