@@ -30,7 +30,7 @@ that moment, with the browser's own clock.
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
 
-`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci a second time against a
+`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene a second time against a
 server started from `git archive REV` in the same run, and reports `ratio` = baseline/now.
 The synthetic store (manifest `synthetic: true`) is built once with
 scripts/make_synthetic_store.py and reused.
@@ -373,7 +373,7 @@ def playback(b: "Bench", code: Path) -> dict:
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
                 "playback": playback}
-BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci")
+BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene")
 
 
 class Bench:
