@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dashboard.frame_batch import PLAYER_WINDOW, FrameBatch, violation_first_order  # noqa: F401 - the player's API
+from dashboard.frame_batch import PLAYER_WINDOW, FrameBatch, data_url, violation_first_order  # noqa: F401 - the player's API
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -58,6 +58,7 @@ def build_violations(record, rows: Sequence[dict]):
 
 
 USER, PLAYER, BACKGROUND = 0, 5, 10  # render-queue priorities: what a page waits for goes first
+WANTED = PLAYER - 1  # a step a player's user moved to (`FrameBatch.want`): before the rest of its batch
 
 class RenderService:
     """One rendering thread, a priority queue of jobs, and a few open `Replayer`s (LRU).
@@ -143,15 +144,19 @@ class RenderService:
 
     def _batch_frame(self, batch: FrameBatch, key, record, step, violations, size, highlight, camera,
                      encode, jpeg_quality) -> None:
-        if batch.cancelled:
+        if batch.skips(step):
             return
         try:
             img = self._frame(key, record, step, violations, size, highlight, camera)
-            batch.ready[step] = jpeg(img, jpeg_quality) if encode == "jpeg" else img
         except Exception as exc:  # noqa: BLE001 - one bad step never sinks the batch
-            batch.errors[step] = f"{type(exc).__name__}: {exc}"
-        finally:
-            batch._one_finished()
+            batch.fail(step, f"{type(exc).__name__}: {exc}")
+            return
+        if encode == "jpeg":
+            batch.put(step, jpeg(img, jpeg_quality))
+        elif encode == "data-url":
+            batch.put(step, data_url(jpeg(img, jpeg_quality)))
+        else:
+            batch.put(step, img)
 
     def _compile(self, record) -> None:
         from replay.render.offscreen import preview_texture_px
@@ -217,7 +222,7 @@ class RenderService:
     def frames(self, key: str, record, steps: Sequence[int] | None = None, violations=(), *,
                camera: str | None = None, size=FRAME_SIZE, highlight: bool = True, order: str = "violation-first",
                focus: int | None = None, window: int | None = PLAYER_WINDOW, encode: str | None = "jpeg",
-               jpeg_quality: int = 85) -> FrameBatch:
+               jpeg_quality: int = 85, idle_stop_s: float | None = None, max_errors: int | None = None) -> FrameBatch:
         """Pre-renders many steps of one episode in the background; returns a `FrameBatch` at once.
 
         For a player: poll `batch.ready` ({step: JPEG bytes}) and show what is there.
@@ -227,17 +232,21 @@ class RenderService:
           the worst) first, then alternating outwards within `window` steps, then the rest
           from step 0 (`violation_first_order`); "in-order" renders ascending.
         - `camera`, `size`, `highlight`, `violations`: as for `frame`. Frames equal `frame`'s.
-        - `encode`: "jpeg" (bytes, `jpeg_quality`) or None (uint8 arrays).
+        - `encode`: "jpeg" (bytes, `jpeg_quality`), "data-url" (a `data:` URL of that JPEG, what
+          a browser player shows) or None (uint8 arrays).
+        - `idle_stop_s`: the batch stops when nobody `touch()`ed it for that long (a page
+          polling it was left); `max_errors`: it stops after more failed steps than that.
         Raises `RecordError` at once for a record without replay state; a step that cannot
         be rendered (e.g. an unknown camera) lands in `batch.errors` as a one-line message.
         Each step is its own job at a priority between a page's frame and background
-        warm-up: a `frame()` call (the slider) overtakes the batch; `batch.cancel()` drops
-        what is left. The episode's replayer (scene, GL context) is reused for every step.
+        warm-up: a `frame()` call (the slider) overtakes the batch, and so do the steps of
+        `batch.want(step)`; `batch.cancel()` drops what is left. The episode's replayer
+        (scene, GL context) is reused for every step.
         """
         if order not in ("violation-first", "in-order"):
             raise ValueError(f"order: expected 'violation-first' or 'in-order', got {order!r}")
-        if encode not in ("jpeg", None):
-            raise ValueError(f"encode: expected 'jpeg' or None, got {encode!r}")
+        if encode not in ("jpeg", "data-url", None):
+            raise ValueError(f"encode: expected 'jpeg', 'data-url' or None, got {encode!r}")
         if record.replay is None:  # the same one-line error the page's frame() gives, at once
             from scoring.records.io import resolve_mjcf
             resolve_mjcf(record)
@@ -245,11 +254,17 @@ class RenderService:
         wanted = range(n) if steps is None else [min(max(int(s), 0), max(n - 1, 0)) for s in steps]
         if focus is None and violations and order == "violation-first":
             focus = violations[0].step
-        batch = FrameBatch(violation_first_order(wanted, focus if order == "violation-first" else None,
-                                                 window=window))
-        for step in batch.order:
+
+        def render_job(step: int, priority: int) -> None:
             self.submit(self._batch_frame, batch, key, record, step, violations, tuple(size), highlight, camera,
-                        encode, jpeg_quality, priority=PLAYER)
+                        encode, jpeg_quality, priority=priority)
+
+        batch = FrameBatch(violation_first_order(wanted, focus if order == "violation-first" else None,
+                                                 window=window),
+                           idle_stop_s=idle_stop_s, max_errors=max_errors,
+                           requeue=lambda step, wanted: render_job(step, WANTED if wanted else PLAYER))
+        for step in batch.order:
+            render_job(step, PLAYER)
         return batch
 
     def cameras(self, record, *, timeout: float = 120.0) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
-"""The timeline player's server side (`dashboard.player`): the pre-render order, the frame
-strip filled by the real render thread (every frame equal to the service's own render of
-that step), the component folder with its local vega bundle, and the seek bookkeeping."""
+"""The timeline player's server side (`dashboard.player`): the pre-render order, the frames
+filled by the real render thread (`RenderService.frames`, every frame equal to the service's
+own render of that step), the component folder with its local vega bundle, and the seek
+bookkeeping."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from dashboard import player  # noqa: E402
 
 @pytest.mark.parametrize("n,v,head", [(10, 4, [4, 5, 3, 6, 2]), (5, None, [0, 1, 2, 3, 4]), (6, 5, [5, 4, 3, 2, 1, 0]),
                                       (4, 0, [0, 1, 2, 3]), (3, 99, [2, 1, 0])])
-def test_prerender_order_starts_at_the_violation_and_covers_every_step_once(n, v, head):
-    order = player.prerender_order(n, v)
+def test_the_players_order_starts_at_the_violation_and_covers_every_step_once(n, v, head):
+    from dashboard.frame_batch import violation_first_order
+
+    order = violation_first_order(range(n), v, window=None)  # what player.frames asks for
     assert order[:len(head)] == head
     assert sorted(order) == list(range(n))
 
@@ -44,9 +47,26 @@ def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path):
     assert (out / "player.js").read_text() == (player.STATIC / "player.js").read_text()
 
 
+def _until_complete(batch, timeout: float = 120.0) -> None:
+    """Polls the batch as the page does (touching it) until every frame is in."""
+    deadline = time.time() + timeout
+    while not batch.complete and time.time() < deadline:
+        batch.touch()
+        time.sleep(0.05)
+
+
+def _pixels(url: str) -> np.ndarray:
+    from PIL import Image
+
+    assert url.startswith("data:image/jpeg;base64,")
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
+
+
 @pytest.mark.render
-def test_frame_strip_renders_every_step_violation_first_equal_to_the_service():
+def test_the_players_frames_come_violation_first_and_equal_the_services_render():
     pytest.importorskip("mujoco")
+    import threading
+
     from PIL import Image
 
     from dashboard.replay_bridge import RenderService, jpeg
@@ -55,39 +75,40 @@ def test_frame_strip_renders_every_step_violation_first_equal_to_the_service():
     rec = toy_record()
     svc = RenderService()
     try:
-        order = player.prerender_order(T, VIOL.step)
-        strip = player.FrameStrip(key="toy", record=rec, violations=(VIOL,), n_steps=T, order=order, size=(W, H))
-        strip.start(svc)
-        deadline = time.time() + 120
-        while not strip.complete and time.time() < deadline:
-            strip.touch()
-            time.sleep(0.05)
-        assert strip.complete and not strip.errors
-        frames = strip.snapshot()
+        batch = player.frames(svc, "toy", rec, (VIOL,), T, VIOL.step, size=(W, H))
+        _until_complete(batch)
+        assert batch.complete and not batch.errors and not batch.cancelled
+        frames = batch.snapshot()
         assert sorted(frames) == list(range(T))
         assert list(frames)[0] == VIOL.step  # the violating step was rendered first
-        assert strip.first_frame_s is not None and strip.done_s >= strip.first_frame_s
+        assert batch.first_frame_s is not None and batch.done_s >= batch.first_frame_s
         for step in (0, VIOL.step, T - 1):
-            url = frames[step]
-            assert url.startswith("data:image/jpeg;base64,")
-            got = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
             want = svc.frame("toy", rec, step, (VIOL,), size=(W, H))
             want = np.asarray(Image.open(io.BytesIO(jpeg(want, quality=player.FRAME_QUALITY))).convert("RGB"))
-            assert np.array_equal(got, want), f"step {step}: the strip's frame differs from the service's render"
-        assert not np.array_equal(frames[0], frames[T - 1])
-        # a cancelled strip renders nothing more
-        other = player.FrameStrip(key="toy", record=rec, violations=(), n_steps=T, order=order, size=(W, H))
-        other.cancel()
-        other.start(svc)
-        svc.frame("toy", rec, 0, size=(W, H))  # queued after the strip's jobs at a lower priority: they ran
-        time.sleep(0.2)
-        assert other.snapshot() == {}
+            assert np.array_equal(_pixels(frames[step]), want), f"step {step}: the frame differs from the service's"
+        assert not np.array_equal(_pixels(frames[0]), _pixels(frames[T - 1]))
+        # frames the user left (cancelled, or nobody polled them for their idle time) render nothing more
+        gate = threading.Event()
+        svc.submit(gate.wait, 30)  # the render thread waits while both are queued
+        left = player.frames(svc, "toy", rec, (), T, None, size=(W, H))
+        left.cancel()
+        idle = svc.frames("toy", rec, None, (), size=(W, H), idle_stop_s=1.0)
+        time.sleep(1.5)  # nobody polls it meanwhile
+        gate.set()
+        svc.submit(lambda: None).result(60)  # every queued job has run
+        assert left.snapshot() == {} and idle.snapshot() == {}
+        assert idle.complete and idle.cancelled
+        assert idle.stopped_idle and not left.stopped_idle and not left.resume()
+        # the user comes back to the idle one: what it left is rendered after all
+        assert idle.resume() and not idle.complete
+        _until_complete(idle)
+        assert idle.complete and not idle.cancelled and sorted(idle.snapshot()) == list(range(T))
     finally:
         svc.close()
 
 
 @pytest.mark.render
-def test_frame_strip_from_the_wrist_camera_equals_the_services_wrist_render():
+def test_the_players_frames_from_the_wrist_camera_equal_the_services_wrist_render():
     pytest.importorskip("mujoco")
     from PIL import Image
 
@@ -99,19 +120,15 @@ def test_frame_strip_from_the_wrist_camera_equals_the_services_wrist_render():
     svc = RenderService()
     try:
         steps = [0, rec.n_steps // 2]
-        strip = player.FrameStrip(key="demo", record=rec, violations=(), n_steps=rec.n_steps, order=steps,
-                                  size=(160, 120), camera="robot0_eye_in_hand").start(svc)
-        deadline = time.time() + 180
-        while not strip.complete and time.time() < deadline:
-            strip.touch()
-            time.sleep(0.05)
-        assert strip.complete and not strip.errors, strip.errors
+        batch = svc.frames("demo", rec, steps, (), size=(160, 120), camera="robot0_eye_in_hand", encode="data-url",
+                           jpeg_quality=player.FRAME_QUALITY, idle_stop_s=player.IDLE_STOP_S)
+        _until_complete(batch, 180)
+        assert batch.complete and not batch.errors, batch.errors
         for step in steps:
-            got = np.asarray(Image.open(io.BytesIO(base64.b64decode(strip.snapshot()[step].split(",", 1)[1]))))
             wrist = svc.frame("demo", rec, step, size=(160, 120), camera="robot0_eye_in_hand")
             agent = svc.frame("demo", rec, step, size=(160, 120))
             want = np.asarray(Image.open(io.BytesIO(jpeg(wrist, quality=player.FRAME_QUALITY))).convert("RGB"))
-            assert np.array_equal(got, want), f"step {step}: the strip's wrist frame differs from the service's"
+            assert np.array_equal(_pixels(batch.snapshot()[step]), want), f"step {step}: the wrist frame differs"
             assert np.abs(wrist.astype(int) - agent).mean() > 10, "the wrist view should not be the agent view"
     finally:
         svc.close()
@@ -122,6 +139,7 @@ def test_a_wanted_step_jumps_the_pre_render_queue_and_every_step_is_rendered_onc
     pytest.importorskip("mujoco")
     import threading
 
+    from dashboard.frame_batch import violation_first_order
     from dashboard.replay_bridge import RenderService
     from render_helpers import H, T, VIOL, W, toy_record
 
@@ -130,30 +148,37 @@ def test_a_wanted_step_jumps_the_pre_render_queue_and_every_step_is_rendered_onc
     rendered: list[int] = []
     try:
         gate = threading.Event()
-        svc.submit(gate.wait, 30)  # hold the render thread while the strip and the want are queued
-        order = player.prerender_order(T, VIOL.step)
-        far = order[-1]  # the step the violation-first order would render last
-        strip = player.FrameStrip(key="toy", record=rec, violations=(VIOL,), n_steps=T, order=order, size=(W, H))
-        real = strip._render_one
-
-        def counted(service, step):
-            before = step in strip.frames
-            real(service, step)
-            if not before and step in strip.frames:
-                rendered.append(step)
-        strip._render_one = counted
-        strip.start(svc)
-        queued = strip.want(svc, far, ahead=2)
+        svc.submit(gate.wait, 30)  # hold the render thread while the frames and the want are queued
+        far = violation_first_order(range(T), VIOL.step, window=None)[-1]  # the step rendered last
+        batch = player.frames(svc, "toy", rec, (VIOL,), T, VIOL.step, size=(W, H))
+        put = batch.put
+        batch.put = lambda step, frame: (rendered.append(step), put(step, frame))
+        queued = batch.want(far, ahead=2)
         assert queued == [s for s in range(far, far + 3) if s < T]
-        assert strip.want(svc, far, ahead=2) == []  # asked twice: queued once
+        assert batch.want(far, ahead=2) == []  # asked twice: queued once
         gate.set()
-        deadline = time.time() + 120
-        while not strip.complete and time.time() < deadline:
-            strip.touch()
-            time.sleep(0.05)
-        assert strip.complete and not strip.errors
+        _until_complete(batch)
+        assert batch.complete and not batch.errors
         assert rendered[:len(queued)] == queued, f"the wanted steps were not rendered first: {rendered[:5]}"
         assert sorted(rendered) == list(range(T)), "a step was rendered twice or not at all"
-        assert strip.want(svc, 0) == []  # everything is in: nothing more to queue
+        assert batch.want(0) == []  # everything is in: nothing more to queue
+    finally:
+        svc.close()
+
+
+@pytest.mark.render
+def test_an_episode_whose_frames_keep_failing_stops_after_max_errors():
+    pytest.importorskip("mujoco")
+    from dashboard.replay_bridge import RenderService
+    from render_helpers import H, T, W, toy_record
+
+    svc = RenderService()
+    try:
+        batch = player.frames(svc, "toy", toy_record(), (), T, None, size=(W, H), camera="no-such-camera")
+        _until_complete(batch)
+        svc.submit(lambda: None).result(60)  # every queued job has run
+        assert batch.complete and batch.cancelled and not batch.ready
+        assert len(batch.errors) == player.MAX_ERRORS + 1, batch.errors  # the rest were not even tried
+        assert all("unknown camera 'no-such-camera'" in m for m in batch.errors.values())
     finally:
         svc.close()

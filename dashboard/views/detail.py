@@ -219,15 +219,13 @@ def timeline_seek(value, tag: str) -> int | None:
 @st.cache_resource(show_spinner=False, max_entries=4)
 def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_steps: int, camera: str | None = None):
     """The episode's frames from `camera` (None: the scene's agent view), pre-rendered in the
-    background, violating step first."""
-    from dashboard.player import FrameStrip, prerender_order
+    background, violating step first (a `FrameBatch` of `data:` URLs)."""
+    from dashboard import player
     from dashboard.replay_bridge import FRAME_SIZE
 
     rec = cached.replay_record(_data, i)
-    strip = FrameStrip(key=f"{key}#{i}", record=rec, violations=cached.violations(_data, key, i, items),
-                       n_steps=min(n_steps, rec.n_steps), order=prerender_order(min(n_steps, rec.n_steps), vstep),
-                       size=FRAME_SIZE, camera=camera)
-    return strip.start(cached.render_service())
+    return player.frames(cached.render_service(), f"{key}#{i}", rec, cached.violations(_data, key, i, items),
+                         min(n_steps, rec.n_steps), vstep, size=FRAME_SIZE, camera=camera)
 
 
 def _wrist_camera(text: str) -> str | None:
@@ -286,8 +284,10 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
             st.error(str(exc), icon=":material/block:")
         except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
             why = f"No replay for this episode: {exc}"
+    if strip is not None:
+        strip.resume()  # frames nobody polled for IDLE_STOP_S stopped rendering: the user is back
     if strip is not None and not strip.complete:
-        strip.want(cached.render_service(), step)  # the page's step (deep link, slider, the player's seek) next
+        strip.want(step)  # the page's step (deep link, slider, the player's seek) next
     dt = float(c.v.frame["dt"].iat[i])
     spec = timeline_chart_spec(traces, vstep, "raw" if raw else "margin", tuple(c.data.colors().items()), dt)
     tag = episode_tag(c, i)
@@ -303,10 +303,11 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
         frames = strip.snapshot() if strip is not None else {}
         value = player.timeline(episode=f"{tag}{MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
                                 step=step, violating_step=vstep, frames=frames,
-                                total=len(strip.order) if strip is not None else 0, violated=violated,
+                                total=strip.total if strip is not None else 0, violated=violated,
                                 key=TIMELINE_KEY, answers=answers)
         if strip is not None and strip.errors and not frames:
-            st.info(f"No replay for this episode: {strip.errors[0]}", icon=":material/movie:")
+            step0, why0 = next(iter(strip.errors.items()))
+            st.info(f"No replay for this episode: step {step0}: {why0}", icon=":material/movie:")
         if not polling:
             return
         if strip.complete:
