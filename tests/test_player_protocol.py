@@ -198,3 +198,20 @@ def test_v_jumps_to_the_violating_step_as_the_button_says(host, page):
     page.keyboard.press("v")
     _wait_player_step(page, 40)
     assert _wait_values(page, 1) | {"seq": None} == {"step": 40, "event": "seek", "episode": "store#3#1|margin", "seq": None}
+
+
+def test_a_player_that_changed_episode_never_reuses_a_seq_the_page_has_handled(host, page):
+    # the page names the value it handled by its seq alone (`answers`): a seq the page saw for
+    # the previous episode must not mark the new episode's value as handled
+    _open(page, host, 10)
+    page.keyboard.press("ArrowRight")
+    first = _wait_values(page, 1)
+    _render(page, step=11, answers=first["seq"])
+    _render(page, step=30, answers=first["seq"], episode="store#4#1|margin")  # the same iframe, another episode
+    _wait_player_step(page, 30)
+    page.keyboard.press("ArrowRight")
+    second = _wait_values(page, 2)
+    assert second["episode"] == "store#4#1|margin" and second["seq"] != first["seq"]
+    _render(page, step=5, answers=first["seq"], episode="store#4#1|margin")  # a run behind the new value
+    page.wait_for_timeout(300)
+    assert _player_step(page) == 31

@@ -264,7 +264,7 @@ window.addEventListener("message", (event) => {
   const fresh = a.episode !== S.episode;
   if (fresh) {
     pause(false);
-    S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec; S.seq = 0;
+    S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec;
     S.lastSeq = null;
   }
   S.nSteps = Math.max(1, a.n_steps || 1);
