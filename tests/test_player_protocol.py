@@ -15,6 +15,7 @@ import functools
 import http.server
 import io
 import threading
+import time
 
 import pytest
 
@@ -46,6 +47,7 @@ window.newPlayer = (keepOld) => {
 </script></body></html>"""
 
 N_STEPS = 60
+SLOW_BUNDLE_S = [0.0]  # seconds the host's server holds the vega bundle back
 
 
 def _frame_url() -> str:
@@ -65,6 +67,11 @@ def host(tmp_path_factory):
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):  # noqa: D102 - no line per request in the test output
             pass
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if SLOW_BUNDLE_S[0] and self.path.startswith("/vega-bundle.js"):
+                time.sleep(SLOW_BUNDLE_S[0])  # a loaded machine: the 0.9 MB bundle comes late
+            super().do_GET()
 
     handler = functools.partial(Quiet, directory=str(folder))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -215,3 +222,20 @@ def test_a_player_that_changed_episode_never_reuses_a_seq_the_page_has_handled(h
     _render(page, step=5, answers=first["seq"], episode="store#4#1|margin")  # a run behind the new value
     page.wait_for_timeout(300)
     assert _player_step(page) == 31
+
+
+def test_a_key_pressed_while_a_new_player_still_loads_its_chart_library_is_kept(host, page):
+    # CI (three times): a rerun re-created the player's iframe just before shift+←; the new
+    # iframe's script waited behind the 0.9 MB vega bundle, so nothing heard the key
+    _open(page, host, 10)
+    SLOW_BUNDLE_S[0] = 2.0
+    try:
+        page.evaluate("() => window.newPlayer(false)")
+        page.wait_for_timeout(500)  # the new iframe's page is in, its chart library is not
+        page.keyboard.press("Shift+ArrowRight")
+        page.wait_for_function("() => window.ready", timeout=20_000)
+        _render(page, step=10, answers=None)
+        _wait_player_step(page, 20)
+        assert _wait_values(page, 1)["step"] == 20
+    finally:
+        SLOW_BUNDLE_S[0] = 0.0

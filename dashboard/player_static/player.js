@@ -16,6 +16,17 @@ const violatedLine = document.getElementById("violated");
 const progressBar = document.querySelector("#progress > div");
 const speedSel = document.getElementById("speed");
 
+// The chart library (vl-convert's vega bundle, 0.9 MB) loads after this script, not before
+// it: a player re-created by a rerun hears keys from its first moment, not once the bundle
+// is parsed (a key pressed meanwhile was lost; seen in CI under load).
+const vegaReady = new Promise((resolve, reject) => {
+  const tag = document.createElement("script");
+  tag.src = document.currentScript.dataset.vega || "vega-bundle.js";
+  tag.onload = resolve;
+  tag.onerror = () => reject(new Error(`could not load ${tag.src}`));
+  document.head.appendChild(tag);
+});
+
 const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
@@ -105,6 +116,7 @@ function stepOfPick(value) {
 
 async function embedChart() {
   if (!S.spec) return;
+  await vegaReady;
   const box = document.getElementById("chart");
   // the column's width, not the chart box's: vega-embed sizes its box to the last chart drawn,
   // so measuring the box kept an old, wider chart that the column then cut on the right
@@ -291,7 +303,7 @@ window.addEventListener("message", (event) => {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
     const memo = recalled(a.episode);
     S.step = memo ? memo.step : a.step;
-    embedChart().then(() => {
+    embedChart().catch((e) => console.error(e)).then(() => {  // frames and keys even without a chart
       show(S.step);
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
       if (memo && memo.playing) play();
@@ -306,7 +318,7 @@ window.addEventListener("message", (event) => {
 });
 window.addEventListener("resize", () => {
   root.classList.toggle("stacked", window.innerWidth < 760);
-  if (Math.abs(document.getElementById("left").clientWidth - S.chartWidth) > 30) embedChart();
+  if (Math.abs(document.getElementById("left").clientWidth - S.chartWidth) > 30) embedChart().catch((e) => console.error(e));
   setHeight();
 });
 root.classList.toggle("stacked", window.innerWidth < 760);
