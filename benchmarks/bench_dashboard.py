@@ -30,8 +30,9 @@ that moment, with the browser's own clock.
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
 
-`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene a second time against a
-server started from `git archive REV` in the same run, and reports `ratio` = baseline/now.
+`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene a
+second time against a server started from `git archive REV` in the same run, and reports
+`ratio` = baseline/now.
 The synthetic store (manifest `synthetic: true`) is built once with
 scripts/make_synthetic_store.py and reused.
 """

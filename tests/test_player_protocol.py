@@ -10,7 +10,6 @@ the same after shift+←."""
 
 from __future__ import annotations
 
-import base64
 import functools
 import http.server
 import io
@@ -50,12 +49,18 @@ N_STEPS = 60
 SLOW_BUNDLE_S = [0.0]  # seconds the host's server holds the vega bundle back
 
 
+PLAYER_ROOT = "document.getElementById('player').contentDocument.getElementById('timeline')"
+
+
+@functools.cache
 def _frame_url() -> str:
     from PIL import Image
 
+    from dashboard.frame_batch import data_url
+
     buf = io.BytesIO()
     Image.new("RGB", (8, 6), (90, 120, 150)).save(buf, format="JPEG")
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+    return data_url(buf.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +69,7 @@ def host(tmp_path_factory):
 
     folder = component_dir(tmp_path_factory.mktemp("player"))
     (folder / "host.html").write_text(HOST, encoding="utf-8")
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):  # noqa: D102 - no line per request in the test output
             pass
@@ -88,13 +94,11 @@ def _render(pg, *, step: int, answers: str | None, episode: str = "store#3#1|mar
 
 
 def _player_step(pg) -> int:
-    return int(pg.evaluate("() => document.getElementById('player').contentDocument"
-                           ".getElementById('timeline').dataset.step"))
+    return int(pg.evaluate(f"() => {PLAYER_ROOT}.dataset.step"))
 
 
 def _wait_player_step(pg, step: int) -> None:
-    pg.wait_for_function("(k) => document.getElementById('player').contentDocument"
-                         ".getElementById('timeline').dataset.step === String(k)", arg=step, timeout=10_000)
+    pg.wait_for_function(f"(k) => {PLAYER_ROOT}.dataset.step === String(k)", arg=step, timeout=10_000)
 
 
 def _wait_values(pg, n: int) -> dict:
@@ -133,8 +137,7 @@ def test_a_late_answer_to_an_older_key_step_does_not_pull_the_player_back(host, 
 def test_a_late_answer_to_a_pause_does_not_undo_a_seek(host, page):
     _open(page, host, 0)
     page.keyboard.press("Space")
-    page.wait_for_function("() => document.getElementById('player').contentDocument"
-                           ".getElementById('timeline').dataset.playing === '1'", timeout=10_000)
+    page.wait_for_function(f"() => {PLAYER_ROOT}.dataset.playing === '1'", timeout=10_000)
     page.wait_for_timeout(600)
     page.keyboard.press("Space")
     paused = _wait_values(page, 1)
@@ -204,7 +207,8 @@ def test_v_jumps_to_the_violating_step_as_the_button_says(host, page):
     assert "(v)" in title
     page.keyboard.press("v")
     _wait_player_step(page, 40)
-    assert _wait_values(page, 1) | {"seq": None} == {"step": 40, "event": "seek", "episode": "store#3#1|margin", "seq": None}
+    sent = _wait_values(page, 1)
+    assert sent.pop("seq") and sent == {"step": 40, "event": "seek", "episode": "store#3#1|margin"}
 
 
 def test_a_player_that_changed_episode_never_reuses_a_seq_the_page_has_handled(host, page):
