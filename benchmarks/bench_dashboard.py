@@ -2,7 +2,7 @@
 """Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
     python benchmarks/bench_dashboard.py
-        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,playback]
+        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_switch,playback]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
@@ -26,11 +26,15 @@ that moment, with the browser's own clock.
 - frame_next_scene: on such a server, after the user opened one scene, the detail page of
   SBU episodes of other scene files never opened (median of --repeat): what browsing feels
   like after the first episode (MuJoCo keeps the decoded assets the scenes share).
+- frame_switch: on such a server, the detail page of one scene open in the browser, then
+  the page's own episode picker set to SBU episodes of other scene files never opened
+  (Enter -> the player shows the new episode's first frame; median of --repeat): browsing
+  episode after episode without leaving the page.
 - playback: the in-browser player on the demo store: first playable frame on a fresh server,
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
 
-`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene a
+`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_switch a
 second time against a server started from `git archive REV` in the same run, and reports
 `ratio` = baseline/now.
 The synthetic store (manifest `synthetic: true`) is built once with
@@ -57,7 +61,8 @@ from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove
 DEMO = ROOT / "assets" / "demo" / "store"
 APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
-             "frame": 2.0, "frame_next_scene": 2.0, "playback": None}
+             "frame": 2.0, "frame_next_scene": 2.0, "frame_switch": 2.0,
+             "playback": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
             '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 3}
@@ -237,8 +242,9 @@ def ci_in_process(store: Path) -> dict:
             "in_process_ratio": round(slow / fast, 2), "identical_to_scipy": same, "cells": len(agg)}
 
 
-def _first_frame(browser, url: str) -> float:
-    """Seconds from navigating a new browser session to `url` until the player shows its first frame."""
+def _first_frame(browser, url: str, *, keep: bool = False):
+    """Seconds from navigating a new browser session to `url` until the player shows its first
+    frame; with `keep`, {"value_s", "page"} and the page is left open for the caller to close."""
     pg = browser.page()
     try:
         t0 = time.perf_counter()
@@ -247,9 +253,14 @@ def _first_frame(browser, url: str) -> float:
             const img = d && d.querySelector('#frame');
             return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
                              arg=PLAYER_IFRAME, timeout=300_000)
-        return round(time.perf_counter() - t0, 3)
-    finally:
+        took = round(time.perf_counter() - t0, 3)
+    except BaseException:
         pg.context.close()
+        raise
+    if keep:
+        return {"value_s": took, "page": pg}
+    pg.context.close()
+    return took
 
 
 @contextlib.contextmanager
@@ -308,6 +319,49 @@ def frame_next_scene(b: "Bench", code: Path) -> dict:
             "includes": "new session opening the detail page of a scene file never opened or compiled, after "
                         "one other scene was opened in the same server (empty compiled-scene cache, no "
                         "warm-up): navigation -> the player's first frame drawn"}
+
+
+_PLAYER_IMAGE = """(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+    const img = d && d.querySelector('#frame'); const status = d && d.querySelector('#status');
+    const root = d && d.querySelector('#timeline');
+    return img ? {src: img.src, step: img.dataset.step, drawn: img.complete && img.naturalWidth > 0,
+                  episode: root.dataset.episode, prerendering: !!(status && status.textContent)} : null; }"""
+
+
+def frame_switch(b: "Bench", code: Path) -> dict:
+    """Scenes never opened, reached with the detail page's episode picker (no page load)."""
+    store = b.demo
+    first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
+    with _server_with_no_scene_compiled(code, store) as srv:
+        before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
+        pg, times = before.pop("page"), []
+        try:
+            for eid in others:
+                # the current episode's frames all in, so only the switch changes the image
+                pg.wait_for_function(f"(s) => {{ const p = ({_PLAYER_IMAGE})(s); return !!p && !p.prerendering; }}",
+                                     arg=PLAYER_IFRAME, timeout=300_000)
+                pg.wait_for_timeout(1000)  # the user looks at the episode before choosing the next one
+                old = pg.evaluate(_PLAYER_IMAGE, PLAYER_IFRAME)
+                box = pg.get_by_test_id("stSelectbox").filter(has_text="Episode (").locator("input")
+                box.click()
+                box.fill(eid)
+                pg.get_by_role("option").filter(has_text=eid).first.wait_for()
+                t0 = time.perf_counter()
+                box.press("Enter")
+                # a frame of another episode than the one shown before (the player names its episode)
+                pg.wait_for_function(f"""([s, old]) => {{ const p = ({_PLAYER_IMAGE})(s);
+                    return !!p && p.step !== '-1' && p.drawn && p.episode !== old.episode && p.src !== old.src; }}""",
+                                     arg=[PLAYER_IFRAME, old], timeout=300_000)
+                times.append(round(time.perf_counter() - t0, 3))
+                if eid.replace("/", "%2F") not in pg.url:
+                    raise NotDrawn(f"the picker did not open {eid} (address {pg.url})")
+        finally:
+            pg.context.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before["value_s"],
+            "episode_ids": [first, *others], "store": str(store),
+            "includes": "the detail page's episode picker (Enter) set to an episode of a scene file never opened or "
+                        "compiled, with another scene's detail page open (empty compiled-scene cache, no warm-up): "
+                        "Enter -> the player shows the new episode's first frame"}
 
 
 # ----------------------------------------------------------------------------- timeline (issue 16 s3)
@@ -373,8 +427,8 @@ def playback(b: "Bench", code: Path) -> dict:
 
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
-                "playback": playback}
-BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene")
+                "frame_switch": frame_switch, "playback": playback}
+BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene", "frame_switch")
 
 
 class Bench:

@@ -45,7 +45,8 @@ class FrameBatch:
       array with encode=None); `snapshot()` copies it from any thread.
     - `done`/`total`: progress. `complete`: every step rendered or failed, or cancelled.
       `errors`: {step: message} of steps that could not be rendered.
-    - `wait(timeout)` blocks until complete; `cancel()` drops the steps not yet rendered
+    - `wait(timeout)` blocks until complete, `wait_first(timeout)` until the first frame (or
+      the first failure, or the end); `cancel()` drops the steps not yet rendered
       (the user left the episode) so they stop taking the render thread. So does a batch
       with `idle_stop_s` that nobody `touch()`ed for that long, and one with more than
       `max_errors` failed steps.
@@ -72,9 +73,10 @@ class FrameBatch:
         self._wanted: set[int] = set()
         self._touched = time.monotonic()
         self._finished = threading.Event()
+        self._first = threading.Event()  # something to show: a frame, an error, or the end
         self._lock = threading.Lock()
         if not self.order:
-            self._finished.set()
+            self._finish()
 
     @property
     def total(self) -> int:
@@ -91,9 +93,17 @@ class FrameBatch:
     def wait(self, timeout: float | None = None) -> bool:
         return self._finished.wait(timeout)
 
+    def wait_first(self, timeout: float | None = None) -> bool:
+        """Blocks until the batch has a frame, a failed step or is complete; True if it has."""
+        return self._first.wait(timeout)
+
     def cancel(self) -> None:
         self.cancelled = True
+        self._finish()
+
+    def _finish(self) -> None:
         self._finished.set()
+        self._first.set()
 
     def touch(self) -> None:
         """A player still looks at this batch (see `idle_stop_s`)."""
@@ -145,11 +155,13 @@ class FrameBatch:
             self.ready[int(step)] = frame
             if self.first_frame_s is None:
                 self.first_frame_s = time.monotonic() - self.started_at
+        self._first.set()
         self._check_finished()
 
     def fail(self, step: int, message: str) -> None:
         with self._lock:
             self.errors[int(step)] = message
+        self._first.set()
         if self.max_errors is not None and len(self.errors) > self.max_errors:
             self.cancel()
         self._check_finished()
@@ -157,4 +169,4 @@ class FrameBatch:
     def _check_finished(self) -> None:
         if self.done >= self.total and not self._finished.is_set():
             self.done_s = time.monotonic() - self.started_at
-            self._finished.set()
+            self._finish()

@@ -182,3 +182,21 @@ def test_an_episode_whose_frames_keep_failing_stops_after_max_errors():
         assert all("unknown camera 'no-such-camera'" in m for m in batch.errors.values())
     finally:
         svc.close()
+
+
+def test_wait_first_returns_on_the_first_frame_failure_or_end_not_at_its_timeout():
+    import threading
+
+    from dashboard.frame_batch import FrameBatch
+
+    batch = FrameBatch([3, 4, 5])
+    assert not batch.wait_first(0)  # nothing rendered yet
+    threading.Timer(0.05, batch.put, args=(4, b"jpeg")).start()
+    assert batch.wait_first(60) and batch.snapshot() == {4: b"jpeg"} and not batch.complete
+    failed = FrameBatch([0, 1])
+    threading.Timer(0.05, failed.fail, args=(0, "unknown camera")).start()
+    assert failed.wait_first(60) and failed.errors == {0: "unknown camera"} and not failed.ready
+    left = FrameBatch([0])
+    left.cancel()
+    assert left.wait_first(0)  # cancelled: nothing will come, so nobody waits for it
+    assert FrameBatch([]).wait_first(0)  # nothing to render at all

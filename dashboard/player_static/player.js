@@ -278,6 +278,7 @@ window.addEventListener("message", (event) => {
     pause(false);
     S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec;
     S.lastSeq = null;
+    root.dataset.episode = a.episode;  // what the frames shown belong to (tests, benchmarks)
   }
   S.nSteps = Math.max(1, a.n_steps || 1);
   S.dt = a.dt || 0.05;

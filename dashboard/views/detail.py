@@ -23,6 +23,7 @@ CHART_KEY = "rob_chart"
 TIMELINE_KEY = "timeline"
 MODE_SEP = "::mode="  # episode tag + chart mode (the store key holds "|" and "#")
 POLL_S = 1.0  # while frames are pre-rendered, the timeline fragment re-sends what is ready this often
+FIRST_FRAME_WAIT_S = 2.0  # a fragment rerun with no frame yet sends the first one as soon as it is rendered
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 
@@ -296,10 +297,16 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     polling = strip is not None and not strip.complete
     seen = st.session_state.get("_timeline_seen")  # (episode, seq) of the player's last value handled
     answers = seen[1] if isinstance(seen, (tuple, list)) and len(seen) == 2 else None
+    runs = [0]  # calls of draw(): the first is in the page's run, the rest are the fragment's reruns
 
     def draw() -> None:
+        runs[0] += 1
         if strip is not None:
             strip.touch()
+            if runs[0] > 1 and not strip.wait_first(0):
+                # The page and the player's iframe are out: rather than leave the first frame for
+                # the next poll (up to POLL_S after it is rendered), send it the moment it is.
+                strip.wait_first(FIRST_FRAME_WAIT_S)
         frames = strip.snapshot() if strip is not None else {}
         value = player.timeline(episode=f"{tag}{MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
                                 step=step, violating_step=vstep, frames=frames,
