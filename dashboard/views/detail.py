@@ -303,9 +303,11 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
         runs[0] += 1
         if strip is not None:
             strip.touch()
-            if runs[0] > 1 and not strip.wait_first(0):
+            if runs[0] == 2 and not strip.wait_first(0):
                 # The page and the player's iframe are out: rather than leave the first frame for
-                # the next poll (up to POLL_S after it is rendered), send it the moment it is.
+                # the next poll (up to POLL_S after it is rendered), send it the moment it is. Only
+                # the first poll waits, so a render thread busy elsewhere (or a scene that fails
+                # slowly) holds the page's next run back once, by FIRST_FRAME_WAIT_S at most.
                 strip.wait_first(FIRST_FRAME_WAIT_S)
         frames = strip.snapshot() if strip is not None else {}
         value = player.timeline(episode=f"{tag}{MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
