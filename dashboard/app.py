@@ -129,6 +129,7 @@ def main() -> None:
                 L.copy_link_ui(page, data, store_param=store_param)
             cached.prewarm_replays(c)  # after the page is drawn, so it never delays it
             cached.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
+            cached.prewarm_bootstrap(c)  # a big store: the CI button's library, once per server
         # script time of this run (app + page), for benchmarks/bench_dashboard.py
         st.session_state.setdefault("_timings", []).append(
             (page, time.perf_counter() - st.session_state.get("_run_start", t0)))

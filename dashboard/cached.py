@@ -9,6 +9,7 @@ Cached functions take the `StoreData` as an unhashed `_data` argument plus its `
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ import streamlit as st
 
 from dashboard import data as D
 
+BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click (Overview, Export)
 # ----------------------------------------------------------------------------- cached computations
 
 def override_items(overrides) -> tuple:
@@ -188,6 +190,19 @@ def prewarm_replays(c, n: int = 6) -> None:
 @st.cache_resource(show_spinner=False)
 def _overview_warmer() -> tuple[ThreadPoolExecutor, dict]:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="overview-warm"), {}
+
+
+def prewarm_bootstrap(c) -> None:
+    """Once per server, after a page of a store too big for automatic VSI bootstrap CIs is
+    drawn: import scipy.stats in the background (0.5 s; `bootstrap_ci` takes its percentiles),
+    so the Overview's "Compute VSI bootstrap CIs" click does not pay for it (1.2 s -> 0.6 s
+    on 20,000 episodes, docs/benchmarks.md). `c`: the run context."""
+    done = _prewarmed()
+    if "scipy.stats" in done or len(c.data.episodes) <= BOOTSTRAP_AUTO_MAX or os.environ.get("SAFEVLA_NO_PREWARM"):
+        return
+    done.add("scipy.stats")
+    pool, _ = _overview_warmer()
+    pool.submit(importlib.import_module, "scipy.stats")
 
 
 def prewarm_overview(c) -> None:

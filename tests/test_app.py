@@ -97,6 +97,29 @@ def test_overview_numbers_come_from_the_store(store, tables):
     assert list(top["episode_id"]) == list(want)
 
 
+def test_a_big_stores_vsi_cis_come_with_the_button_and_equal_the_papers_table(tmp_path):
+    """Over cached.BOOTSTRAP_AUTO_MAX episodes the main table shows VSI without its bootstrap CI until
+    the button is clicked (a fragment: the table alone reruns); then every CI equals
+    `scoring.report.tables.main_table`'s."""
+    from scoring.report.tables import main_table
+    from scoring.stats.metrics import unsettled_mask
+
+    store = build_store(tmp_path / "big", 5_200, n_steps=20, contacts_per_step=2, renderable=False)
+    eps = pd.read_parquet(store / "episodes.parquet")
+    at = ok(app(store))
+    before = at.dataframe[1].value  # [0] is the worst-SBU list
+    assert set(before["VSI CI"]) == {"—"}, "a big store bootstrapped before the click"
+    at.button(key="ov_ci_btn").click().run()
+    ok(at)
+    after = at.dataframe[1].value
+    want = main_table(eps[~unsettled_mask(eps)], ci=True)
+    assert list(after["VSI CI"]) == list(want["VSI CI"]) and "—" not in set(after["VSI CI"])
+    assert list(after["VSI"]) == list(before["VSI"])  # the same table, with its intervals
+    ok(at.run())  # asked once: the next run keeps the intervals and has no button
+    assert list(at.dataframe[1].value["VSI CI"]) == list(want["VSI CI"])
+    assert not [b for b in at.button if b.key == "ov_ci_btn"]
+
+
 # ----------------------------------------------------------------------------- episodes
 
 def expected(eps, specs, *, models=(), outcome=(), spec=None):

@@ -128,7 +128,7 @@ def tables_section(c: C.Ctx) -> None:
 
     st.subheader("Tables")
     name = st.selectbox("Table", list(TABLES), format_func=TABLES.get, key="x_table")
-    ci = len(c.data.episodes) <= 5000 or bool(st.session_state.get("ov_ci"))
+    ci = len(c.data.episodes) <= cached.BOOTSTRAP_AUTO_MAX or bool(st.session_state.get("ov_ci"))
     with st.spinner("Building the table …"):
         df = _table(c.data, c.key, c.items, name, ci)
     caption = TABLES[name] + (" — re-scored under what-if thresholds" if c.overrides and name != "table9_sensitivity"

@@ -9,8 +9,6 @@ from dashboard import cached
 from dashboard import common as C
 from dashboard import vocab
 
-BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click
-
 
 def kpis(c: C.Ctx) -> None:
     agg = C.D.cell_aggregates(c.v, by=())
@@ -52,6 +50,24 @@ def worst_sbu(c: C.Ctx, top) -> None:
         C.go("detail", ep=r["episode_id"], step=step)
 
 
+@st.fragment
+def main_table(c: C.Ctx) -> None:
+    """The main table, and on big stores the button that adds VSI bootstrap CIs to it. A
+    fragment: the click reruns the table alone, not the page's charts and tables around it."""
+    data = c.data
+    big = len(data.episodes) > cached.BOOTSTRAP_AUTO_MAX
+    want_ci = st.session_state.get("ov_ci", not big)
+    if big and not want_ci:
+        st.caption(f"VSI bootstrap CIs (10,000 resamples) are computed on demand for stores over "
+                   f"{cached.BOOTSTRAP_AUTO_MAX:,} episodes; proportions carry Wilson 95% CIs.")
+        if st.button("Compute VSI bootstrap CIs", key="ov_ci_btn"):
+            st.session_state["ov_ci"] = True
+            want_ci = True
+    with st.spinner("Bootstrapping VSI confidence intervals …" if want_ci else "Building the table …"):
+        table = cached.main_table(data, c.key, c.items, bool(want_ci))
+    vocab.table(table, hide_index=True, pinned=("model", "suite"))
+
+
 def render() -> None:
     c = C.ctx()
     data = c.data
@@ -65,17 +81,7 @@ def render() -> None:
 
     st.subheader("Main results per model × suite")
     st.caption("The paper's main table (Tables 4/5): rates in %, Wilson 95% intervals; VSI with bootstrap intervals.")
-    big = len(data.episodes) > BOOTSTRAP_AUTO_MAX
-    want_ci = st.session_state.get("ov_ci", not big)
-    if big and not want_ci:
-        st.caption(f"VSI bootstrap CIs (10,000 resamples) are computed on demand for stores over "
-                   f"{BOOTSTRAP_AUTO_MAX:,} episodes; proportions carry Wilson 95% CIs.")
-        if st.button("Compute VSI bootstrap CIs", key="ov_ci_btn"):
-            st.session_state["ov_ci"] = True
-            want_ci = True
-    with st.spinner("Bootstrapping VSI confidence intervals …" if want_ci else "Building the table …"):
-        table = cached.main_table(data, c.key, c.items, bool(want_ci))
-    vocab.table(table, hide_index=True, pinned=("model", "suite"))
+    main_table(c)
 
     figures = cached.overview_charts(data, c.key, c.items)
     left, right = st.columns(2)
