@@ -60,3 +60,29 @@ def test_an_interaction_counts_only_a_run_it_started(running):
     assert any(t >= t0 and s == "running" for t, s in p["runs"])
     assert "force=" in pg.url
     pg.context.close()
+
+
+def test_what_counts_as_drawn_a_canvas_paint_yes_its_fallback_content_no(running):
+    """A canvas's children are never drawn (glide-data-grid keeps its accessible copy of the
+    cells there): a change there is not a visible change. A draw call on a canvas is one,
+    though it changes no DOM."""
+    from browser_timing import probe
+
+    browser, srv = running
+    pg = browser.page()
+    pg.goto(srv.url)
+    wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
+    before = probe(pg)
+    pg.evaluate("""() => { const c = document.querySelector('[data-testid="stVegaLiteChart"] canvas');
+        const cell = document.createElement('span'); cell.textContent = 'an accessible cell'; c.appendChild(cell); }""")
+    pg.wait_for_timeout(100)
+    hidden = probe(pg)
+    assert hidden["last"] == before["last"] and hidden["dom"] == before["dom"], "fallback content counted as drawn"
+    pg.evaluate("""() => { const c = document.createElement('canvas'); c.getContext('2d').fillRect(0, 0, 4, 4); }""")
+    painted = probe(pg)
+    assert painted["paint"] > hidden["last"] and painted["last"] == painted["paint"]
+    pg.evaluate("() => { document.body.appendChild(document.createElement('div')); }")
+    pg.wait_for_timeout(100)
+    shown = probe(pg)
+    assert shown["dom"] > painted["paint"] and shown["last"] == shown["dom"]
+    pg.context.close()
