@@ -105,14 +105,14 @@ class RenderService:
             if self._q.empty():
                 self._save_scenes()
 
-    @staticmethod
-    def _save_scenes() -> None:
-        """Writes newly compiled scenes to the disk cache once no job waits (1-2 s per LIBERO scene)."""
+    def _save_scenes(self) -> None:
+        """Writes newly compiled scenes to the disk cache while no job waits: a job queued
+        meanwhile (a frame) runs after the scene being written, not after all of them."""
         import sys
 
         cache = sys.modules.get("replay.render.scene_cache")
         if cache is not None:
-            cache.save_pending()
+            cache.save_pending(stop=lambda: not self._q.empty())
 
     # -- runs on the render thread ------------------------------------------------
     def _replayer(self, key: str, record, size: tuple[int, int], *, camera: str | None = None,

@@ -107,6 +107,20 @@ def test_deferred_writes_wait_for_save_pending(cache, monkeypatch):
     assert scene_cache.save_pending() == 0
 
 
+def test_save_pending_stops_between_scenes_when_asked(cache, monkeypatch):
+    """The render service asks it to stop as soon as a frame is queued: the scene being
+    written finishes, the rest waits for the next idle moment."""
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])
+    for n in (2, 3, 4):
+        xml = toy_scene(n)
+        compile_cached(xml, "/", lambda xml=xml: mujoco.MjModel.from_xml_string(xml))
+    asked = []
+    assert scene_cache.save_pending(stop=lambda: True) == 0 and not any(cache.glob("*" + SUFFIX))
+    assert scene_cache.save_pending(stop=lambda: asked.append(1) or len(asked) > 1) == 1  # a job came after one
+    assert len(list(cache.glob("*" + SUFFIX))) == 1
+    assert scene_cache.save_pending() == 2 and len(list(cache.glob("*" + SUFFIX))) == 3
+
+
 def test_off_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -90,15 +90,19 @@ def defer_saves(on: bool = True) -> None:
     _DEFER[0] = bool(on)
 
 
-def save_pending() -> int:
+def save_pending(stop: Callable[[], bool] | None = None) -> int:
     """Writes the compiled scenes waiting for the cache; returns how many. The models may be
-    shared by then, so the write holds the lock under which their vis settings change."""
+    shared by then, so the write holds the lock under which their vis settings change.
+
+    `stop()` is asked before each scene: when it says True (a frame is wanted, say), the
+    rest waits for the next call, so a frame waits for one scene's write at most (a LIBERO
+    scene: 0.1-0.3 s to write, 1-2 s to build its preview), not for all of them."""
     from replay.render.offscreen import MODEL_VIS_LOCK
 
     n = 0
     while True:
         with _PENDING_LOCK:
-            if not _PENDING:
+            if not _PENDING or (stop is not None and stop()):
                 return n
             model, path, build = _PENDING.pop(0)
         if build is not None:  # a preview scene: compiled here, when nobody waits for a frame
