@@ -215,6 +215,26 @@ def test_detail_deep_link_chart_click_and_jump(store, tables):
     assert {"spec", "active", "reason", "deciding tags", "tag sources"} <= set(reasons.columns)
 
 
+def test_detail_previous_and_next_walk_the_pickers_list(store, tables):
+    """The buttons beside the episode picker open the episode before or after the current one
+    in the picker's list (the Episodes page's filters and order), at its violating step."""
+    eps, _ = tables
+    at = ok(app(store, page="detail"))
+    listed = [o.split("   ·   ")[0] for o in at.selectbox(key="w.ep").options]
+    assert len(listed) == len(eps) and at.selectbox(key="w.ep").value == listed[0]
+    assert at.button(key="ep_previous").disabled and not at.button(key="ep_next").disabled
+    steps = eps.set_index("episode_id")["violating_step"]
+    for k in (1, 2):
+        ok(at.button(key="ep_next").click().run())
+        assert at.selectbox(key="w.ep").value == listed[k] and qp(at, "ep") == [listed[k]]
+        want = steps[listed[k]]
+        assert at.slider(key="w.step").value == (0 if want != want else int(want))
+    ok(at.button(key="ep_previous").click().run())
+    assert at.selectbox(key="w.ep").value == listed[1]
+    at = ok(app(store, page="detail", ep=listed[-1]))  # the last one has no next
+    assert at.button(key="ep_next").disabled and not at.button(key="ep_previous").disabled
+
+
 @pytest.mark.render
 def test_detail_shows_how_the_model_was_served(tmp_path, store, tables):
     eps, _ = tables

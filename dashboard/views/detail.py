@@ -78,9 +78,16 @@ def _pick_episode(c: C.Ctx) -> int | None:
     key = "w.ep"
     if st.session_state.get(key) != cur:
         st.session_state[key] = cur
-    st.selectbox(f"Episode ({len(options)} of the filtered episodes, Episodes-page order)", options, key=key,
-                 format_func=fmt, index=None, placeholder="choose an episode", on_change=_episode_changed,
-                 args=(c,))
+    pick, back, ahead = st.columns([12, 1, 1], vertical_alignment="bottom")
+    pick.selectbox(f"Episode ({len(options)} of the filtered episodes, Episodes-page order)", options, key=key,
+                   format_func=fmt, index=None, placeholder="choose an episode", on_change=_episode_changed,
+                   args=(c,))
+    pos = options.index(cur) if cur in options else None
+    for col, delta, icon, name in ((back, -1, ":material/chevron_left:", "previous"),
+                                   (ahead, +1, ":material/chevron_right:", "next")):
+        to = None if pos is None or not 0 <= pos + delta < len(options) else options[pos + delta]
+        col.button("", icon=icon, key=f"ep_{name}", disabled=to is None, on_click=_open_episode, args=(c, to),
+                   help=f"the {name} episode in this list" + (f": {to}" if to else ""), width="stretch")
     if cur is None:
         return None
     if st.session_state.get("_auto_ep") == cur:
@@ -90,7 +97,11 @@ def _pick_episode(c: C.Ctx) -> int | None:
 
 
 def _episode_changed(c: C.Ctx) -> None:
-    eid = st.session_state.get("w.ep")
+    _open_episode(c, st.session_state.get("w.ep"))
+
+
+def _open_episode(c: C.Ctx, eid: str | None) -> None:
+    """Shows episode `eid` from its violating step (the picker, the previous/next buttons)."""
     S.put("ep", eid)
     st.session_state.pop("_auto_ep", None)
     i = c.data.index_of(eid) if eid else None
