@@ -20,6 +20,8 @@ import streamlit as st
 from dashboard import data as D
 
 BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click (Overview, Export)
+
+
 # ----------------------------------------------------------------------------- cached computations
 
 def override_items(overrides) -> tuple:

@@ -95,8 +95,8 @@ def save_pending(stop: Callable[[], bool] | None = None) -> int:
     shared by then, so the write holds the lock under which their vis settings change.
 
     `stop()` is asked before each scene: when it says True (a frame is wanted, say), the
-    rest waits for the next call, so a frame waits for one scene's write at most (a LIBERO
-    scene: 0.1-0.3 s to write, 1-2 s to build its preview), not for all of them."""
+    rest waits for the next call, so a frame waits for one scene's write or preview build at
+    most (1-2 s for a LIBERO scene), not for all of them."""
     from replay.render.offscreen import MODEL_VIS_LOCK
 
     n = 0
