@@ -233,6 +233,21 @@ def test_detail_previous_and_next_walk_the_pickers_list(store, tables):
     assert at.selectbox(key="w.ep").value == listed[1]
     at = ok(app(store, page="detail", ep=listed[-1]))  # the last one has no next
     assert at.button(key="ep_next").disabled and not at.button(key="ep_previous").disabled
+    # the player's n / p keys (its value {event: "next"}) do what the buttons do, once per value
+    from dashboard.views.detail import MODE_SEP, TIMELINE_KEY
+    at = ok(app(store, page="detail"))
+    at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "k:1", "event": "previous",
+                                      "episode": f"{at.session_state['_timeline_tag']}{MODE_SEP}margin"}
+    ok(at.run())
+    assert at.selectbox(key="w.ep").value == listed[0]  # the first episode has no previous one
+    at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "k:2", "event": "next",
+                                      "episode": f"{at.session_state['_timeline_tag']}{MODE_SEP}margin"}
+    ok(at.run())
+    assert at.selectbox(key="w.ep").value == listed[1] and qp(at, "ep") == [listed[1]]
+    want = steps[listed[1]]
+    assert at.slider(key="w.step").value == (0 if pd.isna(want) else int(want))
+    ok(at.run())  # the same value again: handled already
+    assert at.selectbox(key="w.ep").value == listed[1]
 
 
 @pytest.mark.render

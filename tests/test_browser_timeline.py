@@ -184,3 +184,31 @@ def test_play_moves_frame_and_cursor_and_a_chart_click_seeks(server, store, page
     wait_timeline(page, f"Math.abs(Number(r.dataset.step) - {want}) <= 3", timeout=15)
     seeked = int(timeline_attr(page, "data-step"))
     timeline_frame(page, seeked, timeout=30)  # the frame follows the seek
+
+
+def test_n_and_p_open_the_next_and_previous_episode_of_the_list(server, store, page):
+    """The player's n / p keys (on the parent page, as every key) open the neighbouring
+    episode of the picker's list, and the player then shows that episode's frames."""
+    from urllib.parse import parse_qs, urlparse
+
+    def shown_episode() -> str:
+        return parse_qs(urlparse(page.url).query).get("ep", [""])[0]
+
+    open_url(page, f"{server}/detail")
+    no_exception(page)
+    wait_timeline(page, "img.dataset.step !== undefined && img.complete && img.naturalWidth > 0", timeout=180)
+    first, first_tag = shown_episode(), timeline_attr(page, "data-episode")
+    assert first and first_tag
+    page.locator("h1").first.click()
+    page.keyboard.press("n")
+    page.wait_for_function("(ep) => !location.search.includes(encodeURIComponent(ep))", arg=first, timeout=120_000)
+    second = shown_episode()
+    assert second and second != first
+    wait_timeline(page, f"r.dataset.episode !== {first_tag!r} && img.complete && img.naturalWidth > 0", timeout=180)
+    assert page.locator("code", has_text=second).count() >= 1  # the page's header names the new episode
+    assert page.locator("code", has_text=first).count() == 0
+    page.locator("h1").first.click()
+    page.keyboard.press("p")
+    page.wait_for_function("(ep) => location.search.includes(encodeURIComponent(ep))", arg=first, timeout=120_000)
+    wait_timeline(page, f"r.dataset.episode === {first_tag!r}", timeout=180)
+    no_exception(page)

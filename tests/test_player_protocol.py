@@ -211,6 +211,19 @@ def test_v_jumps_to_the_violating_step_as_the_button_says(host, page):
     assert sent.pop("seq") and sent == {"step": 40, "event": "seek", "episode": "store#3#1|margin"}
 
 
+def test_n_and_p_ask_the_page_for_the_next_and_previous_episode_without_moving(host, page):
+    _open(page, host, 12)
+    page.keyboard.press("n")
+    sent = _wait_values(page, 1)
+    assert sent.pop("seq") and sent == {"step": 12, "event": "next", "episode": "store#3#1|margin"}
+    page.keyboard.press("p")
+    sent = _wait_values(page, 2)
+    assert sent.pop("seq") and sent == {"step": 12, "event": "previous", "episode": "store#3#1|margin"}
+    assert _player_step(page) == 12
+    help_text = page.frame_locator("#player").locator("#help").inner_text()
+    assert "n/p: next/previous episode" in help_text
+
+
 def test_a_player_that_changed_episode_never_reuses_a_seq_the_page_has_handled(host, page):
     # the page names the value it handled by its seq alone (`answers`): a seq the page saw for
     # the previous episode must not mark the new episode's value as handled

@@ -3,7 +3,8 @@
 // Args: episode, spec (Vega-Lite, with the variable `cursor`), n_steps, dt, step (the
 // server's step), answers (the seq of the player's value the page's run had handled, if
 // any), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}.
-// Value sent back on pause / seek / stepping: {step, seq, event}.
+// Value sent back on pause / seek / stepping: {step, seq, event}; n / p send the event
+// "next" / "previous" (the page opens that episode of its picker's list).
 (function () {
 "use strict";
 
@@ -235,11 +236,14 @@ function keyMove(ev) {
   if (ev.key === "Home") return { to: 0 };
   if (ev.key === "End") return { to: Infinity };
   if (ev.key === "v" || ev.key === "V") return { violation: true };
+  if (ev.key === "n" || ev.key === "N") return { episode: "next" };  // the page opens it
+  if (ev.key === "p" || ev.key === "P") return { episode: "previous" };
   return null;
 }
 function applyMove(move) {
   if (move.toggle) toggle();
   else if (move.violation) toViolation();
+  else if (move.episode) { pause(false); emit(move.episode); }
   else if (move.by !== undefined) stepBy(move.by);
   else stepBy(Math.min(move.to, S.nSteps - 1) - S.step);
 }

@@ -26,6 +26,7 @@ POLL_S = 1.0  # while frames are pre-rendered, the timeline fragment re-sends wh
 FIRST_FRAME_WAIT_S = 2.0  # a fragment rerun with no frame yet sends the first one as soon as it is rendered
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
+EPISODE_EVENTS = ("previous", "next")  # the player's p / n keys: open that episode of the picker's list
 
 
 def clicked_step(selection) -> int | None:
@@ -50,8 +51,10 @@ def clicked_step(selection) -> int | None:
         return None
 
 
-def _pick_episode(c: C.Ctx) -> int | None:
-    """The episode chooser: the filtered episodes (Episodes page filters) in its sort order."""
+def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
+    """The episode chooser: the filtered episodes (Episodes page filters) in its sort order.
+    Returns the chosen episode's row (None: none) and {"previous": id, "next": id} of its
+    neighbours in that list (None at either end)."""
     data = c.data
     mask = AN.filtered_mask(c)
     table = C.D.episode_table(data, c.v, mask, sort=S.get("sort"), limit=PICKER_LIMIT)
@@ -83,17 +86,20 @@ def _pick_episode(c: C.Ctx) -> int | None:
                    format_func=fmt, index=None, placeholder="choose an episode", on_change=_episode_changed,
                    args=(c,))
     pos = options.index(cur) if cur in options else None
+    around: dict[str, str | None] = {}
     for col, delta, icon, name in ((back, -1, ":material/chevron_left:", "previous"),
                                    (ahead, +1, ":material/chevron_right:", "next")):
         to = None if pos is None or not 0 <= pos + delta < len(options) else options[pos + delta]
+        around[name] = to
         col.button("", icon=icon, key=f"ep_{name}", disabled=to is None, on_click=_open_episode, args=(c, to),
-                   help=f"the {name} episode in this list" + (f": {to}" if to else ""), width="stretch")
+                   help=f"the {name} episode in this list ({name[0]} in the player)" + (f": {to}" if to else ""),
+                   width="stretch")
     if cur is None:
-        return None
+        return None, around
     if st.session_state.get("_auto_ep") == cur:
         st.caption(":material/auto_awesome: No episode was chosen, so this is the worst SBU episode of the current "
                    "Episodes filters (highest VSI, ties broken by the deepest violation relative to its threshold).")
-    return data.index_of(cur)
+    return data.index_of(cur), around
 
 
 def _episode_changed(c: C.Ctx) -> None:
@@ -213,15 +219,22 @@ def episode_tag(c: C.Ctx, i: int) -> str:
     return f"{c.key}#{i}#{abs(hash(c.items)) % 10**8}"
 
 
-def timeline_seek(value, tag: str) -> int | None:
-    """The step of a timeline value not handled yet ({step, seq, event, episode}), else None.
-    Each value is handled once (by its seq), and only for the episode it came from."""
+def timeline_value(value, tag: str) -> dict | None:
+    """A timeline value not handled yet ({step, seq, event, episode}), else None. Each value
+    is handled once (by its seq), and only for the episode it came from."""
     if not isinstance(value, dict) or str(value.get("episode", "")).rsplit(MODE_SEP, 1)[0] != tag:
         return None
     mark = (value.get("episode"), value.get("seq"))
     if st.session_state.get("_timeline_seen") == mark:
         return None
     st.session_state["_timeline_seen"] = mark
+    return value
+
+
+def value_step(value: dict | None) -> int | None:
+    """The step a timeline value moves to (a seek, pause or key step), else None."""
+    if value is None or value.get("event") in EPISODE_EVENTS:
+        return None
     try:
         return int(value["step"])
     except (KeyError, TypeError, ValueError):
@@ -341,8 +354,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     (st.fragment(run_every=POLL_S)(draw) if polling else draw)()
     if why:
         st.info(why, icon=":material/movie:")
-    st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), v jumps to the violating step, a click on the "
-               "chart seeks; frames around the violating step are rendered first. The green rule is the current "
+    st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), v jumps to the violating step, n / p open the "
+               "next / previous episode of the list above, a click on the chart seeks; frames around the violating step are rendered first. The green rule is the current "
                "step, the red dashed rule the violating step.")
 
 
@@ -351,17 +364,22 @@ def render() -> None:
     data = c.data
     st.title("Episode detail")
     C.thresholds_banner(c)
-    i = _pick_episode(c)
+    i, around = _pick_episode(c)
     if i is None:
         st.info("No unsafe episode matches the Episodes filters. Choose an episode above, or widen the filters.")
         C.stop()
+    # the player's last value (from the last run): n / p open a neighbour, the rest move the step
+    value = timeline_value(st.session_state.get(TIMELINE_KEY), episode_tag(c, i))
+    if value is not None and around.get(value.get("event")) is not None:
+        _open_episode(c, around[value["event"]])
+        st.rerun()
     vstep = C.D.violating_frame(data, c.v, i)
     header(c, i, vstep)
     AN.editor_ui(c, str(data.episodes["episode_id"].iat[i]))
     n_steps = int(c.v.frame["n_steps"].iat[i])
 
-    # a seek, pause or key step in the timeline player (its value from the last run) moves the slider
-    seek = timeline_seek(st.session_state.get(TIMELINE_KEY), episode_tag(c, i))
+    # a seek, pause or key step in the timeline player moves the slider
+    seek = value_step(value)
     if seek is not None:
         S.set_widget("step", int(np.clip(seek, 0, n_steps - 1)))
     # a click on a server-drawn chart (selection state from the last run) moves the slider
