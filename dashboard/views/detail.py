@@ -355,8 +355,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     if why:
         st.info(why, icon=":material/movie:")
     st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), v jumps to the violating step, n / p open the "
-               "next / previous episode of the list above, a click on the chart seeks; frames around the violating step are rendered first. The green rule is the current "
-               "step, the red dashed rule the violating step.")
+               "next / previous episode of the list above, a click on the chart seeks; frames around the violating "
+               "step are rendered first. The green rule is the current step, the red dashed rule the violating step.")
 
 
 def render() -> None:
