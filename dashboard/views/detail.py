@@ -219,15 +219,18 @@ def episode_tag(c: C.Ctx, i: int) -> str:
     return f"{c.key}#{i}#{abs(hash(c.items)) % 10**8}"
 
 
+def unhandled(value, tag: str) -> bool:
+    """True for a timeline value ({step, seq, event, episode}) of the episode `tag` that no
+    run has handled yet (each value is handled once, by its seq)."""
+    return (isinstance(value, dict) and str(value.get("episode", "")).rsplit(MODE_SEP, 1)[0] == tag
+            and st.session_state.get("_timeline_seen") != (value.get("episode"), value.get("seq")))
+
+
 def timeline_value(value, tag: str) -> dict | None:
-    """A timeline value not handled yet ({step, seq, event, episode}), else None. Each value
-    is handled once (by its seq), and only for the episode it came from."""
-    if not isinstance(value, dict) or str(value.get("episode", "")).rsplit(MODE_SEP, 1)[0] != tag:
+    """The timeline value if `unhandled`, now marked handled; else None."""
+    if not unhandled(value, tag):
         return None
-    mark = (value.get("episode"), value.get("seq"))
-    if st.session_state.get("_timeline_seen") == mark:
-        return None
-    st.session_state["_timeline_seen"] = mark
+    st.session_state["_timeline_seen"] = (value.get("episode"), value.get("seq"))
     return value
 
 
@@ -345,9 +348,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
             return
         if strip.complete:
             st.rerun()  # every frame is in: draw once more, outside the polling fragment
-        if isinstance(value, dict) and (value.get("episode"), value.get("seq")) != st.session_state.get(
-                "_timeline_seen") and str(value.get("episode", "")).rsplit(MODE_SEP, 1)[0] == tag:
-            st.rerun()  # a seek or pause in the player: move the page's step slider to it
+        if unhandled(value, tag):
+            st.rerun()  # a seek, pause or n / p in the player: the page's run handles it
 
     # While frames are pre-rendered, a fragment re-sends what is ready every POLL_S; after
     # that the player is drawn in the page itself, so its values rerun the page directly.
