@@ -65,6 +65,8 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
     no_exception(page)
     timeline_frame(page, step, timeout=180)  # the deep link's step is the player's first frame
     assert timeline_attr(page, "data-keys") == "parent"
+    # the app's page lets the player leave a key keeper in it (keys between two players' iframes)
+    assert page.evaluate("() => Array.isArray(window.__safevlaKeptKeys)")
     page.locator("h1").first.click()  # focus stays on the parent page: no click into the iframe
     page.keyboard.press("ArrowRight")
     shown = timeline_frame(page, step + 1, timeout=180)

@@ -34,19 +34,28 @@ addEventListener("message", (e) => {
 window.renderArgs = (args) => document.getElementById("player").contentWindow.postMessage(
   { type: "streamlit:render", args: args }, "*");
 // a rerun re-creating the component: a new iframe, the old one removed (or kept a while, renamed)
-window.newPlayer = (keepOld) => {
+window.dropPlayer = (keepOld) => {
   const old = document.getElementById("player");
+  window.playerStyle = old.style.cssText;
   if (keepOld) old.id = "old"; else old.remove();
+};
+window.addPlayer = () => {
   window.ready = false;
   const f = document.createElement("iframe");
   Object.assign(f, { id: "player", src: "index.html", title: "safevla_timeline" });
-  f.style.cssText = old.style.cssText;
+  f.style.cssText = window.playerStyle;
   document.body.appendChild(f);
 };
+window.reloadPlayer = () => {  // the same iframe element loads the player's page again
+  window.ready = false;
+  document.getElementById("player").src = "index.html?again=" + Date.now();
+};
+window.newPlayer = (keepOld) => { window.dropPlayer(keepOld); window.addPlayer(); };
 </script></body></html>"""
 
 N_STEPS = 60
-SLOW_BUNDLE_S = [0.0]  # seconds the host's server holds the vega bundle back
+KEPT_KEYS_S = 3  # player.js KEPT_KEYS_MS: how long the page keeps keys for a player that is not there
+SLOW_S = {"vega-bundle.js": 0.0, "player.js": 0.0}  # seconds the host's server holds a file back
 
 
 PLAYER_ROOT = "document.getElementById('player').contentDocument.getElementById('timeline')"
@@ -75,8 +84,9 @@ def host(tmp_path_factory):
             pass
 
         def do_GET(self):  # noqa: N802 - http.server's name
-            if SLOW_BUNDLE_S[0] and self.path.startswith("/vega-bundle.js"):
-                time.sleep(SLOW_BUNDLE_S[0])  # a loaded machine: the 0.9 MB bundle comes late
+            name = self.path.lstrip("/").split("?")[0]
+            if SLOW_S.get(name):
+                time.sleep(SLOW_S[name])  # a loaded machine: the file comes late
             super().do_GET()
 
     handler = functools.partial(Quiet, directory=str(folder))
@@ -245,7 +255,7 @@ def test_a_key_pressed_while_a_new_player_still_loads_its_chart_library_is_kept(
     # CI (three times): a rerun re-created the player's iframe just before shift+←; the new
     # iframe's script waited behind the 0.9 MB vega bundle, so nothing heard the key
     _open(page, host, 10)
-    SLOW_BUNDLE_S[0] = 2.0
+    SLOW_S["vega-bundle.js"] = 2.0
     try:
         page.evaluate("() => window.newPlayer(false)")
         page.wait_for_timeout(500)  # the new iframe's page is in, its chart library is not
@@ -255,4 +265,52 @@ def test_a_key_pressed_while_a_new_player_still_loads_its_chart_library_is_kept(
         _wait_player_step(page, 20)
         assert _wait_values(page, 1)["step"] == 20
     finally:
-        SLOW_BUNDLE_S[0] = 0.0
+        SLOW_S["vega-bundle.js"] = 0.0
+
+
+def test_a_key_pressed_after_the_old_player_left_and_before_the_new_one_came_is_kept(host, page):
+    # CI (session 10): between a rerun removing the player's iframe and the new iframe's first
+    # script, nothing of the player's listens (a removed iframe's listeners never run), and the
+    # key was lost: the page itself keeps it for the next player
+    _open(page, host, 10)
+    page.evaluate("() => window.dropPlayer(false)")
+    page.keyboard.press("Shift+ArrowRight")
+    page.keyboard.press("ArrowLeft")
+    page.evaluate("() => window.addPlayer()")
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=10, answers=None)
+    _wait_player_step(page, 19)
+    assert _wait_values(page, 1)["step"] == 19
+    page.wait_for_timeout(600)
+    assert len(page.evaluate("() => window.values")) == 1, "the kept keys were applied twice"
+
+
+def test_keys_kept_for_the_next_player_expire(host, page):
+    # keys pressed long before a player comes (the user on another page) are not replayed on it
+    _open(page, host, 10)
+    page.evaluate("() => window.dropPlayer(false)")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(KEPT_KEYS_S * 1000 + 500)
+    page.evaluate("() => window.addPlayer()")
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=10, answers=None)
+    page.wait_for_timeout(800)
+    assert _player_step(page) == 10
+    assert page.evaluate("() => window.values") == []
+
+
+def test_a_key_pressed_while_the_same_iframe_loads_the_player_again_is_kept(host, page):
+    # the iframe element stays in the page, but the old player's document is gone and the new
+    # one's script has not run yet
+    _open(page, host, 10)
+    SLOW_S["player.js"] = 2.0
+    try:
+        page.evaluate("() => window.reloadPlayer()")
+        page.wait_for_timeout(800)  # the new index.html is in, its player.js is not
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function("() => window.ready", timeout=20_000)
+    finally:
+        SLOW_S["player.js"] = 0.0
+    _render(page, step=10, answers=None)
+    _wait_player_step(page, 11)
+    assert _wait_values(page, 1)["step"] == 11

@@ -260,6 +260,36 @@ function onKey(ev) {
   if (S.episode) applyMove(move);
   else S.queued.push(move);  // the page's arguments have not come yet: applied once they have
 }
+// A rerun that re-creates the player removes the old iframe (or loads its page again) before
+// the new player's script has run, and a gone document's listeners never run: a key pressed
+// in that gap reached nobody (CI, session 10). So the page itself keeps those keys: a listener
+// of the page's own realm, which outlives every player, queues the key's move while no live
+// player (its iframe in the page, showing its document) is there, and the next player applies
+// what was queued in the last KEPT_KEYS_MS (older keys were meant for another page of the app).
+const KEPT_KEYS_MS = 3000;
+function keepKeysInPage(host) {
+  if (!host.__safevlaKeptKeys) {
+    host.__safevlaKeptKeys = [];
+    // made *and added* by the page's realm: chromium ran no listener the player had added to
+    // the page once its iframe was gone, even one made with the page's `Function`
+    new host.Function(`
+      const typingInto = ${typingInto.toString()};
+      const keyMove = ${keyMove.toString()};
+      document.addEventListener("keydown", (ev) => {
+        const player = window.__safevlaPlayer;
+        const live = player && player.frame.isConnected && player.frame.contentDocument === player.doc;
+        if (!player || live || location.pathname !== player.path) return;
+        if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
+        const move = keyMove(ev);
+        if (move === null) return;
+        ev.preventDefault();
+        window.__safevlaKeptKeys.push({ move: move, at: Date.now() });
+      });`)();
+  }
+  host.__safevlaPlayer = { frame: window.frameElement, doc: document, path: host.location.pathname };
+  const now = Date.now();
+  return host.__safevlaKeptKeys.splice(0).filter((k) => now - k.at <= KEPT_KEYS_MS).map((k) => k.move);
+}
 document.addEventListener("keydown", onKey);
 let parentDoc = null;
 try {
@@ -267,6 +297,11 @@ try {
   parentDoc.addEventListener("keydown", onKey);
   window.addEventListener("pagehide", () => parentDoc.removeEventListener("keydown", onKey));
   root.dataset.keys = "parent";
+  try {
+    S.queued.push(...keepKeysInPage(window.parent));
+  } catch (e) {  // a page that forbids `Function` (a strict CSP): keys in the gap are lost
+    console.warn("safevla timeline: the page cannot keep keys between players", e);
+  }
 } catch (e) {
   root.dataset.keys = "focus";
   root.focus();
