@@ -283,6 +283,9 @@ def test_a_key_pressed_after_the_old_player_left_and_before_the_new_one_came_is_
     assert _wait_values(page, 1)["step"] == 19
     page.wait_for_timeout(600)
     assert len(page.evaluate("() => window.values")) == 1, "the kept keys were applied twice"
+    # what the page keeps is of its own realm: none of it holds a gone player's window alive
+    assert page.evaluate("""() => [window.__safevlaKeptKeys, window.__safevlaPlayer,
+        window.__safevlaPlayer.doc].every((o) => o instanceof Object)""")
 
 
 def test_keys_kept_for_the_next_player_expire(host, page):

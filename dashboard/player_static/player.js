@@ -268,16 +268,18 @@ function onKey(ev) {
 // what was queued in the last KEPT_KEYS_MS (older keys were meant for another page of the app).
 const KEPT_KEYS_MS = 3000;
 function keepKeysInPage(host) {
+  // everything the page keeps is of its own realm (a player's object there would keep that
+  // player's whole window, frames included, alive after its iframe is gone)
   if (!host.__safevlaKeptKeys) {
-    host.__safevlaKeptKeys = [];
     // made *and added* by the page's realm: chromium ran no listener the player had added to
     // the page once its iframe was gone, even one made with the page's `Function`
     new host.Function(`
+      window.__safevlaKeptKeys = [];
       const typingInto = ${typingInto.toString()};
       const keyMove = ${keyMove.toString()};
       document.addEventListener("keydown", (ev) => {
         const player = window.__safevlaPlayer;
-        const live = player && player.frame.isConnected && player.frame.contentDocument === player.doc;
+        const live = player && player.frame.isConnected && player.frame.contentDocument === player.doc.deref();
         if (!player || live || location.pathname !== player.path) return;
         if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
         const move = keyMove(ev);
@@ -286,7 +288,8 @@ function keepKeysInPage(host) {
         window.__safevlaKeptKeys.push({ move: move, at: Date.now() });
       });`)();
   }
-  host.__safevlaPlayer = { frame: window.frameElement, doc: document, path: host.location.pathname };
+  host.__safevlaPlayer = host.Object.assign(new host.Object(), {
+    frame: window.frameElement, doc: new host.WeakRef(document), path: host.location.pathname });
   const now = Date.now();
   return host.__safevlaKeptKeys.splice(0).filter((k) => now - k.at <= KEPT_KEYS_MS).map((k) => k.move);
 }
