@@ -70,6 +70,23 @@ def test_every_page_runs(store, page):
                                  "whatif": "What-if thresholds", "export": "Export"}[page]
 
 
+def test_the_app_skips_streamlits_full_collection_after_each_run_unless_the_user_set_it(store):
+    # a full gc pass over a big store's objects added ~100 ms to every click (docs/benchmarks.md)
+    from streamlit import config
+    from streamlit.config_option import ConfigOption
+
+    key = "runner.postScriptGC"
+    try:
+        config._set_option(key, True, ConfigOption.DEFAULT_DEFINITION)  # as a fresh server starts
+        ok(app(store))
+        assert config.get_option(key) is False
+        config.set_option(key, True)  # the user's own setting (config.toml, --runner.postScriptGC)
+        ok(app(store))
+        assert config.get_option(key) is True
+    finally:
+        config._set_option(key, True, ConfigOption.DEFAULT_DEFINITION)
+
+
 def test_switching_through_every_page(store):
     at = ok(app(store))
     for page in PAGES[1:]:
