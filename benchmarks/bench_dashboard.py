@@ -2,7 +2,7 @@
 """Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
     python benchmarks/bench_dashboard.py
-        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_switch,playback]
+        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_switch,playback,memory]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
@@ -33,6 +33,8 @@ that moment, with the browser's own clock.
 - playback: the in-browser player on the demo store: first playable frame on a fresh server,
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
+- memory: the server's resident memory over 10 x --repeat rounds of a what-if step and three
+  page switches (does anything build up between runs?).
 
 `--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_switch a
 second time against a server started from `git archive REV` in the same run, and reports
@@ -62,7 +64,7 @@ DEMO = ROOT / "assets" / "demo" / "store"
 APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
              "frame": 2.0, "frame_next_scene": 2.0, "frame_switch": 2.0,
-             "playback": None}
+             "playback": None, "memory": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
             '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 3}
@@ -425,9 +427,35 @@ def playback(b: "Bench", code: Path) -> dict:
                         "then the displayed fps at 1x with every frame in"}
 
 
+def _rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def memory(b: "Bench", code: Path) -> dict:
+    """The server's resident memory over 10 x --repeat rounds of a what-if slider step and
+    three page switches (Overview, Episodes, What-if), read every 5 rounds: does it build up?"""
+    rounds = 10 * b.repeat
+    with b.server(code) as srv:
+        pg, _ = _open(b.browser, f"{srv.url}/whatif", WHATIF)
+        rss = [_rss_mb(srv.proc.pid)]
+        for i in range(rounds):
+            _slider_step(pg, "Contact force", "ArrowLeft" if (i // 10) % 2 == 0 else "ArrowRight")
+            _sidebar_click(pg, "Overview", OVERVIEW)
+            _sidebar_click(pg, "Episodes", EPISODES)
+            _sidebar_click(pg, "What-if", WHATIF)
+            if i % 5 == 4:
+                rss.append(_rss_mb(srv.proc.pid))
+        pg.context.close()
+    return {"value_s": None, "rss_mb": rss, "interactions": 4 * rounds,
+            "growth_second_half_mb": rss[-1] - rss[len(rss) // 2],
+            "includes": "VmRSS of the streamlit process: after the What-if page's first load, then every 5 rounds "
+                        "of (what-if step, Overview, Episodes, What-if)"}
+
+
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
-                "frame_switch": frame_switch, "playback": playback}
+                "frame_switch": frame_switch, "playback": playback, "memory": memory}
 BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene", "frame_switch")
 
 
