@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.browser]
 HOST = """<!doctype html><html><body><h1>host</h1>
 <iframe id="player" src="index.html" title="safevla_timeline" style="width:1100px;height:500px"></iframe>
 <script>
-window.values = []; window.ready = false;
+window.values = []; window.ready = false; window.prevented = [];
+addEventListener("keydown", (e) => window.prevented.push(e.defaultPrevented));  // after the page's own listeners
 addEventListener("message", (e) => {
   const m = e.data || {};
   if (m.type === "streamlit:componentReady") window.ready = true;
@@ -317,3 +318,14 @@ def test_a_key_pressed_while_the_same_iframe_loads_the_player_again_is_kept(host
     _render(page, step=10, answers=None)
     _wait_player_step(page, 11)
     assert _wait_values(page, 1)["step"] == 11
+
+
+def test_long_after_the_player_left_the_page_keeps_no_keys_and_scrolls_again(host, page):
+    # a page that no longer shows a player (an episode without a replay): its keys are its own
+    _open(page, host, 10)
+    page.evaluate("() => window.dropPlayer(false)")
+    page.keyboard.press("ArrowRight")  # just after: kept for the next player
+    page.wait_for_timeout(KEPT_KEYS_S * 1000 + 500)
+    page.keyboard.press("Space")  # long after: the page's own (it scrolls)
+    assert page.evaluate("() => window.prevented.slice(-2)") == [True, False]
+    assert page.evaluate("() => window.__safevlaKeptKeys.length") == 1

@@ -266,7 +266,10 @@ function onKey(ev) {
 // of the page's own realm, which outlives every player, queues the key's move while no live
 // player (its iframe in the page, showing its document) is there, and the next player applies
 // what was queued in the last KEPT_KEYS_MS (older keys were meant for another page of the app).
+// Only keys within KEPT_KEYS_MS of a live player's last sign of life are kept: on a page that
+// no longer shows a player (an episode without a replay), space and the arrows scroll again.
 const KEPT_KEYS_MS = 3000;
+const ALIVE_EVERY_MS = 500;
 function keepKeysInPage(host) {
   // everything the page keeps is of its own realm (a player's object there would keep that
   // player's whole window, frames included, alive after its iframe is gone)
@@ -280,7 +283,7 @@ function keepKeysInPage(host) {
       document.addEventListener("keydown", (ev) => {
         const player = window.__safevlaPlayer;
         const live = player && player.frame.isConnected && player.frame.contentDocument === player.doc.deref();
-        if (!player || live || location.pathname !== player.path) return;
+        if (!player || live || location.pathname !== player.path || Date.now() - player.alive > ${KEPT_KEYS_MS}) return;
         if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
         const move = keyMove(ev);
         if (move === null) return;
@@ -288,8 +291,10 @@ function keepKeysInPage(host) {
         window.__safevlaKeptKeys.push({ move: move, at: Date.now() });
       });`)();
   }
-  host.__safevlaPlayer = host.Object.assign(new host.Object(), {
-    frame: window.frameElement, doc: new host.WeakRef(document), path: host.location.pathname });
+  const me = host.Object.assign(new host.Object(), {
+    frame: window.frameElement, doc: new host.WeakRef(document), path: host.location.pathname, alive: Date.now() });
+  host.__safevlaPlayer = me;
+  setInterval(() => { me.alive = Date.now(); }, ALIVE_EVERY_MS);  // stops with this document
   const now = Date.now();
   return host.__safevlaKeptKeys.splice(0).filter((k) => now - k.at <= KEPT_KEYS_MS).map((k) => k.move);
 }
