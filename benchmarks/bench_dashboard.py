@@ -2,7 +2,8 @@
 """Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
     python benchmarks/bench_dashboard.py
-        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_switch,playback,memory]
+        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_switch,
+               frame_from_list,playback,memory]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
@@ -30,6 +31,9 @@ that moment, with the browser's own clock.
   the page's own episode picker set to SBU episodes of other scene files never opened
   (Enter -> the player shows the new episode's first frame; median of --repeat): browsing
   episode after episode without leaving the page.
+- frame_from_list: on such a server, a click on a row of the Overview's worst unsafe successes
+  (the page switches to the episode's detail page, same session), for rows of scene files never
+  opened (median of --repeat): how a user finds and opens an unsafe success.
 - playback: the in-browser player on the demo store: first playable frame on a fresh server,
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
@@ -63,7 +67,7 @@ from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove
 DEMO = ROOT / "assets" / "demo" / "store"
 APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
-             "frame": 2.0, "frame_next_scene": 2.0, "frame_switch": 2.0,
+             "frame": 2.0, "frame_next_scene": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
              "playback": None, "memory": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
@@ -366,6 +370,57 @@ def frame_switch(b: "Bench", code: Path) -> dict:
                         "Enter -> the player shows the new episode's first frame"}
 
 
+def frame_from_list(b: "Bench", code: Path) -> dict:
+    """Scenes never opened, reached as a user finds them: a click on a row of the Overview's
+    worst unsafe successes (the page switches to the episode's detail page in the same session)."""
+    from urllib.parse import parse_qs, urlparse
+
+    import pandas as pd
+
+    from replay.render.scene_models import scene_key
+    from scoring.records.io import load_record
+
+    store = b.demo
+    eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
+    times, opened, scenes, shown = [], [], set(), None
+    with _server_with_no_scene_compiled(code, store) as srv:
+        pg, _ = _open(b.browser, srv.url, OVERVIEW)
+        try:
+            for row in range(12):
+                if len(times) == max(1, b.repeat):
+                    break
+                grid = pg.get_by_test_id("stDataFrame").first.bounding_box()  # the worst-SBU list
+                t0 = time.perf_counter()
+                pg.mouse.click(grid["x"] + 17, grid["y"] + 35 + 17 + 35 * row)  # the row's selection box
+                pg.wait_for_url("**/detail?**", timeout=60_000)
+                eid = parse_qs(urlparse(pg.url).query)["ep"][0]
+                # a frame of another episode than the last one opened (the player names its episode)
+                pg.wait_for_function(f"""([s, before]) => {{ const p = ({_PLAYER_IMAGE})(s);
+                    return !!p && p.step !== '-1' && p.drawn && p.episode !== before; }}""",
+                                     arg=[PLAYER_IFRAME, shown], timeout=300_000)
+                took = round(time.perf_counter() - t0, 3)
+                shown = pg.evaluate(_PLAYER_IMAGE, PLAYER_IFRAME)["episode"]
+                scene = scene_key(load_record(store / eps.at[eid, "trajectory"]))
+                if scene not in scenes:  # a scene opened before is not what this measures
+                    scenes.add(scene)
+                    times.append(took)
+                    opened.append(eid)
+                # its frames all in before the next click, as a user watches the episode
+                pg.wait_for_function(f"(s) => {{ const p = ({_PLAYER_IMAGE})(s); return !!p && !p.prerendering; }}",
+                                     arg=PLAYER_IFRAME, timeout=300_000)
+                pg.goto(srv.url)  # the Overview again (a page load; the server keeps its scenes and caches)
+                wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
+        finally:
+            pg.context.close()
+    if not times:
+        raise NotDrawn("no row of the worst-SBU list opened a scene not opened before")
+    return {"value_s": round(statistics.median(times), 3), **_summary(times), "episode_ids": opened,
+            "store": str(store),
+            "includes": "a click on a row of the Overview's worst unsafe successes, for rows whose scene file was never "
+                        "opened or compiled (empty compiled-scene cache, no warm-up) -> the detail page's player shows "
+                        "the episode's first frame (page switch in the same session, script run, scene open, render)"}
+
+
 # ----------------------------------------------------------------------------- timeline (issue 16 s3)
 
 def measure_timeline_playback(store: Path, browser: "Browser", *, play_s: float = 3.0) -> dict:
@@ -455,8 +510,10 @@ def memory(b: "Bench", code: Path) -> dict:
 
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
-                "frame_switch": frame_switch, "playback": playback, "memory": memory}
-BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene", "frame_switch")
+                "frame_switch": frame_switch, "frame_from_list": frame_from_list, "playback": playback,
+                "memory": memory}
+BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene", "frame_switch",
+               "frame_from_list")
 
 
 class Bench:
