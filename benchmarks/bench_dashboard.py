@@ -40,7 +40,7 @@ that moment, with the browser's own clock.
 - memory: the server's resident memory over 10 x --repeat rounds of a what-if step and three
   page switches (does anything build up between runs?).
 
-`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_switch a
+`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_switch/frame_from_list a
 second time against a server started from `git archive REV` in the same run, and reports
 `ratio` = baseline/now.
 The synthetic store (manifest `synthetic: true`) is built once with
