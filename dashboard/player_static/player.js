@@ -228,7 +228,8 @@ function typingInto(el) {
   const role = el.getAttribute && el.getAttribute("role");
   return role === "slider" || role === "combobox" || role === "listbox" || role === "option" || role === "textbox";
 }
-function keyMove(ev) {
+function keyMove(ev) {  // what a key asks of the player; null: not a key of the player's
+  if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return null;
   const big = ev.shiftKey ? 10 : 1;
   if (ev.key === " " || ev.code === "Space") return { toggle: true };
   if (ev.key === "ArrowRight") return { by: big };
@@ -252,7 +253,6 @@ function onKey(ev) {
     if (parentDoc) parentDoc.removeEventListener("keydown", onKey);
     return;
   }
-  if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
   const move = keyMove(ev);
   if (move === null) return;
   ev.preventDefault();
@@ -284,7 +284,6 @@ function keepKeysInPage(host) {
         const player = window.__safevlaPlayer;
         const live = player && player.frame.isConnected && player.frame.contentDocument === player.doc.deref();
         if (!player || live || location.pathname !== player.path || Date.now() - player.alive > ${KEPT_KEYS_MS}) return;
-        if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typingInto(ev.target)) return;
         const move = keyMove(ev);
         if (move === null) return;
         ev.preventDefault();
