@@ -10,6 +10,7 @@ the same after shift+←."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import io
@@ -117,10 +118,31 @@ def _wait_values(pg, n: int) -> dict:
     return pg.evaluate("(n) => window.values[n - 1]", n)
 
 
-def _open(pg, host_url: str, step: int) -> None:
-    pg.goto(host_url)
+def _first_args(pg, step: int = 10) -> None:
+    """The page's first message to a (new) player, once its script is ready: `step`, no answer."""
     pg.wait_for_function("() => window.ready", timeout=20_000)
     _render(pg, step=step, answers=None)
+
+
+def _shows_and_sends(pg, step: int) -> None:
+    """The player shows `step` and its first value to the page says that step."""
+    _wait_player_step(pg, step)
+    assert _wait_values(pg, 1)["step"] == step
+
+
+@contextlib.contextmanager
+def _slow(name: str, seconds: float):
+    """The host's server holds file `name` back `seconds` while the block runs."""
+    SLOW_S[name] = seconds
+    try:
+        yield
+    finally:
+        SLOW_S[name] = 0.0
+
+
+def _open(pg, host_url: str, step: int) -> None:
+    pg.goto(host_url)
+    _first_args(pg, step)
     _wait_player_step(pg, step)
     pg.locator("h1").click()  # keys on the host page reach the player, as on the dashboard's page
 
@@ -192,16 +214,14 @@ def test_a_key_pressed_before_a_new_players_arguments_came_is_applied_once_they_
     page.wait_for_function("() => window.ready", timeout=20_000)
     page.keyboard.press("Shift+ArrowRight")
     _render(page, step=10, answers=None)
-    _wait_player_step(page, 20)
-    assert _wait_values(page, 1)["step"] == 20
+    _shows_and_sends(page, 20)
 
 
 def test_only_the_newest_player_hears_the_keys(host, page):
     # while the page swaps the iframe, the old one may still be in it: one key, one step, one value
     _open(page, host, 10)
     page.evaluate("() => window.newPlayer(true)")
-    page.wait_for_function("() => window.ready", timeout=20_000)
-    _render(page, step=10, answers=None)
+    _first_args(page)
     _wait_player_step(page, 10)
     page.keyboard.press("ArrowRight")
     _wait_player_step(page, 11)
@@ -256,17 +276,12 @@ def test_a_key_pressed_while_a_new_player_still_loads_its_chart_library_is_kept(
     # CI (three times): a rerun re-created the player's iframe just before shift+←; the new
     # iframe's script waited behind the 0.9 MB vega bundle, so nothing heard the key
     _open(page, host, 10)
-    SLOW_S["vega-bundle.js"] = 2.0
-    try:
+    with _slow("vega-bundle.js", 2.0):
         page.evaluate("() => window.newPlayer(false)")
         page.wait_for_timeout(500)  # the new iframe's page is in, its chart library is not
         page.keyboard.press("Shift+ArrowRight")
-        page.wait_for_function("() => window.ready", timeout=20_000)
-        _render(page, step=10, answers=None)
-        _wait_player_step(page, 20)
-        assert _wait_values(page, 1)["step"] == 20
-    finally:
-        SLOW_S["vega-bundle.js"] = 0.0
+        _first_args(page)
+        _shows_and_sends(page, 20)
 
 
 def test_a_key_pressed_after_the_old_player_left_and_before_the_new_one_came_is_kept(host, page):
@@ -278,10 +293,8 @@ def test_a_key_pressed_after_the_old_player_left_and_before_the_new_one_came_is_
     page.keyboard.press("Shift+ArrowRight")
     page.keyboard.press("ArrowLeft")
     page.evaluate("() => window.addPlayer()")
-    page.wait_for_function("() => window.ready", timeout=20_000)
-    _render(page, step=10, answers=None)
-    _wait_player_step(page, 19)
-    assert _wait_values(page, 1)["step"] == 19
+    _first_args(page)
+    _shows_and_sends(page, 19)
     page.wait_for_timeout(600)
     assert len(page.evaluate("() => window.values")) == 1, "the kept keys were applied twice"
     # what the page keeps is of its own realm: none of it holds a gone player's window alive
@@ -296,8 +309,7 @@ def test_keys_kept_for_the_next_player_expire(host, page):
     page.keyboard.press("ArrowRight")
     page.wait_for_timeout(KEPT_KEYS_S * 1000 + 500)
     page.evaluate("() => window.addPlayer()")
-    page.wait_for_function("() => window.ready", timeout=20_000)
-    _render(page, step=10, answers=None)
+    _first_args(page)
     page.wait_for_timeout(800)
     assert _player_step(page) == 10
     assert page.evaluate("() => window.values") == []
@@ -307,17 +319,12 @@ def test_a_key_pressed_while_the_same_iframe_loads_the_player_again_is_kept(host
     # the iframe element stays in the page, but the old player's document is gone and the new
     # one's script has not run yet
     _open(page, host, 10)
-    SLOW_S["player.js"] = 2.0
-    try:
+    with _slow("player.js", 2.0):
         page.evaluate("() => window.reloadPlayer()")
         page.wait_for_timeout(800)  # the new index.html is in, its player.js is not
         page.keyboard.press("ArrowRight")
-        page.wait_for_function("() => window.ready", timeout=20_000)
-    finally:
-        SLOW_S["player.js"] = 0.0
-    _render(page, step=10, answers=None)
-    _wait_player_step(page, 11)
-    assert _wait_values(page, 1)["step"] == 11
+        _first_args(page)
+    _shows_and_sends(page, 11)
 
 
 def test_long_after_the_player_left_the_page_keeps_no_keys_and_scrolls_again(host, page):
