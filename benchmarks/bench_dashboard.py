@@ -334,6 +334,12 @@ _PLAYER_IMAGE = """(s) => { const f = document.querySelector(s); const d = f && 
                   episode: root.dataset.episode, prerendering: !!(status && status.textContent)} : null; }"""
 
 
+def _all_frames_in(pg) -> None:
+    """Waits until the player has every frame of its episode (its pre-render status line is gone)."""
+    pg.wait_for_function(f"(s) => {{ const p = ({_PLAYER_IMAGE})(s); return !!p && !p.prerendering; }}",
+                         arg=PLAYER_IFRAME, timeout=300_000)
+
+
 def frame_switch(b: "Bench", code: Path) -> dict:
     """Scenes never opened, reached with the detail page's episode picker (no page load)."""
     store = b.demo
@@ -343,9 +349,7 @@ def frame_switch(b: "Bench", code: Path) -> dict:
         pg, times = before.pop("page"), []
         try:
             for eid in others:
-                # the current episode's frames all in, so only the switch changes the image
-                pg.wait_for_function(f"(s) => {{ const p = ({_PLAYER_IMAGE})(s); return !!p && !p.prerendering; }}",
-                                     arg=PLAYER_IFRAME, timeout=300_000)
+                _all_frames_in(pg)  # so only the switch changes the image
                 pg.wait_for_timeout(1000)  # the user looks at the episode before choosing the next one
                 old = pg.evaluate(_PLAYER_IMAGE, PLAYER_IFRAME)
                 box = pg.get_by_test_id("stSelectbox").filter(has_text="Episode (").locator("input")
@@ -405,9 +409,7 @@ def frame_from_list(b: "Bench", code: Path) -> dict:
                     scenes.add(scene)
                     times.append(took)
                     opened.append(eid)
-                # its frames all in before the next click, as a user watches the episode
-                pg.wait_for_function(f"(s) => {{ const p = ({_PLAYER_IMAGE})(s); return !!p && !p.prerendering; }}",
-                                     arg=PLAYER_IFRAME, timeout=300_000)
+                _all_frames_in(pg)  # before the next click, as a user watches the episode
                 pg.goto(srv.url)  # the Overview again (a page load; the server keeps its scenes and caches)
                 wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
         finally:
