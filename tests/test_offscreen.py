@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from render_helpers import H, W, fresh_frames, toy_record, toy_scene  # noqa: E402
+from render_helpers import VIOL, H, W, fresh_frames, toy_record, toy_scene  # noqa: E402
 from replay.render.offscreen import pool_for_this_thread  # noqa: E402
 from replay.render.replayer import Replayer  # noqa: E402
 
@@ -123,3 +123,81 @@ def test_unknown_texture_setting_is_refused():
 
     with pytest.raises(RenderError, match="unknown textures 'tiny'; expected one of full, preview"):
         Replayer(toy_record(), width=W, height=H, textures="tiny")
+
+
+# -- one context for the scenes that share their assets (LIBERO: a scene file per episode) --
+
+def _toy_model(xml: str):
+    import mujoco
+
+    return mujoco.MjModel.from_xml_string(xml)
+
+
+@pytest.mark.parametrize("change, shared", [
+    (('rgba="0 .8 0 1"', 'rgba="1 .8 0 1"'), True),  # a geom's colour (drawn per frame, not uploaded)
+    (('rgb2=".9 .9 0"', 'rgb2=".9 .8 0"'), False),  # a texel
+    (('texrepeat="2 2"', 'texrepeat="3 2"'), False),  # a material's texture repeat
+    (('scale="0.1 .2 .3"', 'scale="0.1 .2 .31"'), False),  # a mesh vertex
+    (('size="2 2 .1"', 'size="2 3 .1"'), False),  # the floor plane's grid
+    (("<worldbody>", '<visual><quality shadowsize="1024"/></visual><worldbody>'), False),  # the shadow map
+    (("<worldbody>", '<visual><global offwidth="1024"/></visual><worldbody>'), False),  # the offscreen buffer
+])
+def test_what_a_context_holds_decides_whether_two_scenes_share_it(change, shared):
+    from replay.render.offscreen import render_assets_key
+
+    base = toy_scene(0)
+    assert change[0] in base
+    assert (render_assets_key(_toy_model(base)) == render_assets_key(_toy_model(base.replace(*change)))) == shared
+
+
+def test_scenes_with_the_same_assets_share_a_context_and_render_as_their_own():
+    """Two scene texts that differ in the ball's colour: one context, and each scene's frames
+    equal a fresh render from a context made from its own model."""
+    a = toy_record(mjcf=toy_scene(1))
+    b = toy_record(mjcf=toy_scene(1).replace('rgba="0 .8 0 1"', 'rgba="1 .8 0 1"'))
+    steps = [0, 6]
+    ref = fresh_frames({"a": a, "b": b}, steps)
+    assert not np.array_equal(ref["a", 0], ref["b", 0])  # the scenes look different
+    pool = pool_for_this_thread()
+    pool.close()
+    with Replayer(a, width=W, height=H) as ra, Replayer(b, width=W, height=H) as rb:
+        assert ra._ctx is rb._ctx and pool.n_open == 1
+        for s in steps:
+            v = VIOL if s == VIOL.step else None  # highlighted as fresh_frames does
+            assert np.array_equal(rb.frame(s, violation=v), ref["b", s])
+            assert np.array_equal(ra.frame(s, violation=v), ref["a", s])
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_demo_scenes_of_one_task_share_a_context_and_render_as_their_own():
+    """The demo's libero_spatial episodes each have a scene file of their own, all with the
+    same assets: the second opens no context, and both render as from their own."""
+    from render_helpers import DEMO_ARCHIVE
+
+    from replay.render.offscreen import render_assets_key
+    from replay.render.scene_models import scene_model
+    from scoring.records.io import load_record
+
+    recs, scenes = [], set()
+    for f in sorted((DEMO_ARCHIVE / "libero_spatial").rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []:
+        rec = load_record(f)
+        if rec.replay is not None and rec.replay.mjcf not in scenes:
+            scenes.add(rec.replay.mjcf)
+            recs.append(rec)
+            if len(recs) == 2:
+                break
+    if len(recs) < 2:
+        pytest.skip(f"fewer than 2 libero_spatial scenes under {DEMO_ARCHIVE}")
+    a, b = recs
+    assert render_assets_key(scene_model(a)) == render_assets_key(scene_model(b))
+    size, steps = (480, 360), [0, 20]
+    ref = fresh_frames({"a": a, "b": b}, steps, size=size, textures="preview")
+    assert not np.array_equal(ref["a", 0], ref["b", 0])
+    pool = pool_for_this_thread()
+    pool.close()
+    with Replayer(a, width=size[0], height=size[1], textures="preview") as ra, \
+            Replayer(b, width=size[0], height=size[1], textures="preview") as rb:
+        assert ra._ctx is rb._ctx and pool.n_open == 1
+        for s in steps:
+            assert np.array_equal(rb.frame(s), ref["b", s]) and np.array_equal(ra.frame(s), ref["a", s])

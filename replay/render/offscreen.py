@@ -26,6 +26,7 @@ import atexit
 import os
 import sys
 import threading
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 
@@ -56,6 +57,48 @@ def _release_current() -> None:
 
 
 MODEL_VIS_LOCK = threading.Lock()  # held while a shared model's vis settings are changed for a moment
+
+
+# What `mjr_makeContext` copies from a model into the GL objects of a context (MuJoCo's
+# src/render/classic/render_context.c): textures, the materials' texture ids and repeats,
+# meshes (with the convex hulls' graphs), height fields, skins, and through `vis` and the
+# extent the offscreen buffer, shadow map, fog, haze, line width and built-in geom detail.
+# Where a mesh or texture was loaded from (`*_pathadr`) and the collision trees (`mesh_bvh*`,
+# `mesh_oct*`: numbered across the whole model) are not drawn, so they do not count.
+_CONTEXT_ARRAYS = ("tex_", "mat_", "mesh_", "hfield_", "skin_")
+_NOT_DRAWN = ("_pathadr", "tex_contenttypeadr", "mesh_bvh", "mesh_oct")
+_VIS_PARTS = ("global_", "quality", "headlight", "map", "scale", "rgba")
+_ASSET_KEYS: "weakref.WeakKeyDictionary[mujoco.MjModel, str]" = weakref.WeakKeyDictionary()
+
+
+def render_assets_key(model: mujoco.MjModel) -> str:
+    """A 128-bit digest (xxh3) of everything a GL context made from `model` holds: two models
+    with one key upload the same textures, meshes, planes and settings, so a context made from
+    either renders the other's scenes bit for bit (tests/test_offscreen.py). LIBERO writes a
+    scene file per episode, and the episodes of a task (of all of libero_spatial) share their
+    assets: their replays share one context, where each used to upload its own (0.5-1 s).
+    Computed once per model object (~20 ms for a LIBERO scene's 180 MB)."""
+    import xxhash
+
+    with MODEL_VIS_LOCK:  # not while a preview upload has the textures shrunk for a moment
+        key = _ASSET_KEYS.get(model)
+        if key is not None:
+            return key
+        h = xxhash.xxh3_128()
+        for name in sorted(a for a in dir(model) if a.startswith(_CONTEXT_ARRAYS) and not any(
+                n in a for n in _NOT_DRAWN)):
+            value = np.ascontiguousarray(getattr(model, name))
+            h.update(f"{name}{value.dtype}{value.shape}".encode())
+            h.update(value.view(np.uint8).reshape(-1) if value.size else b"")
+        for part in _VIS_PARTS:
+            sub = getattr(model.vis, part)
+            for name in sorted(a for a in dir(sub) if not a.startswith("_")):
+                h.update(f"{part}.{name}={np.asarray(getattr(sub, name)).tobytes().hex()}".encode())
+        planes = np.flatnonzero(model.geom_type == mujoco.mjtGeom.mjGEOM_PLANE)
+        for value in (np.float64(model.stat.extent), model.geom_size[planes], model.geom_matid[planes]):
+            h.update(np.ascontiguousarray(value).tobytes())
+        key = _ASSET_KEYS[model] = h.hexdigest()
+        return key
 
 
 def preview_texture_px(width: int, height: int) -> int:

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
                                      Violation, draw_arrow, draw_border, draw_captions)
 from replay.render.offscreen import (ContextPool, OffscreenContext, pool_for_this_thread,  # noqa: E402
-                                     preview_texture_px)
+                                     preview_texture_px, render_assets_key)
 from replay.render.scene_models import (AGENT_VIEWS, FREE, FREE_VIOLATION, WRIST_VIEWS, cameras,  # noqa: E402,F401
                                         load_model, preview_scene_model, scene_key, scene_model)
 from scoring.errors import RecordError  # noqa: E402
@@ -111,7 +111,7 @@ class Replayer:
         _ensure_offscreen_gl()
         self._pool: ContextPool = pool_for_this_thread()
         self.textures = textures
-        self._ctx_key = (scene_key(self.record), quality, textures)
+        self._ctx_key = (render_assets_key(m), quality, textures)  # scenes with the same assets share one
         self._ctx = self._pool.acquire(self._ctx_key, m, width=self.width, height=self.height,
                                        multisample=quality == "high", max_texture_px=shrink_px)
 
