@@ -24,6 +24,7 @@ TIMELINE_KEY = "timeline"
 MODE_SEP = "::mode="  # episode tag + chart mode (the store key holds "|" and "#")
 POLL_S = 1.0  # while frames are pre-rendered, the timeline fragment re-sends what is ready this often
 FIRST_FRAME_WAIT_S = 2.0  # a fragment rerun with no frame yet sends the first one as soon as it is rendered
+PAGE_FIRST_FRAME_WAIT_S = 0.5  # the page's own run waits this long for the first frame before drawing the player
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 EPISODE_EVENTS = ("previous", "next")  # the player's p / n keys: open that episode of the picker's list
@@ -330,6 +331,10 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
         runs[0] += 1
         if strip is not None:
             strip.touch()
+            if runs[0] == 1 and not strip.wait_first(0):
+                # A frame due within moments (the scene is open or opening) is sent with the page
+                # instead of at the fragment's first poll, POLL_S after the page reaches the browser.
+                strip.wait_first(PAGE_FIRST_FRAME_WAIT_S)
             if runs[0] == 2 and not strip.wait_first(0):
                 # The page and the player's iframe are out: rather than leave the first frame for
                 # the next poll (up to POLL_S after it is rendered), send it the moment it is. Only
