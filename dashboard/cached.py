@@ -189,6 +189,33 @@ def prewarm_replays(c, n: int = 6) -> None:
         render_service().prewarm_episodes(jobs, roots=c.data.roots)
 
 
+def open_replay(c, eid: str | None) -> None:
+    """Starts opening episode `eid`'s replayer (scene compile, GL context) on the render thread
+    now, ahead of any pre-rendering: called the moment a page knows which episode the user
+    chose (a row click, the picker, a link), so the scene opens while the page switches and
+    the detail page's script runs, instead of after it (docs/benchmarks.md, frame_from_list).
+    Nobody waits for it; the player's first frame then finds the replayer open. Once per
+    chosen episode and session (not on every rerun of its page), skipped while the wrist view
+    is chosen (the player opens that one) and for episodes the detail page refuses. `c`: the
+    run context, as for `prewarm_replays`."""
+    if eid is None or st.session_state.get("w.camera") == "wrist" or not replay_status()[0]:
+        return
+    if st.session_state.get("_replay_opened") == (c.key, eid):
+        return
+    st.session_state["_replay_opened"] = (c.key, eid)
+    i = c.data.index_of(eid)
+    if i is None or c.data.missing_trajectory[i]:
+        return
+    try:
+        rec = replay_record(c.data, i)
+    except Exception:  # noqa: BLE001 - a missing or refused file: the detail page says why
+        return
+    if rec.replay is not None:
+        from dashboard.replay_bridge import USER
+
+        render_service().prewarm(f"{c.key}#{i}", rec, priority=USER)
+
+
 @st.cache_resource(show_spinner=False)
 def _overview_warmer() -> tuple[ThreadPoolExecutor, dict]:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="overview-warm"), {}

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
+from dashboard import cached
 from dashboard import data as D
 from dashboard import state as S
 from dashboard.cached import override_items, verdicts
@@ -65,6 +66,8 @@ def stop() -> None:
 
 def go(page: str, **state) -> None:
     c = ctx()
+    if page == "detail":
+        cached.open_replay(c, state.get("ep"))  # the scene opens while the page switches
     S.go(page, c.data, store_param=c.store_param, **state)
 
 

@@ -273,12 +273,14 @@ class RenderService:
 
         return self.submit(cameras, record).result(timeout)
 
-    def prewarm(self, key: str | None, record, size=FRAME_SIZE, *, renderer: bool = True) -> Future:
-        """In the background: compile the record's scene and (with `renderer`) open its
-        replayer, so the first frame of that episode is quick."""
+    def prewarm(self, key: str | None, record, size=FRAME_SIZE, *, renderer: bool = True,
+                priority: int = BACKGROUND) -> Future:
+        """Compile the record's scene and (with `renderer`) open its replayer (the agent view),
+        so the first frame of that episode is quick: in the background by default; at USER
+        priority for an episode the user has just chosen (`dashboard.cached.open_replay`)."""
         if renderer and key is not None:
-            return self.submit(self._replayer, key, record, tuple(size), textures=self.textures, priority=BACKGROUND)
-        return self.submit(self._compile, record, priority=BACKGROUND)
+            return self.submit(self._replayer, key, record, tuple(size), textures=self.textures, priority=priority)
+        return self.submit(self._compile, record, priority=priority)
 
     def clip(self, record, violations, *, size=CLIP_SIZE, fps: float = 20, step_range=None,
              progress: Callable[[int, int], None] | None = None) -> bytes:
