@@ -207,3 +207,28 @@ def test_a_background_compile_also_stores_the_preview_scene(tmp_path, monkeypatc
     finally:
         svc.close()
         monkeypatch.setattr(scene_cache, "_DEFER", [False])
+
+
+def test_a_scene_opens_with_a_short_gil_switch_interval_and_puts_it_back(monkeypatch):
+    """Opening a scene hands the GIL back and forth (the texture shrink): the render thread
+    opens it with a 0.5 ms switch interval and restores the process's own afterwards."""
+    import sys
+
+    import dashboard.replay_bridge as bridge
+    from replay.render import replayer
+
+    seen, real = [], replayer.Replayer.__init__
+
+    def init(self, *args, **kwargs):
+        seen.append(sys.getswitchinterval())
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(replayer.Replayer, "__init__", init)
+    before = sys.getswitchinterval()
+    svc = RenderService()
+    try:
+        svc.prewarm("toy", toy_record(mjcf=toy_scene(1)), (W, H)).result(60)
+        svc.frame("toy", toy_record(mjcf=toy_scene(1)), 1, size=(W, H))  # open already: no second open
+    finally:
+        svc.close()
+    assert seen == [bridge.OPEN_SWITCH_INTERVAL_S] and sys.getswitchinterval() == before
