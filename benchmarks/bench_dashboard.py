@@ -34,6 +34,10 @@ that moment, with the browser's own clock.
 - frame_from_list: on such a server, a click on a row of the Overview's worst unsafe successes
   (the page switches to the episode's detail page, same session), for rows of scene files never
   opened (median of --repeat): how a user finds and opens an unsafe success.
+  These three also split their samples by asset set (`new_asset_set`, per sample; and the
+  medians of each kind): a scene file whose assets (textures, meshes: what its GL context
+  holds) no episode opened before it had uploads a new context, one of a task seen before
+  shares that task's.
 - playback: the in-browser player on the demo store: first playable frame on a fresh server,
   all frames pre-rendered, and the frame rate the browser displays at 1x (`--timeline` alone
   runs just this).
@@ -42,7 +46,7 @@ that moment, with the browser's own clock.
 
 `--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_switch/frame_from_list a
 second time against a server started from `git archive REV` in the same run, and reports
-`ratio` = baseline/now.
+`ratio` = baseline/now (and the baseline's samples and asset-set medians, `baseline_*`).
 The synthetic store (manifest `synthetic: true`) is built once with
 scripts/make_synthetic_store.py and reused.
 """
@@ -302,6 +306,38 @@ def _sbu_by_scene(store: Path, n: int) -> list[str]:
     return picked
 
 
+def _by_asset_set(store: Path, opened: list[str], timed: list[str], times: list[float]) -> dict:
+    """Splits `times` (of the episodes `timed`) by whether the episode's scene brought an asset
+    set (`render_assets_key`: what its GL context holds) that no episode of `opened` (in
+    opening order, in the same server) had before it: a new set uploads a context, a seen one
+    shares it. Compiled here after the measurement, with the scene cache off."""
+    import pandas as pd
+
+    from replay.render.offscreen import render_assets_key
+    from replay.render.scene_models import scene_model
+    from scoring.records.io import load_record
+
+    eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
+    before = os.environ.get("SAFEVLA_SCENE_CACHE")
+    os.environ["SAFEVLA_SCENE_CACHE"] = "off"
+    try:
+        seen, new = set(), {}
+        for eid in opened:
+            key = render_assets_key(scene_model(load_record(store / eps.at[eid, "trajectory"])))
+            new.setdefault(eid, key not in seen)
+            seen.add(key)
+    finally:
+        if before is None:
+            os.environ.pop("SAFEVLA_SCENE_CACHE", None)
+        else:
+            os.environ["SAFEVLA_SCENE_CACHE"] = before
+    fresh = [t for eid, t in zip(timed, times) if new[eid]]
+    shared = [t for eid, t in zip(timed, times) if not new[eid]]
+    return {"new_asset_set": [new[eid] for eid in timed],
+            "median_new_asset_set_s": round(statistics.median(fresh), 3) if fresh else None,
+            "median_seen_asset_set_s": round(statistics.median(shared), 3) if shared else None}
+
+
 def frame(b: "Bench", code: Path) -> dict:
     store = b.demo
     eid = _sbu_by_scene(store, 1)[0]
@@ -321,6 +357,7 @@ def frame_next_scene(b: "Bench", code: Path) -> dict:
         before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}")
         times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}") for eid in others]
     return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before,
+            **_by_asset_set(store, [first, *others], others, times),
             "episode_ids": [first, *others], "store": str(store),
             "includes": "new session opening the detail page of a scene file never opened or compiled, after "
                         "one other scene was opened in the same server (empty compiled-scene cache, no "
@@ -368,6 +405,7 @@ def frame_switch(b: "Bench", code: Path) -> dict:
         finally:
             pg.context.close()
     return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before["value_s"],
+            **_by_asset_set(store, [first, *others], others, times),
             "episode_ids": [first, *others], "store": str(store),
             "includes": "the detail page's episode picker (Enter) set to an episode of a scene file never opened or "
                         "compiled, with another scene's detail page open (empty compiled-scene cache, no warm-up): "
@@ -386,7 +424,7 @@ def frame_from_list(b: "Bench", code: Path) -> dict:
 
     store = b.demo
     eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
-    times, opened, scenes, shown = [], [], set(), None
+    times, opened, clicked, scenes, shown = [], [], [], set(), None
     with _server_with_no_scene_compiled(code, store) as srv:
         pg, _ = _open(b.browser, srv.url, OVERVIEW)
         try:
@@ -398,6 +436,7 @@ def frame_from_list(b: "Bench", code: Path) -> dict:
                 pg.mouse.click(grid["x"] + 17, grid["y"] + 35 + 17 + 35 * row)  # the row's selection box
                 pg.wait_for_url("**/detail?**", timeout=60_000)
                 eid = parse_qs(urlparse(pg.url).query)["ep"][0]
+                clicked.append(eid)
                 # a frame of another episode than the last one opened (the player names its episode)
                 pg.wait_for_function(f"""([s, before]) => {{ const p = ({_PLAYER_IMAGE})(s);
                     return !!p && p.step !== '-1' && p.drawn && p.episode !== before; }}""",
@@ -416,7 +455,8 @@ def frame_from_list(b: "Bench", code: Path) -> dict:
             pg.context.close()
     if not times:
         raise NotDrawn("no row of the worst-SBU list opened a scene not opened before")
-    return {"value_s": round(statistics.median(times), 3), **_summary(times), "episode_ids": opened,
+    return {"value_s": round(statistics.median(times), 3), **_summary(times),
+            **_by_asset_set(store, clicked, opened, times), "episode_ids": opened,
             "store": str(store),
             "includes": "a click on a row of the Overview's worst unsafe successes, for rows whose scene file was never "
                         "opened or compiled (empty compiled-scene cache, no warm-up) -> the detail page's player shows "
@@ -564,6 +604,8 @@ def main(argv=None) -> int:
                         ref = MEASUREMENTS[name](bench, base)
                         out["baseline"] = args.baseline
                         out["baseline_s"] = ref["value_s"]
+                        out.update({f"baseline_{k}": ref[k] for k in ("all_s", "median_new_asset_set_s",
+                                                                      "median_seen_asset_set_s") if k in ref})
                         out["ratio"] = round(ref["value_s"] / out["value_s"], 2) if out["value_s"] else None
                 except NotDrawn as exc:
                     out["error"] = str(exc)
