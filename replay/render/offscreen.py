@@ -72,12 +72,13 @@ _ASSET_KEYS: "weakref.WeakKeyDictionary[mujoco.MjModel, str]" = weakref.WeakKeyD
 
 
 def render_assets_key(model: mujoco.MjModel) -> str:
-    """A 128-bit digest (xxh3) of everything a GL context made from `model` holds: two models
-    with one key upload the same textures, meshes, planes and settings, so a context made from
-    either renders the other's scenes bit for bit (tests/test_offscreen.py). LIBERO writes a
-    scene file per episode, and the episodes of a task (of all of libero_spatial) share their
+    """A 128-bit digest (xxh3) of everything a GL context made from `model` holds (a superset:
+    every texture, material, mesh, height-field and skin field): two models with one key
+    upload the same textures, meshes, planes and settings, so a context made from either
+    renders the other's scenes bit for bit (tests/test_offscreen.py). LIBERO writes a scene
+    file per episode, and the episodes of a task (of all of libero_spatial) share their
     assets: their replays share one context, where each used to upload its own (0.5-1 s).
-    Computed once per model object (~20 ms for a LIBERO scene's 180 MB)."""
+    Computed once per model object (~11 ms for a LIBERO scene's 180 MB)."""
     import xxhash
 
     with MODEL_VIS_LOCK:  # not while a preview upload has the textures shrunk for a moment
