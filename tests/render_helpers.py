@@ -111,12 +111,14 @@ def assert_all_equal(got, ref) -> None:
     assert not bad, f"{len(bad)} of {len(got)} frames differ from a fresh render (key, max |diff|): {bad[:6]}"
 
 
-def demo_records_of_distinct_scenes(n: int) -> list:
-    """The first `n` demo episodes with replay state, each of another LIBERO scene."""
+def demo_records_of_distinct_scenes(n: int, suite: str = "") -> list:
+    """The first `n` demo episodes with replay state (of `suite`, e.g. "libero_spatial": its
+    folder in the archive; "": any), each of another LIBERO scene file."""
     from scoring.records.io import load_record
 
     out, scenes = [], set()
-    for f in sorted(DEMO_ARCHIVE.rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []:
+    folder = DEMO_ARCHIVE / suite
+    for f in sorted(folder.rglob("*.npz")) if folder.is_dir() else []:
         rec = load_record(f)
         if rec.replay is not None and rec.replay.mjcf not in scenes:
             scenes.add(rec.replay.mjcf)
@@ -124,7 +126,7 @@ def demo_records_of_distinct_scenes(n: int) -> list:
             if len(out) == n:
                 break
     if len(out) < n:
-        pytest.skip(f"fewer than {n} demo scenes with replay state under {DEMO_ARCHIVE}")
+        pytest.skip(f"fewer than {n} demo scenes with replay state under {folder}")
     return out
 
 

@@ -173,23 +173,12 @@ def test_scenes_with_the_same_assets_share_a_context_and_render_as_their_own():
 def test_demo_scenes_of_one_task_share_a_context_and_render_as_their_own():
     """The demo's libero_spatial episodes each have a scene file of their own, all with the
     same assets: the second opens no context, and both render as from their own."""
-    from render_helpers import DEMO_ARCHIVE
+    from render_helpers import demo_records_of_distinct_scenes
 
     from replay.render.offscreen import render_assets_key
     from replay.render.scene_models import scene_model
-    from scoring.records.io import load_record
 
-    recs, scenes = [], set()
-    for f in sorted((DEMO_ARCHIVE / "libero_spatial").rglob("*.npz")) if DEMO_ARCHIVE.is_dir() else []:
-        rec = load_record(f)
-        if rec.replay is not None and rec.replay.mjcf not in scenes:
-            scenes.add(rec.replay.mjcf)
-            recs.append(rec)
-            if len(recs) == 2:
-                break
-    if len(recs) < 2:
-        pytest.skip(f"fewer than 2 libero_spatial scenes under {DEMO_ARCHIVE}")
-    a, b = recs
+    a, b = demo_records_of_distinct_scenes(2, "libero_spatial")
     assert render_assets_key(scene_model(a)) == render_assets_key(scene_model(b))
     size, steps = (480, 360), [0, 20]
     ref = fresh_frames({"a": a, "b": b}, steps, size=size, textures="preview")
