@@ -111,7 +111,6 @@ def _open_episode(c: C.Ctx, eid: str | None) -> None:
     """Shows episode `eid` from its violating step (the picker, the previous/next buttons)."""
     S.put("ep", eid)
     st.session_state.pop("_auto_ep", None)
-    cached.open_replay(c, eid)  # the scene opens while the page's run draws the rest
     i = c.data.index_of(eid) if eid else None
     step = C.D.violating_frame(c.data, c.v, i) if i is not None else None
     S.set_widget("step", int(step or 0))
@@ -370,7 +369,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
 def render() -> None:
     c = C.ctx()
     data = c.data
-    cached.open_replay(c, S.get("ep"))  # a link's episode: its scene opens while this script runs
+    # the chosen episode (a link, the picker, ‹ ›, n / p): its scene opens while this script runs
+    cached.open_replay(c, S.get("ep"))
     st.title("Episode detail")
     C.thresholds_banner(c)
     i, around = _pick_episode(c)
