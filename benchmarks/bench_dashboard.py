@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -318,19 +319,12 @@ def _by_asset_set(store: Path, opened: list[str], timed: list[str], times: list[
     from scoring.records.io import load_record
 
     eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
-    before = os.environ.get("SAFEVLA_SCENE_CACHE")
-    os.environ["SAFEVLA_SCENE_CACHE"] = "off"
-    try:
-        seen, new = set(), {}
+    seen, new = set(), {}
+    with mock.patch.dict(os.environ, {"SAFEVLA_SCENE_CACHE": "off"}):
         for eid in opened:
             key = render_assets_key(scene_model(load_record(store / eps.at[eid, "trajectory"])))
             new.setdefault(eid, key not in seen)
             seen.add(key)
-    finally:
-        if before is None:
-            os.environ.pop("SAFEVLA_SCENE_CACHE", None)
-        else:
-            os.environ["SAFEVLA_SCENE_CACHE"] = before
     fresh = [t for eid, t in zip(timed, times) if new[eid]]
     shared = [t for eid, t in zip(timed, times) if not new[eid]]
     return {"new_asset_set": [new[eid] for eid in timed],
