@@ -8,11 +8,12 @@ and every chart saves to PNG/SVG/PDF offline through vl-convert (`chart_bytes`).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
+import json
 import math
-import warnings
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 import altair as alt
 import numpy as np
@@ -20,8 +21,6 @@ import pandas as pd
 
 # Robustness traces of long episodes pass Altair's default 5,000-row guard.
 alt.data_transformers.disable_max_rows()
-# The timeline's panels share one click and one zoom selection on purpose (Altair merges them).
-warnings.filterwarnings("ignore", message="Automatically deduplicated selection parameter", category=UserWarning)
 
 OUTCOME_COLORS = {"SBU": "#d62728", "safe success": "#2ca02c", "unsafe failure": "#ff7f0e",
                   "safe failure": "#9e9e9e"}
@@ -238,17 +237,116 @@ def _panel_frames(traces: pd.DataFrame, spec: str, y_field: str) -> tuple[pd.Dat
     return one, band, single
 
 
-class _RobustnessParts(NamedTuple):
-    panels: list  # per spec: (unit charts drawn, the clicks unit chart, the panel's properties)
-    selections: tuple  # (click point, x zoom): defined on every panel's clicks view
-    cursor: object  # the `cursor` variable, on the whole chart
-    top: dict  # the whole chart's properties
+def _q(field: str, **extra) -> dict:
+    """A quantitative Vega-Lite field definition."""
+    return {"field": field, "type": "quantitative", **extra}
 
 
-def _robustness_parts(traces: pd.DataFrame, *, step: int | None, violating_step: int | None, mode: str,
-                      selection: str, width: int, height: int, colors: Mapping[str, str] | None,
-                      dt: float | None) -> _RobustnessParts:
-    """The unit charts of `robustness_chart` and how they fit together (see there)."""
+def _records(df: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-ready dicts: NaN and +-inf as None (Vega-Lite draws gaps), numpy scalars as Python's."""
+    columns = {c: [None if isinstance(x, float) and not math.isfinite(x) else x for x in df[c].tolist()]
+               for c in df.columns}
+    return [dict(zip(columns, row)) for row in zip(*columns.values())]
+
+
+def _panel(one: pd.DataFrame, band: pd.DataFrame, single: pd.DataFrame, *, spec: str, mode: str, y_field: str,
+           color: str, violating_step: int | None, x_max: int, last: bool, seconds: str, view: str,
+           width: int, height: int) -> dict:
+    """One spec's panel of `robustness_spec`: its layers as Vega-Lite dicts, data inline."""
+    unit = str(one["unit"].iloc[0] or "") if "unit" in one and len(one) else ""
+    thr = float(one["threshold"].iloc[0]) if len(one) else 0.0
+    ref = thr if mode == "raw" else 0.0
+    lo, hi = panel_y_domain(one[y_field].to_numpy(float), ref)
+    y_title = (unit or "value") if mode == "raw" else "margin / |thr|"
+    x = _q("step", scale={"nice": False, "domain": [0, x_max + 1]}, title="step · time (s)" if last else None,
+           axis={"labelExpr": seconds, "labels": last, "ticks": True, "tickCount": 8, "grid": True,
+                 "labelOverlap": True, "labelFlush": True})
+    y = _q(y_field, title=y_title, scale={"domain": [lo, hi], "zero": False, "nice": False},
+           axis={"format": ".3~g", "tickCount": 3})
+    values = _records(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
+    tooltip = [_q("step"), _q("t", format=".2f", title="t (s)"),
+               _q("value", format=".4g", title=f"signal ({unit})" if unit else "signal"),
+               _q("threshold", format=".4g"), _q("margin", format=".3f", title="margin / |threshold|")]
+    layers = []
+    if len(band):
+        layers.append({"data": {"values": _records(band)},
+                       "mark": {"type": "rect", "color": VIOLATION_RED, "opacity": 0.28},
+                       "encoding": {"x": _q("step"), "x2": {"field": "step_end"},
+                                    "tooltip": [_q("step", title="violated from step"), _q("steps", title="steps")]}})
+    layers.append({"data": {"values": [{"y": ref, "what": "threshold" if mode == "raw" else "zero"}]},
+                   "mark": {"type": "rule", "color": "#333", "strokeDash": [6, 3], "strokeWidth": 1.3},
+                   "encoding": {"y": _q("y"), "tooltip": [{"field": "what", "type": "nominal"},
+                                                          _q("y", format=".4g")]}})
+    layers.append({"data": {"values": values},
+                   "mark": {"type": "line", "strokeWidth": 1.8, "interpolate": "step-after", "color": color,
+                            "clip": True},
+                   "encoding": {"x": x, "y": y}})
+    if len(single):
+        layers.append({"data": {"values": _records(single[["step", y_field]])},
+                       "mark": {"type": "point", "shape": "triangle-down", "size": 110, "filled": True,
+                                "color": VIOLATION_RED, "opacity": 1},
+                       "encoding": {"x": _q("step"), "y": _q(y_field),
+                                    "tooltip": [_q("step", title="one-step violation")]}})
+    if violating_step is not None:
+        layers.append({"data": {"values": [{"step": int(violating_step), "label": "violating step"}]},
+                       "mark": {"type": "rule", "color": VIOLATION_RED, "strokeDash": [4, 3], "strokeWidth": 1.5},
+                       "encoding": {"x": _q("step"), "tooltip": [{"field": "label", "type": "nominal"}, _q("step")]}})
+    layers.append({"data": {"values": [{"k": 0}]},
+                   "transform": [{"calculate": CURSOR_PARAM, "as": "step"}, {"filter": "datum.step >= 0"}],
+                   "mark": {"type": "rule", "color": CURSOR_COLOR, "strokeWidth": 3.5, "opacity": 0.85},
+                   "encoding": {"x": _q("step")}})
+    layers.append({"data": {"values": values}, "mark": {"type": "point", "opacity": 0, "size": 60},
+                   "encoding": {"x": x, "y": y, "tooltip": tooltip}, "name": view})
+    title = {"text": spec, "subtitle": f"threshold {thr:.4g} {unit}".rstrip(), "anchor": "start", "fontSize": 12,
+             "subtitleFontSize": 10, "offset": 2}
+    return {"width": width, "height": height, "title": title, "layer": layers}
+
+
+def _named_datasets(spec: dict) -> dict:
+    """`spec` with every inline dataset moved to its top-level `datasets` under the name Altair
+    gives it (a hash of its values): the panels' lines and click layers share one copy."""
+    datasets: dict = {}
+    for panel in spec["vconcat"]:
+        for layer in panel["layer"]:
+            values = layer["data"]["values"]
+            name = "data-" + hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:32]
+            datasets[name] = values
+            layer["data"] = {"name": name}
+    return {**spec, "datasets": datasets}
+
+
+@functools.lru_cache(maxsize=1)
+def _vega_lite_head() -> dict:
+    """The `$schema` and `config` Altair puts on a top-level chart (its Vega-Lite version and theme)."""
+    d = alt.Chart(pd.DataFrame({"k": [0]})).mark_point().to_dict(validate=False)
+    return {"$schema": d["$schema"], "config": d["config"]}
+
+
+def robustness_spec(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
+                    mode: str = "margin", selection: str = "pt", width: int = 620, height: int = PANEL_HEIGHT,
+                    colors: Mapping[str, str] | None = None, dt: float | None = None) -> dict:
+    """Small multiples of the episode's active specs over time, one panel per spec, as a
+    Vega-Lite dict (the timeline player draws it; `robustness_chart` is the same as an Altair chart).
+
+    `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
+    |threshold|, NaN on gated-off steps), value (raw signal), threshold, unit, violated.
+
+    mode "raw" plots each spec's signal in its unit against its threshold line; mode
+    "margin" plots margin / |threshold| against zero. In each panel the violated steps are
+    filled red (one rect per run, so a one-step spike is a visible band) and a one-step
+    violation also gets its own red triangle; the violating step is a red dashed rule and the
+    current step (`step`; None: none) a thick green cursor driven by the Vega-Lite variable
+    `cursor` (so a client can move it). The y-range of each panel fits its data and its
+    reference line. The x axis gives steps and seconds (`dt`, else from the `t` column);
+    dragging on x zooms all panels together (double-click resets). A nearest-step point
+    selection named `selection` reports clicks ({selection: [{"step": k}]}).
+
+    Built as dicts, not through Altair's API: its compound chart took 0.55 s for five panels
+    (1-2 s in a server whose render thread is busy), its unit charts alone 0.3 s. The result
+    is what Altair writes for the same chart, to the letter but for the views' names
+    (tests/test_dashboard_charts.py builds it with Altair to compare); it is not validated
+    against the schema here (`robustness_chart` and the tests do that).
+    """
     if mode not in ("margin", "raw"):
         raise ValueError(f"mode: expected 'margin' or 'raw', got {mode!r}")
     specs = list(dict.fromkeys(traces["spec"]))
@@ -259,137 +357,34 @@ def _robustness_parts(traces: pd.DataFrame, *, step: int | None, violating_step:
     if colors:  # only the specs drawn, so no other colour is used
         colors = {k: v for k, v in colors.items() if k in set(specs)}
     palette = dict(colors) if colors else spec_colors(specs)
-    pick = alt.selection_point(name=selection, fields=["step"], nearest=True, on="click", empty=False,
-                               clear="dblclick")
-    zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
-    cursor = alt.param(name=CURSOR_PARAM, value=-1 if step is None else int(step))
     seconds = f"datum.value + ' · ' + format(datum.value * {dt!r}, '.1f') + ' s'"
-    panels = []
-    for n, spec in enumerate(specs):
-        one, band, single = _panel_frames(traces, spec, y_field)
-        unit = str(one["unit"].iloc[0] or "") if "unit" in one and len(one) else ""
-        thr = float(one["threshold"].iloc[0]) if len(one) else 0.0
-        ref = thr if mode == "raw" else 0.0
-        dom = panel_y_domain(one[y_field].to_numpy(float), ref)
-        if mode == "raw":
-            y_title = f"{unit}" if unit else "value"
-        else:
-            y_title = "margin / |thr|"
-        last = n == len(specs) - 1
-        x = alt.X("step:Q", scale=alt.Scale(nice=False, domain=[0, int(traces["step"].max()) + 1]),
-                  title="step · time (s)" if last else None,
-                  axis=alt.Axis(labelExpr=seconds, labels=last, ticks=True, tickCount=8, grid=True, labelOverlap=True,
-                                labelFlush=True))
-        y = alt.Y(f"{y_field}:Q", title=y_title, scale=alt.Scale(domain=list(dom), zero=False, nice=False),
-                  axis=alt.Axis(format=".3~g", tickCount=3))
-        data = _clean(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
-        tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"),
-                   alt.Tooltip("value:Q", format=".4g", title=f"signal ({unit})" if unit else "signal"),
-                   alt.Tooltip("threshold:Q", format=".4g"),
-                   alt.Tooltip("margin:Q", format=".3f", title="margin / |threshold|")]
-        base = alt.Chart(data)
-        layers = []
-        if len(band):
-            layers.append(alt.Chart(band).mark_rect(color=VIOLATION_RED, opacity=0.28).encode(
-                x=alt.X("step:Q"), x2="step_end:Q",
-                tooltip=[alt.Tooltip("step:Q", title="violated from step"), alt.Tooltip("steps:Q", title="steps")]))
-        layers.append(alt.Chart(pd.DataFrame({"y": [ref], "what": ["threshold" if mode == "raw" else "zero"]}))
-                      .mark_rule(color="#333", strokeDash=[6, 3], strokeWidth=1.3)
-                      .encode(y=alt.Y("y:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("y:Q", format=".4g")]))
-        layers.append(base.mark_line(strokeWidth=1.8, interpolate="step-after", color=palette.get(spec, "#1f77b4"),
-                                     clip=True).encode(x=x, y=y))
-        if len(single):
-            layers.append(alt.Chart(_clean(single[["step", y_field]])).mark_point(
-                shape="triangle-down", size=110, filled=True, color=VIOLATION_RED, opacity=1)
-                .encode(x="step:Q", y=alt.Y(f"{y_field}:Q"), tooltip=[alt.Tooltip("step:Q", title="one-step violation")]))
-        if violating_step is not None:
-            layers.append(alt.Chart(pd.DataFrame({"step": [int(violating_step)], "label": ["violating step"]}))
-                          .mark_rule(color=VIOLATION_RED, strokeDash=[4, 3], strokeWidth=1.5)
-                          .encode(x="step:Q", tooltip=[alt.Tooltip("label:N"), alt.Tooltip("step:Q")]))
-        layers.append(alt.Chart(pd.DataFrame({"k": [0]})).transform_calculate(step=CURSOR_PARAM)
-                      .transform_filter("datum.step >= 0")
-                      .mark_rule(color=CURSOR_COLOR, strokeWidth=3.5, opacity=0.85).encode(x="step:Q"))
-        clicks = base.mark_point(opacity=0, size=60).encode(x=x, y=y, tooltip=tooltip)
-        title = alt.Title(f"{spec}", subtitle=f"threshold {thr:.4g} {unit}".rstrip(),
-                          anchor="start", fontSize=12, subtitleFontSize=10, offset=2)
-        panels.append((layers, clicks, dict(width=width, height=height, title=title)))
-    total = len(specs) * (height + 48) + 60
-    top = dict(usermeta={"display_height": total, "dt": dt},
-               title=alt.Title("Robustness over time" if mode == "margin" else "Signals over time",
-                               subtitle="red band: violated steps; ▼ one-step violation; red dashes: violating step; "
-                                        "green: current step; drag to zoom"))
-    return _RobustnessParts(panels, (pick, zoom), cursor, top)
+    x_max = int(traces["step"].max()) if len(traces) else 0
+    views = [f"{VIEW_PREFIX}{n}" for n in range(len(specs))]
+    panels = [_panel(*_panel_frames(traces, spec, y_field), spec=spec, mode=mode, y_field=y_field,
+                     color=palette.get(spec, "#1f77b4"), violating_step=violating_step, x_max=x_max,
+                     last=n == len(specs) - 1, seconds=seconds, view=views[n], width=width, height=height)
+              for n, spec in enumerate(specs)]
+    params = [{"name": selection, "select": {"type": "point", "fields": ["step"], "nearest": True, "on": "click",
+                                             "clear": "dblclick"}, "views": views},
+              {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales", "views": views},
+              {"name": CURSOR_PARAM, "value": -1 if step is None else int(step)}]
+    top = {**_vega_lite_head(), "resolve": {"scale": {"x": "shared", "y": "independent"}}, "spacing": 6,
+           "title": {"text": "Robustness over time" if mode == "margin" else "Signals over time",
+                     "subtitle": "red band: violated steps; ▼ one-step violation; red dashes: violating step; "
+                                 "green: current step; drag to zoom"},
+           "usermeta": {"display_height": len(specs) * (height + 48) + 60, "dt": dt},
+           "params": params, "vconcat": panels}
+    return _named_datasets(top)
 
 
 def robustness_chart(traces: pd.DataFrame, *, step: int | None = None, violating_step: int | None = None,
                      mode: str = "margin", selection: str = "pt", width: int = 620,
                      height: int = PANEL_HEIGHT, colors: Mapping[str, str] | None = None,
                      dt: float | None = None) -> alt.VConcatChart:
-    """Small multiples of the episode's active specs over time, one panel per spec.
-
-    `traces` (from `dashboard.data.robustness_traces`): step, t, spec, margin (margin /
-    |threshold|, NaN on gated-off steps), value (raw signal), threshold, unit, violated.
-
-    mode "raw" plots each spec's signal in its unit against its threshold line; mode
-    "margin" plots margin / |threshold| against zero. In each panel the violated steps are
-    filled red (one rect per run, so a one-step spike is a visible band) and a one-step
-    violation also gets its own red triangle; the violating step is a red dashed rule and the
-    current step a thick green cursor driven by the Vega-Lite variable `cursor` (so a client
-    can move it). The y-range of each panel fits its data and its reference line. The x axis
-    gives steps and seconds (`dt`, else from the `t` column); dragging on x zooms all panels
-    together (double-click resets). A nearest-step point selection named `selection` reports
-    clicks ({selection: [{"step": k}]}).
-    """
-    parts = _robustness_parts(traces, step=step, violating_step=violating_step, mode=mode, selection=selection,
-                              width=width, height=height, colors=colors, dt=dt)
-    panels = [alt.layer(*layers, clicks.add_params(*parts.selections)).properties(**props)
-              for layers, clicks, props in parts.panels]
-    return alt.vconcat(*panels, spacing=6).add_params(parts.cursor).resolve_scale(
-        x="shared", y="independent").properties(**parts.top)
-
-
-def robustness_spec(traces: pd.DataFrame, *, violating_step: int | None = None, mode: str = "margin",
-                    selection: str = "pt", width: int = 620, height: int = PANEL_HEIGHT,
-                    colors: Mapping[str, str] | None = None, dt: float | None = None) -> dict:
-    """`robustness_chart(...).to_dict()` with no current step (`cursor` -1), in a fraction of the time.
-
-    Altair deep-copies every subchart to merge the selection parameters of a compound chart
-    (0.4 s of the 0.55 s five panels take; 1-2 s in a server whose render thread is busy), so
-    here only the unit charts go through Altair and the layers and the column of panels are
-    put together as dicts. The result is Altair's but for the names of the views that carry the
-    selections (tests/test_dashboard_charts.py compares them); it is not validated against the
-    schema (the chart's own tests do that).
-    """
-    parts = _robustness_parts(traces, step=None, violating_step=violating_step, mode=mode, selection=selection,
-                              width=width, height=height, colors=colors, dt=dt)
-    datasets: dict = {}
-    head: dict = {}
-
-    def unit(chart, **extra) -> dict:
-        """A unit chart's dict, its datasets and top-level keys moved to the whole spec."""
-        d = chart.properties(**extra).to_dict(validate=False) if extra else chart.to_dict(validate=False)
-        datasets.update(d.pop("datasets", {}))
-        for key in ("config", "$schema"):
-            value = d.pop(key, None)
-            if value is not None:
-                head.setdefault(key, value)
-        return d
-
-    views, panels = [], []
-    for n, (layers, clicks, props) in enumerate(parts.panels):
-        views.append(f"{VIEW_PREFIX}{n}")
-        layer = [unit(c) for c in layers] + [unit(clicks, name=views[-1])]
-        panel = alt.LayerChart(layer=[]).properties(**props).to_dict(validate=False)
-        for key in ("$schema", "config", "layer"):
-            panel.pop(key, None)
-        panels.append({**panel, "layer": layer})
-    params = [{**s.param.to_dict(validate=False), "views": views} for s in parts.selections]
-    params.append(parts.cursor.param.to_dict(validate=False))
-    top = alt.VConcatChart(vconcat=[]).properties(spacing=6, **parts.top).resolve_scale(
-        x="shared", y="independent").to_dict(validate=False)
-    for key in ("vconcat", "$schema", "config"):
-        top.pop(key, None)
-    return {**head, **top, "params": params, "vconcat": panels, "datasets": datasets}
+    """`robustness_spec` as an Altair chart (validated against the schema), for exports."""
+    return alt.VConcatChart.from_dict(robustness_spec(traces, step=step, violating_step=violating_step, mode=mode,
+                                                      selection=selection, width=width, height=height,
+                                                      colors=colors, dt=dt))
 
 
 # ----------------------------------------------------------------------------- what-if
