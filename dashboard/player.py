@@ -75,14 +75,16 @@ def violated_by_step(traces) -> dict[str, str]:
 
 def timeline(*, episode: str, spec: Mapping, n_steps: int, dt: float, step: int, violating_step: int | None,
              frames: Mapping[int, str], total: int, violated: Mapping[str, str], key: str,
-             answers: str | None = None, height: int | None = None):
+             answers: str | None = None, prerendering: bool = False, height: int | None = None):
     """Draws the timeline; returns its last value ({step, seq, event, episode}) or None.
 
     `answers` is the seq of the player's last value this run handled (None: none yet). The
     player moves to `step` only when this run had seen its newest value: a run that had not
-    seen it started before that value arrived, and its step is older than the player's."""
+    seen it started before that value arrived, and its step is older than the player's.
+    `prerendering`: frames are still being rendered and polled for; a player drawn without any
+    frame then asks for the first one (the value's event "frames")."""
     return _component()(episode=episode, spec=dict(spec), n_steps=int(n_steps), dt=float(dt), step=int(step),
                         answers=None if answers is None else str(answers),
                         vstep=None if violating_step is None else int(violating_step),
                         frames={str(k): v for k, v in frames.items()}, total=int(total), violated=dict(violated),
-                        key=key, default=None, height=height)
+                        prerendering=bool(prerendering), key=key, default=None, height=height)

@@ -259,6 +259,10 @@ def test_detail_deep_link_chart_click_and_jump(store, tables):
     at.session_state[TIMELINE_KEY] = {"step": 21, "seq": "x:1", "event": "seek", "episode": f"{tag}{MODE_SEP}margin"}
     ok(at.run())
     assert at.slider(key="w.step").value == 21 and qp(at, "step") == ["21"]
+    # the player asking for its first frame (it mounted without one) moves nothing
+    at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "x:2", "event": "frames", "episode": f"{tag}{MODE_SEP}margin"}
+    ok(at.run())
+    assert at.slider(key="w.step").value == 21 and qp(at, "step") == ["21"]
     # moving the slider keeps the new value (the stale click does not win)
     at.slider(key="w.step").set_value(30).run()
     assert at.slider(key="w.step").value == 30

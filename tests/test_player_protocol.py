@@ -98,11 +98,13 @@ def host(tmp_path_factory):
     httpd.shutdown()
 
 
-def _render(pg, *, step: int, answers: str | None, episode: str = "store#3#1|margin") -> None:
+def _render(pg, *, step: int, answers: str | None, episode: str = "store#3#1|margin", frames: int = N_STEPS,
+            prerendering: bool = False) -> None:
     frame = _frame_url()
     pg.evaluate("(a) => window.renderArgs(a)", {
         "episode": episode, "spec": None, "n_steps": N_STEPS, "dt": 0.05, "step": step, "vstep": 40,
-        "frames": {str(k): frame for k in range(N_STEPS)}, "total": N_STEPS, "violated": {}, "answers": answers})
+        "frames": {str(k): frame for k in range(frames)}, "total": N_STEPS, "violated": {}, "answers": answers,
+        "prerendering": prerendering})
 
 
 def _player_step(pg) -> int:
@@ -253,6 +255,25 @@ def test_n_and_p_ask_the_page_for_the_next_and_previous_episode_without_moving(h
     assert _player_step(page) == 12
     help_text = page.frame_locator("#player").locator("#help").inner_text()
     assert "n/p: next/previous episode" in help_text
+
+
+def test_a_player_drawn_without_frames_asks_for_the_first_once_per_episode_without_moving(host, page):
+    # the page's run could not wait for the scene to open: the player asks for its first frame
+    # as soon as it has mounted, instead of waiting for the page's next poll
+    page.goto(host)
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=12, answers=None, frames=0, prerendering=True)
+    sent = _wait_values(page, 1)
+    assert sent.pop("seq") and sent == {"step": 12, "event": "frames", "episode": "store#3#1|margin"}
+    _render(page, step=12, answers=None, frames=0, prerendering=True)  # the next poll, still no frame: no new ask
+    _render(page, step=12, answers=None, frames=5, prerendering=True)
+    _render(page, step=12, answers=None, frames=0, prerendering=True, episode="store#4#1|margin")
+    assert _wait_values(page, 2)["event"] == "frames"  # another episode asks once too
+    _render(page, step=12, answers=None, frames=0, prerendering=False, episode="store#5#1|margin")
+    page.wait_for_timeout(300)  # nothing more to come (frames all failed, say): nothing to ask for
+    values = page.evaluate("() => window.values")
+    assert [v["episode"] for v in values] == ["store#3#1|margin", "store#4#1|margin"]
+    assert _player_step(page) == 12
 
 
 def test_a_player_that_changed_episode_never_reuses_a_seq_the_page_has_handled(host, page):

@@ -2,9 +2,11 @@
 // postMessage protocol of streamlit-component-lib, without its npm build).
 // Args: episode, spec (Vega-Lite, with the variable `cursor`), n_steps, dt, step (the
 // server's step), answers (the seq of the player's value the page's run had handled, if
-// any), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}.
+// any), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}, prerendering
+// (more frames are on their way).
 // Value sent back on pause / seek / stepping: {step, seq, event}; n / p send the event
-// "next" / "previous" (the page opens that episode of its picker's list).
+// "next" / "previous" (the page opens that episode of its picker's list); "frames" asks, once
+// per episode, for the first frame when the page's arguments came without one.
 (function () {
 "use strict";
 
@@ -32,7 +34,7 @@ const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
-  lastSeq: null, queued: [],
+  lastSeq: null, queued: [], askedFirst: null,
 };
 
 function send(type, data) {
@@ -360,6 +362,12 @@ window.addEventListener("message", (event) => {
     show(a.step);  // the page's slider, the jump button or a deep link moved the step
   } else {
     show(S.step);  // new frames arrived: the current step may be ready now
+  }
+  if (a.prerendering && !S.nFrames && S.askedFirst !== S.episode) {
+    // The page came without a frame (its scene was still opening): ask for the first one now
+    // rather than wait for the page's next poll; the server answers as soon as it is rendered.
+    S.askedFirst = S.episode;
+    emit("frames");
   }
   setHeight();
 });

@@ -28,6 +28,7 @@ PAGE_FIRST_FRAME_WAIT_S = 0.5  # the page's own run waits this long for the firs
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 EPISODE_EVENTS = ("previous", "next")  # the player's p / n keys: open that episode of the picker's list
+FRAMES_EVENT = "frames"  # the player mounted without a frame and asks for the first one (no step moves)
 
 
 def clicked_step(selection) -> int | None:
@@ -233,9 +234,19 @@ def timeline_value(value, tag: str) -> dict | None:
     return value
 
 
+def _asked_for_frames(tag: str) -> bool:
+    """True when the player's newest value asks for its first frame (`FRAMES_EVENT`); the
+    value is then handled here, in the timeline's own rerun, and never reruns the page."""
+    value = st.session_state.get(TIMELINE_KEY)
+    if not (unhandled(value, tag) and value.get("event") == FRAMES_EVENT):
+        return False
+    timeline_value(value, tag)
+    return True
+
+
 def value_step(value: dict | None) -> int | None:
     """The step a timeline value moves to (a seek, pause or key step), else None."""
-    if value is None or value.get("event") in EPISODE_EVENTS:
+    if value is None or value.get("event") in (*EPISODE_EVENTS, FRAMES_EVENT):
         return None
     try:
         return int(value["step"])
@@ -333,17 +344,19 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
                 # A frame due within moments (the scene is open or opening) is sent with the page
                 # instead of at the fragment's first poll, POLL_S after the page reaches the browser.
                 strip.wait_first(PAGE_FIRST_FRAME_WAIT_S)
-            if runs[0] == 2 and not strip.wait_first(0):
-                # The page and the player's iframe are out: rather than leave the first frame for
-                # the next poll (up to POLL_S after it is rendered), send it the moment it is. Only
-                # the first poll waits, so a render thread busy elsewhere (or a scene that fails
-                # slowly) holds the page's next run back once, by FIRST_FRAME_WAIT_S at most.
+            asked = runs[0] > 1 and _asked_for_frames(tag)
+            if (runs[0] == 2 or asked) and not strip.wait_first(0):
+                # The page and the player's iframe are out, and the player asked for its first
+                # frame as it mounted (or this is the first poll): send the frame the moment it
+                # is rendered, not at the next poll. Only these runs wait, so a render thread
+                # busy elsewhere (or a scene that fails slowly) holds the page back by
+                # FIRST_FRAME_WAIT_S at most, once or twice per episode.
                 strip.wait_first(FIRST_FRAME_WAIT_S)
         frames = strip.snapshot() if strip is not None else {}
         value = player.timeline(episode=f"{tag}{MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
                                 step=step, violating_step=vstep, frames=frames,
                                 total=strip.total if strip is not None else 0, violated=violated,
-                                key=TIMELINE_KEY, answers=answers)
+                                key=TIMELINE_KEY, answers=answers, prerendering=polling)
         if strip is not None and strip.errors and not frames:
             step0, why0 = next(iter(strip.errors.items()))
             st.info(f"No replay for this episode: step {step0}: {why0}", icon=":material/movie:")
