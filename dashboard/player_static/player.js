@@ -21,14 +21,20 @@ const speedSel = document.getElementById("speed");
 
 // The chart library (vl-convert's vega bundle, 0.9 MB) loads after this script, not before
 // it: a player re-created by a rerun hears keys from its first moment, not once the bundle
-// is parsed (a key pressed meanwhile was lost; seen in CI under load).
-const vegaReady = new Promise((resolve, reject) => {
+// is parsed (a key pressed meanwhile was lost; seen in CI under load). And it loads after the
+// first frame is drawn (or once no frame is coming, or CHART_WAIT_MS after the page's first
+// message): parsing it and drawing the chart hold the page's main thread for 0.3-0.8 s on a
+// loaded machine, and the frame, and the page's next messages, waited behind them.
+const CHART_WAIT_MS = 1500;
+const vegaSrc = document.currentScript.dataset.vega || "vega-bundle.js";
+let openChartGate = null;
+const vegaReady = new Promise((resolve) => { openChartGate = resolve; }).then(() => new Promise((resolve, reject) => {
   const tag = document.createElement("script");
-  tag.src = document.currentScript.dataset.vega || "vega-bundle.js";
+  tag.src = vegaSrc;
   tag.onload = resolve;
   tag.onerror = () => reject(new Error(`could not load ${tag.src}`));
   document.head.appendChild(tag);
-});
+}));
 
 const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
@@ -143,6 +149,7 @@ async function embedChart() {
 
 // ---------------------------------------------------------------- frames
 img.addEventListener("load", () => {
+  openChartGate();  // the first frame is drawn: the chart's turn
   const now = performance.now();
   S.loads.push(now);
   while (S.loads.length && now - S.loads[0] > 2000) S.loads.shift();
@@ -348,10 +355,13 @@ window.addEventListener("message", (event) => {
   // waits to be sent.
   const answers = a.answers === undefined || a.answers === null ? null : String(a.answers);
   const behind = S.lastSeq !== null && answers !== S.lastSeq;
+  if (!S.nFrames && !a.prerendering) openChartGate();  // no frame is coming: draw the chart now
+  setTimeout(openChartGate, CHART_WAIT_MS);  // nor wait long for a frame that is slow to come
   if (fresh) {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
     const memo = recalled(a.episode);
     S.step = memo ? memo.step : a.step;
+    show(S.step);  // the frame first (it opens the chart's gate once drawn), then the chart
     embedChart().catch((e) => console.error(e)).then(() => {  // frames and keys even without a chart
       show(S.step);
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
