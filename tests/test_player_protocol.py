@@ -58,6 +58,7 @@ window.newPlayer = (keepOld) => { window.dropPlayer(keepOld); window.addPlayer()
 N_STEPS = 60
 KEPT_KEYS_S = 3  # player.js KEPT_KEYS_MS: how long the page keeps keys for a player that is not there
 SLOW_S = {"vega-bundle.js": 0.0, "player.js": 0.0}  # seconds the host's server holds a file back
+REQUESTED: list[str] = []  # the files the host's server was asked for, in order
 
 
 PLAYER_ROOT = "document.getElementById('player').contentDocument.getElementById('timeline')"
@@ -87,6 +88,7 @@ def host(tmp_path_factory):
 
         def do_GET(self):  # noqa: N802 - http.server's name
             name = self.path.lstrip("/").split("?")[0]
+            REQUESTED.append(name)
             if SLOW_S.get(name):
                 time.sleep(SLOW_S[name])  # a loaded machine: the file comes late
             super().do_GET()
@@ -274,6 +276,33 @@ def test_a_player_drawn_without_frames_asks_for_the_first_once_per_episode_witho
     values = page.evaluate("() => window.values")
     assert [v["episode"] for v in values] == ["store#3#1|margin", "store#4#1|margin"]
     assert _player_step(page) == 12
+
+
+def test_the_chart_library_loads_once_the_first_frame_is_drawn(host, page):
+    # parsing the 0.9 MB bundle and drawing the chart hold the page's main thread: the first
+    # frame goes first, and the bundle follows once it is drawn
+    REQUESTED.clear()
+    page.goto(host)
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=12, answers=None, frames=0, prerendering=True)
+    page.wait_for_timeout(600)
+    assert "vega-bundle.js" not in REQUESTED  # no frame yet, and less than CHART_WAIT_MS passed
+    _render(page, step=12, answers=None, frames=20, prerendering=True)
+    page.wait_for_function(f"() => {{ const i = {PLAYER_ROOT}.querySelector('#frame'); "
+                           "return i.dataset.step === '12' && i.complete && i.naturalWidth > 0; }", timeout=10_000)
+    page.wait_for_function("() => document.getElementById('player').contentWindow.vegaEmbed !== undefined",
+                           timeout=20_000)
+    assert "vega-bundle.js" in REQUESTED
+
+
+def test_a_player_waiting_long_for_its_first_frame_still_draws_its_chart(host, page):
+    REQUESTED.clear()
+    page.goto(host)
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=12, answers=None, frames=0, prerendering=True)
+    page.wait_for_function("() => document.getElementById('player').contentWindow.vegaEmbed !== undefined",
+                           timeout=20_000)  # CHART_WAIT_MS after the page's first message
+    assert _player_step(page) == 12 and "vega-bundle.js" in REQUESTED
 
 
 def test_a_player_that_changed_episode_never_reuses_a_seq_the_page_has_handled(host, page):
