@@ -244,6 +244,24 @@ def test_choosing_an_episode_opens_its_scene_before_the_page_asks_for_frames(sto
 
 # ----------------------------------------------------------------------------- detail
 
+def test_only_the_players_moves_rerun_the_page_from_the_timeline_fragment(monkeypatch):
+    """A timeline fragment's run hands a seek, pause, key step or n / p to a page run, but
+    not the player's ask for its first frame: the fragment's next run answers that one (a page
+    run for it was one needless page run per episode when the ask came mid-run)."""
+    from dashboard.views import detail
+
+    monkeypatch.setattr(detail.st, "session_state", {})
+    tag = "store#3#1"
+    value = lambda event, seq: {"step": 5, "seq": seq, "event": event, "episode": f"{tag}{detail.MODE_SEP}margin"}
+    for event in ("seek", "pause", "step", *detail.EPISODE_EVENTS):
+        assert detail.reruns_page(value(event, "a:1"), tag), event
+    assert not detail.reruns_page(value(detail.FRAMES_EVENT, "a:1"), tag)
+    assert not detail.reruns_page(value("seek", "a:1"), "store#4#1")  # another episode's player
+    detail.st.session_state["_timeline_seen"] = (f"{tag}{detail.MODE_SEP}margin", "a:1")
+    assert not detail.reruns_page(value("seek", "a:1"), tag)  # handled already
+
+
+
 def test_detail_deep_link_chart_click_and_jump(store, tables):
     eps, _ = tables
     row = eps[eps["sbu"]].iloc[0]

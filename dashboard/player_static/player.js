@@ -40,7 +40,7 @@ const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
-  lastSeq: null, queued: [], askedFirst: null,
+  lastSeq: null, queued: [], askedFirst: null, chartTimer: null,
 };
 
 function send(type, data) {
@@ -356,7 +356,7 @@ window.addEventListener("message", (event) => {
   const answers = a.answers === undefined || a.answers === null ? null : String(a.answers);
   const behind = S.lastSeq !== null && answers !== S.lastSeq;
   if (!S.nFrames && !a.prerendering) openChartGate();  // no frame is coming: draw the chart now
-  setTimeout(openChartGate, CHART_WAIT_MS);  // nor wait long for a frame that is slow to come
+  if (!S.chartTimer) S.chartTimer = setTimeout(openChartGate, CHART_WAIT_MS);  // nor wait long for a slow frame
   if (fresh) {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
     const memo = recalled(a.episode);

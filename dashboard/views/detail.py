@@ -244,6 +244,14 @@ def _asked_for_frames(tag: str) -> bool:
     return True
 
 
+def reruns_page(value, tag: str) -> bool:
+    """True when a timeline fragment's run must hand the player's value to a page run: an
+    unhandled seek, pause, key step or n / p. An ask for the first frame (`FRAMES_EVENT`) that
+    arrived while the run was past `_asked_for_frames` is left to the fragment's next run,
+    which answers it without a page run."""
+    return unhandled(value, tag) and value.get("event") != FRAMES_EVENT
+
+
 def value_step(value: dict | None) -> int | None:
     """The step a timeline value moves to (a seek, pause or key step), else None."""
     if value is None or value.get("event") in (*EPISODE_EVENTS, FRAMES_EVENT):
@@ -364,7 +372,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
             return
         if strip.complete:
             st.rerun()  # every frame is in: draw once more, outside the polling fragment
-        if unhandled(value, tag):
+        if reruns_page(value, tag):
             st.rerun()  # a seek, pause or n / p in the player: the page's run handles it
 
     # While frames are pre-rendered, a fragment re-sends what is ready every POLL_S; after
