@@ -49,16 +49,6 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> np.ndarray:
     return front
 
 
-def _clean(df: pd.DataFrame) -> pd.DataFrame:
-    """NaN and +-inf as None (JSON null): Vega-Lite draws gaps, and the spec stays valid JSON."""
-    num = df.select_dtypes(include="floating").columns
-    out = df.astype({c: object for c in num})
-    for c in num:
-        vals = df[c].to_numpy(dtype=float, na_value=np.nan)
-        out[c] = [None if not np.isfinite(x) else x.item() for x in vals]
-    return out
-
-
 def cell_label(row: Mapping, by: Sequence[str]) -> str:
     return " · ".join(str(row[c]) for c in by)
 
@@ -78,7 +68,6 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
     df = agg[[*by, "n", "sr", "sr_lo", "sr_hi", "safety", "safety_lo", "safety_hi", "sbu"]].copy()
     df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
     df["frontier"] = pareto_front(df, "sr", "safety")
-    df = _clean(df)
     xs, ys = rate_axis_domain(agg, "sr"), rate_axis_domain(agg, "safety")
     base = alt.Chart(df)
     enc = {}
@@ -136,7 +125,6 @@ def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None =
     df["spec"] = [labels.get(f, f) for f in df["family"]]
     df["text"] = ["—" if pd.isna(r) else f"{100 * r:.0f}%" for r in df["rate"]]
     df["inactive"] = df["rate"].isna()
-    df = _clean(df)
     spec_order = [labels.get(f, f) for f in fam_order]
     cells = list(dict.fromkeys(df["cell"]))
     x = alt.X("spec:N", sort=spec_order, title=None, axis=alt.Axis(labelAngle=-40, labelLimit=160,
@@ -243,7 +231,8 @@ def _q(field: str, **extra) -> dict:
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
-    """Rows as JSON-ready dicts: NaN and +-inf as None (Vega-Lite draws gaps), numpy scalars as Python's."""
+    """Rows as JSON-ready dicts: NaN and +-inf as None (Vega-Lite draws gaps), numpy scalars as Python's
+    (`robustness_spec` builds its dicts without Altair, which does this for the other charts)."""
     columns = {c: [None if isinstance(x, float) and not math.isfinite(x) else x for x in df[c].tolist()]
                for c in df.columns}
     return [dict(zip(columns, row)) for row in zip(*columns.values())]
@@ -397,7 +386,7 @@ def sensitivity_chart(curve: pd.DataFrame, *, current: float | None = None, defa
     `curve`: value (knob units), metric ("Safety", "SBU", ...), rate. Grey dashed rule at the
     registry default, black rule at the current setting.
     """
-    df = _clean(curve[["value", "metric", "rate"]])
+    df = curve[["value", "metric", "rate"]]
     title_x = f"{label} ({unit})" if unit else label
     lines = alt.Chart(df).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
         x=alt.X("value:Q", title=title_x, scale=alt.Scale(zero=False, nice=False)),

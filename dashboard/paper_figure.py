@@ -12,7 +12,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from dashboard.charts import _clean, cell_label, chart_bytes, sr_safety_scatter
+from dashboard.charts import cell_label, chart_bytes, sr_safety_scatter
 from scoring.report.axis_rates import AXES, AXIS_LABELS
 
 FORMATS = ("pdf", "svg", "png")
@@ -28,7 +28,6 @@ def axis_heatmap(rates: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"),
     df["cell"] = [cell_label(r, by) for r in df.to_dict("records")]
     df["text"] = ["—" if pd.isna(r) else f"{100 * r:.0f}" for r in df["rate"]]
     df["inactive"] = df["rate"].isna()
-    df = _clean(df)
     order = list(cells) if cells is not None else list(dict.fromkeys(df["cell"]))
     x = alt.X("label:N", sort=[AXIS_LABELS[a] for a in AXES], title=None,
               axis=alt.Axis(labelAngle=-30, orient="bottom", labelLimit=140))

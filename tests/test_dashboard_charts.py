@@ -306,7 +306,7 @@ def _altair_reference(traces: pd.DataFrame, *, step, violating_step, mode: str, 
                                 labelFlush=True))
         y = alt.Y(f"{y_field}:Q", title=(unit or "value") if mode == "raw" else "margin / |thr|",
                   scale=alt.Scale(domain=list(dom), zero=False, nice=False), axis=alt.Axis(format=".3~g", tickCount=3))
-        base = alt.Chart(charts._clean(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]]))
+        base = alt.Chart(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
         layers = []
         if len(band):
             layers.append(alt.Chart(band).mark_rect(color=charts.VIOLATION_RED, opacity=0.28).encode(
@@ -318,7 +318,7 @@ def _altair_reference(traces: pd.DataFrame, *, step, violating_step, mode: str, 
         layers.append(base.mark_line(strokeWidth=1.8, interpolate="step-after", color=palette.get(spec, "#1f77b4"),
                                      clip=True).encode(x=x, y=y))
         if len(single):
-            layers.append(alt.Chart(charts._clean(single[["step", y_field]])).mark_point(
+            layers.append(alt.Chart(single[["step", y_field]]).mark_point(
                 shape="triangle-down", size=110, filled=True, color=charts.VIOLATION_RED, opacity=1)
                 .encode(x="step:Q", y=alt.Y(f"{y_field}:Q"), tooltip=[alt.Tooltip("step:Q", title="one-step violation")]))
         if violating_step is not None:
@@ -361,3 +361,22 @@ def test_the_spec_is_what_altairs_api_builds(traces, mode, vstep, step):
     assert len(fast["params"][0]["views"]) == len(fast["vconcat"]) == 2  # one click view per panel
     assert _same_views(charts.robustness_chart(tr, step=step, violating_step=vstep, mode=mode, colors=colors,
                                                dt=0.05).to_dict()) == _same_views(fast)  # schema-checked there
+
+
+def test_charts_with_missing_and_infinite_values_are_strict_json_with_gaps():
+    """A NaN or +-inf rate (an inactive cell, a degenerate interval) reaches Vega-Lite as null
+    (a gap), never as NaN or Infinity, which are not JSON and break the page's chart."""
+    import json
+
+    agg = pd.DataFrame({"model": ["a", "b"], "suite": ["s", "s"], "n": [10, 0], "sr": [0.9, np.nan],
+                        "sr_lo": [0.6, np.nan], "sr_hi": [0.98, np.inf], "safety": [0.3, np.nan],
+                        "safety_lo": [0.1, -np.inf], "safety_hi": [0.6, np.nan], "sbu": [0.6, np.nan]})
+    rates = pd.DataFrame({"model": ["a", "a"], "suite": ["s", "s"], "family": ["force", "tilt"], "rate": [np.inf, np.nan],
+                          "n": [4, 4], "n_active": [4, 0], "n_violated": [2, 0]})
+    curve = pd.DataFrame({"value": [100.0, np.inf], "metric": ["Safety", "SBU"], "rate": [-np.inf, np.nan]})
+    for chart, field in ((charts.sr_safety_scatter(agg), "sr_hi"), (charts.violation_heatmap(rates), "rate"),
+                         (charts.sensitivity_chart(curve), "rate")):
+        spec = chart.to_dict()
+        json.dumps(spec, allow_nan=False)  # raises on NaN / Infinity
+        rows = [r for rows in spec["datasets"].values() for r in rows if field in r]
+        assert rows and any(r[field] is None for r in rows), field
