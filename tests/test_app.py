@@ -262,6 +262,22 @@ def test_only_the_players_moves_rerun_the_page_from_the_timeline_fragment(monkey
 
 
 
+def test_the_tables_wait_for_the_first_frame_only_on_the_run_that_first_shows_an_episode(monkeypatch):
+    """`tables_wait_for_frame`: the first page run of an episode whose frames are pre-rendered
+    leaves its tables to a later run (the timeline fragment reruns the page once the frame is
+    out); every other run draws them, and an episode with all its frames never waits."""
+    from dashboard.views import detail
+
+    monkeypatch.setattr(detail.st, "session_state", {})
+    assert detail.tables_wait_for_frame("a", polling=True)
+    assert detail.st.session_state["_tables_wait"] == "a"
+    assert not detail.tables_wait_for_frame("a", polling=True)  # the page's next run (the fragment's ask, a slider)
+    assert "_tables_wait" not in detail.st.session_state
+    assert detail.tables_wait_for_frame("b", polling=True)  # another episode: its first run waits again
+    assert not detail.tables_wait_for_frame("c", polling=False)  # every frame rendered: nothing to wait for
+    assert "_tables_wait" not in detail.st.session_state
+
+
 def test_detail_deep_link_chart_click_and_jump(store, tables):
     eps, _ = tables
     row = eps[eps["sbu"]].iloc[0]

@@ -29,6 +29,7 @@ PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 EPISODE_EVENTS = ("previous", "next")  # the player's p / n keys: open that episode of the picker's list
 FRAMES_EVENT = "frames"  # the player mounted without a frame and asks for the first one (no step moves)
+TABLES_WAIT_POLLS = 2  # the page's tables wait this many timeline polls at most for the first frame
 
 
 def clicked_step(selection) -> int | None:
@@ -317,8 +318,25 @@ def timeline_chart_spec(traces, vstep: int | None, mode: str, colors: tuple, dt:
     return charts.robustness_spec(traces, violating_step=vstep, mode=mode, colors=dict(colors), dt=dt)
 
 
-def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces) -> None:
-    """The robustness chart and the replay player in one browser component (dashboard/player.py)."""
+def tables_wait_for_frame(tag: str, polling: bool) -> bool:
+    """True on the page run that first shows episode `tag` while its frames are pre-rendered:
+    its tables (spec results, why each spec is active) wait for the player's first frame. Drawn
+    with the player, they held it back by 0.15-0.45 s on a page load (the browser fetches,
+    parses and lays out the data grid while it loads the player; docs/benchmarks.md). The
+    timeline fragment reruns the page once the frame is out (`TABLES_WAIT_POLLS`); any other
+    page run draws them."""
+    first = st.session_state.get("_tables_shown") != tag
+    st.session_state["_tables_shown"] = tag
+    if polling and first:
+        st.session_state["_tables_wait"] = tag
+        return True
+    st.session_state.pop("_tables_wait", None)
+    return False
+
+
+def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces) -> bool:
+    """The robustness chart and the replay player in one browser component (dashboard/player.py).
+    True when the page's tables wait for the player's first frame (`tables_wait_for_frame`)."""
     from dashboard import player
 
     strip, why = None, None
@@ -343,6 +361,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     seen = st.session_state.get("_timeline_seen")  # (episode, seq) of the player's last value handled
     answers = seen[1] if isinstance(seen, (tuple, list)) and len(seen) == 2 else None
     runs = [0]  # calls of draw(): the first is in the page's run, the rest are the fragment's reruns
+    tables_wait = tables_wait_for_frame(tag, polling)
 
     def draw() -> None:
         runs[0] += 1
@@ -370,6 +389,10 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
             st.info(f"No replay for this episode: step {step0}: {why0}", icon=":material/movie:")
         if not polling:
             return
+        if (runs[0] > 1 and st.session_state.get("_tables_wait") == tag
+                and (strip.wait_first(0) or runs[0] > TABLES_WAIT_POLLS)):
+            st.session_state.pop("_tables_wait", None)
+            st.rerun()  # the first frame is out (or late): the page's run draws the tables
         if strip.complete:
             st.rerun()  # every frame is in: draw once more, outside the polling fragment
         if reruns_page(value, tag):
@@ -383,6 +406,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     st.caption("Space plays and pauses, ←/→ step (shift: 10 steps), v jumps to the violating step, n / p open the "
                "next / previous episode of the list above, a click on the chart seeks; frames around the violating "
                "step are rendered first. The green rule is the current step, the red dashed rule the violating step.")
+    return tables_wait
 
 
 def render() -> None:
@@ -446,15 +470,19 @@ def render() -> None:
         S.put("raw", bool(raw))
 
     tr = cached.traces(data, c.key, i, c.items)
+    tables_wait = False
     if tr.empty:
         st.info("No active spec has a signal for this episode, so there is nothing to plot.")
         left, right = st.columns([1.35, 1])
         with right:
             replay_panel(c, i, step)
     else:
-        timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw), traces=tr)
+        tables_wait = timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw), traces=tr)
     clip_panel(c, i, vstep, n_steps)
 
+    if tables_wait:
+        st.caption(":material/hourglass_top: The spec results and why each spec is active follow the first frame.")
+        return
     st.subheader("Spec results")
     vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",),
                 formats={"robustness": "%.4g", "worst value": "%.4g", "worst step": "%d", "first violation": "%d"},
