@@ -2,7 +2,7 @@
 """Dashboard speed in a real headless chromium against a real `streamlit run` server.
 
     python benchmarks/bench_dashboard.py
-        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_switch,
+        [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_link_warm,frame_switch,
                frame_from_list,playback,memory]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
@@ -27,6 +27,10 @@ that moment, with the browser's own clock.
 - frame_next_scene: on such a server, after the user opened one scene, the detail page of
   SBU episodes of other scene files never opened (median of --repeat): what browsing feels
   like after the first episode (MuJoCo keeps the decoded assets the scenes share).
+- frame_link_warm: frame_next_scene in a browser that has shown the dashboard before: each
+  link opens in a new tab (a new session) of the browser context that opened the first scene,
+  so Streamlit's frontend files (~150, fetched from the dashboard's own Python server) come
+  from the HTTP cache, as for a user who opens a shared link in the browser they use.
 - frame_switch: on such a server, the detail page of one scene open in the browser, then
   the page's own episode picker set to SBU episodes of other scene files never opened
   (Enter -> the player shows the new episode's first frame; median of --repeat): browsing
@@ -44,8 +48,8 @@ that moment, with the browser's own clock.
 - memory: the server's resident memory over 10 x --repeat rounds of a what-if step and three
   page switches (does anything build up between runs?).
 
-`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_switch/frame_from_list a
-second time against a server started from `git archive REV` in the same run, and reports
+`--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_link_warm/
+frame_switch/frame_from_list a second time against a server started from `git archive REV` in the same run, and reports
 `ratio` = baseline/now (and the baseline's samples and asset-set medians, `baseline_*`).
 The synthetic store (manifest `synthetic: true`) is built once with
 scripts/make_synthetic_store.py and reused.
@@ -72,7 +76,7 @@ from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove
 DEMO = ROOT / "assets" / "demo" / "store"
 APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
-             "frame": 2.0, "frame_next_scene": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
+             "frame": 2.0, "frame_next_scene": 2.0, "frame_link_warm": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
              "playback": None, "memory": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
@@ -253,10 +257,13 @@ def ci_in_process(store: Path) -> dict:
             "in_process_ratio": round(slow / fast, 2), "identical_to_scipy": same, "cells": len(agg)}
 
 
-def _first_frame(browser, url: str, *, keep: bool = False):
+def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None):
     """Seconds from navigating a new browser session to `url` until the player shows its first
-    frame; with `keep`, {"value_s", "page"} and the page is left open for the caller to close."""
-    pg = browser.page()
+    frame; with `keep`, {"value_s", "page"} and the page is left open for the caller to close.
+    The session is a new browser context (empty HTTP cache), or with `tab_of` a new tab of that
+    context (its HTTP cache holds what the context loaded before)."""
+    pg = browser.page() if tab_of is None else tab_of.new_page()
+    close = pg.context.close if tab_of is None else pg.close
     try:
         t0 = time.perf_counter()
         pg.goto(url)
@@ -266,11 +273,11 @@ def _first_frame(browser, url: str, *, keep: bool = False):
                              arg=PLAYER_IFRAME, timeout=300_000)
         took = round(time.perf_counter() - t0, 3)
     except BaseException:
-        pg.context.close()
+        close()
         raise
     if keep:
         return {"value_s": took, "page": pg}
-    pg.context.close()
+    close()
     return took
 
 
@@ -356,6 +363,26 @@ def frame_next_scene(b: "Bench", code: Path) -> dict:
             "includes": "new session opening the detail page of a scene file never opened or compiled, after "
                         "one other scene was opened in the same server (empty compiled-scene cache, no "
                         "warm-up): navigation -> the player's first frame drawn"}
+
+
+def frame_link_warm(b: "Bench", code: Path) -> dict:
+    """`frame_next_scene` in a browser that has shown the dashboard before: each link opens in
+    a new tab (a new session) of the browser context that opened the first scene."""
+    store = b.demo
+    first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
+    with _server_with_no_scene_compiled(code, store) as srv:
+        before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
+        ctx = before.pop("page").context
+        try:
+            times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", tab_of=ctx) for eid in others]
+        finally:
+            ctx.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before["value_s"],
+            **_by_asset_set(store, [first, *others], others, times),
+            "episode_ids": [first, *others], "store": str(store),
+            "includes": "as frame_next_scene, but each link opens in a new tab (new session) of the browser context "
+                        "that opened the first scene: its HTTP cache holds Streamlit's frontend files and the "
+                        "player's, as a browser that has shown the dashboard before"}
 
 
 _PLAYER_IMAGE = """(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
@@ -546,10 +573,11 @@ def memory(b: "Bench", code: Path) -> dict:
 
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
+                "frame_link_warm": frame_link_warm,
                 "frame_switch": frame_switch, "frame_from_list": frame_from_list, "playback": playback,
                 "memory": memory}
-BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene", "frame_switch",
-               "frame_from_list")
+BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene",
+               "frame_link_warm", "frame_switch", "frame_from_list")
 
 
 class Bench:
