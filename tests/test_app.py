@@ -276,6 +276,15 @@ def test_the_tables_wait_for_the_first_frame_only_on_the_run_that_first_shows_an
     assert detail.tables_wait_for_frame("b", polling=True)  # another episode: its first run waits again
     assert not detail.tables_wait_for_frame("c", polling=False)  # every frame rendered: nothing to wait for
     assert "_tables_wait" not in detail.st.session_state
+    # an episode picked in the page (‹ ›, n / p): its tables are updated in place, never taken away
+    assert not detail.tables_wait_for_frame("d", polling=True, on_page=True)
+    assert not detail.tables_on_page()  # a page load: no run yet
+    detail.st.session_state.update(_timings=[("overview", 0.1)], _tables_drawn=True)
+    assert not detail.tables_on_page()  # from another page
+    detail.st.session_state["_timings"].append(("detail", 0.2))
+    assert detail.tables_on_page()
+    detail.st.session_state["_tables_drawn"] = False  # that run left them to a later one
+    assert not detail.tables_on_page()
 
 
 def test_detail_deep_link_chart_click_and_jump(store, tables):

@@ -201,6 +201,12 @@ def test_n_and_p_open_the_next_and_previous_episode_of_the_list(server, store, p
     wait_timeline(page, "img.dataset.step !== undefined && img.complete && img.naturalWidth > 0", timeout=180)
     first, first_tag = shown_episode(), timeline_attr(page, "data-episode")
     assert first and first_tag
+    # the tables (they follow the first frame on a page load) stay on the page through the switch
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stDataFrame\"]').length > 0",
+                           timeout=120_000)
+    page.evaluate("""() => { window.__tablesGone = false; new MutationObserver(() => {
+        if (!document.querySelector('[data-testid="stDataFrame"]')) window.__tablesGone = true;
+    }).observe(document, {subtree: true, childList: true}); }""")
     page.locator("h1").first.click()
     page.keyboard.press("n")
     page.wait_for_function("(ep) => !location.search.includes(encodeURIComponent(ep))", arg=first, timeout=120_000)
@@ -209,6 +215,8 @@ def test_n_and_p_open_the_next_and_previous_episode_of_the_list(server, store, p
     wait_timeline(page, f"r.dataset.episode !== {first_tag!r} && img.complete && img.naturalWidth > 0", timeout=180)
     assert page.locator("code", has_text=second).count() >= 1  # the page's header names the new episode
     assert page.locator("code", has_text=first).count() == 0
+    settle(page)
+    assert not page.evaluate("() => window.__tablesGone"), "the tables left the page when n opened the next episode"
     page.locator("h1").first.click()
     page.keyboard.press("p")
     page.wait_for_function("(ep) => location.search.includes(encodeURIComponent(ep))", arg=first, timeout=120_000)

@@ -318,23 +318,32 @@ def timeline_chart_spec(traces, vstep: int | None, mode: str, colors: tuple, dt:
     return charts.robustness_spec(traces, violating_step=vstep, mode=mode, colors=dict(colors), dt=dt)
 
 
-def tables_wait_for_frame(tag: str, polling: bool) -> bool:
-    """True on the page run that first shows episode `tag` while its frames are pre-rendered:
-    its tables (spec results, why each spec is active) wait for the player's first frame. Drawn
-    with the player, they held it back by 0.15-0.45 s on a page load (the browser fetches,
-    parses and lays out the data grid while it loads the player; docs/benchmarks.md). The
-    timeline fragment reruns the page once the frame is out (`TABLES_WAIT_POLLS`); any other
-    page run draws them."""
+def tables_on_page() -> bool:
+    """True when the session's last page run was this page's and drew its tables, so they are
+    in the browser already (an episode picked in the page, ‹ ›, n / p: the run updates them in
+    place); False on a page load or a switch from another page."""
+    last = st.session_state.get("_timings") or [(None, 0.0)]
+    return last[-1][0] == "detail" and bool(st.session_state.get("_tables_drawn"))
+
+
+def tables_wait_for_frame(tag: str, polling: bool, on_page: bool = False) -> bool:
+    """True on the page run that first shows episode `tag` while its frames are pre-rendered,
+    unless the tables are on the page already (`tables_on_page`): its tables (spec results,
+    why each spec is active) wait for the player's first frame. Created with the player, they
+    held it back by 0.2-0.25 s on a page load (the browser fetches, parses and lays out the data
+    grid while it loads the player; docs/benchmarks.md). The timeline fragment reruns the page
+    once the frame is out (`TABLES_WAIT_POLLS`); any other page run draws them."""
     first = st.session_state.get("_tables_shown") != tag
     st.session_state["_tables_shown"] = tag
-    if polling and first:
+    if polling and first and not on_page:
         st.session_state["_tables_wait"] = tag
         return True
     st.session_state.pop("_tables_wait", None)
     return False
 
 
-def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces) -> bool:
+def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces,
+                   on_page: bool = False) -> bool:
     """The robustness chart and the replay player in one browser component (dashboard/player.py).
     True when the page's tables wait for the player's first frame (`tables_wait_for_frame`)."""
     from dashboard import player
@@ -361,7 +370,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     seen = st.session_state.get("_timeline_seen")  # (episode, seq) of the player's last value handled
     answers = seen[1] if isinstance(seen, (tuple, list)) and len(seen) == 2 else None
     runs = [0]  # calls of draw(): the first is in the page's run, the rest are the fragment's reruns
-    tables_wait = tables_wait_for_frame(tag, polling)
+    tables_wait = tables_wait_for_frame(tag, polling, on_page)
 
     def draw() -> None:
         runs[0] += 1
@@ -412,6 +421,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
 def render() -> None:
     c = C.ctx()
     data = c.data
+    on_page = tables_on_page()
     # the chosen episode (a link, the picker, ‹ ›, n / p): its scene opens while this script runs
     cached.open_replay(c, S.get("ep"))
     st.title("Episode detail")
@@ -477,9 +487,11 @@ def render() -> None:
         with right:
             replay_panel(c, i, step)
     else:
-        tables_wait = timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw), traces=tr)
+        tables_wait = timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw), traces=tr,
+                                     on_page=on_page)
     clip_panel(c, i, vstep, n_steps)
 
+    st.session_state["_tables_drawn"] = not tables_wait  # (a run cut short by a rerun leaves the browser's as they were)
     if tables_wait:
         st.caption(":material/hourglass_top: The spec results and why each spec is active follow the first frame.")
         return
