@@ -400,6 +400,8 @@ def _all_frames_in(pg) -> None:
 
 def frame_switch(b: "Bench", code: Path) -> dict:
     """Scenes never opened, reached with the detail page's episode picker (no page load)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     store = b.demo
     first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
     with _server_with_no_scene_compiled(code, store) as srv:
@@ -421,8 +423,11 @@ def frame_switch(b: "Bench", code: Path) -> dict:
                     return !!p && p.step !== '-1' && p.drawn && p.episode !== old.episode && p.src !== old.src; }}""",
                                      arg=[PLAYER_IFRAME, old], timeout=300_000)
                 times.append(round(time.perf_counter() - t0, 3))
-                if eid.replace("/", "%2F") not in pg.url:
-                    raise NotDrawn(f"the picker did not open {eid} (address {pg.url})")
+                try:  # the address follows at the end of the page's run, which may be after the frame is shown
+                    pg.wait_for_function("(ep) => location.search.includes(ep)", arg=eid.replace("/", "%2F"),
+                                         timeout=30_000)
+                except PlaywrightTimeout:
+                    raise NotDrawn(f"the picker did not open {eid} (address {pg.url})") from None
         finally:
             pg.context.close()
     return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before["value_s"],

@@ -29,7 +29,7 @@ PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 EPISODE_EVENTS = ("previous", "next")  # the player's p / n keys: open that episode of the picker's list
 FRAMES_EVENT = "frames"  # the player mounted without a frame and asks for the first one (no step moves)
-TABLES_WAIT_POLLS = 2  # the page's tables wait this many timeline polls at most for the first frame
+TABLES_WAIT_POLLS = 2  # the page's tables wait this many timeline polls at most for the first frame to go out
 
 
 def clicked_step(selection) -> int | None:
@@ -370,10 +370,18 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     seen = st.session_state.get("_timeline_seen")  # (episode, seq) of the player's last value handled
     answers = seen[1] if isinstance(seen, (tuple, list)) and len(seen) == 2 else None
     runs = [0]  # calls of draw(): the first is in the page's run, the rest are the fragment's reruns
+    frame_out = [False]  # a call of draw() has sent the player a frame
     tables_wait = tables_wait_for_frame(tag, polling, on_page)
 
     def draw() -> None:
         runs[0] += 1
+        if (runs[0] > 1 and st.session_state.get("_tables_wait") == tag
+                and (frame_out[0] or runs[0] > TABLES_WAIT_POLLS)):
+            # A frame went out in an earlier run (or none came in time): the page's run draws the
+            # tables now. Not in the run that sends the frame: a page run that starts drops what
+            # the session has not yet sent (Streamlit's AppSession clears its queue), that frame too.
+            st.session_state.pop("_tables_wait", None)
+            st.rerun()
         if strip is not None:
             strip.touch()
             if runs[0] == 1 and not strip.wait_first(0):
@@ -393,15 +401,12 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
                                 step=step, violating_step=vstep, frames=frames,
                                 total=strip.total if strip is not None else 0, violated=violated,
                                 key=TIMELINE_KEY, answers=answers, prerendering=polling)
+        frame_out[0] = frame_out[0] or bool(frames)
         if strip is not None and strip.errors and not frames:
             step0, why0 = next(iter(strip.errors.items()))
             st.info(f"No replay for this episode: step {step0}: {why0}", icon=":material/movie:")
         if not polling:
             return
-        if (runs[0] > 1 and st.session_state.get("_tables_wait") == tag
-                and (strip.wait_first(0) or runs[0] > TABLES_WAIT_POLLS)):
-            st.session_state.pop("_tables_wait", None)
-            st.rerun()  # the first frame is out (or late): the page's run draws the tables
         if strip.complete:
             st.rerun()  # every frame is in: draw once more, outside the polling fragment
         if reruns_page(value, tag):
@@ -491,7 +496,8 @@ def render() -> None:
                                      on_page=on_page)
     clip_panel(c, i, vstep, n_steps)
 
-    st.session_state["_tables_drawn"] = not tables_wait  # (a run cut short by a rerun leaves the browser's as they were)
+    # set here, not at the run's start: a run cut short by a rerun (n / p) leaves the browser's tables as they were
+    st.session_state["_tables_drawn"] = not tables_wait
     if tables_wait:
         st.caption(":material/hourglass_top: The spec results and why each spec is active follow the first frame.")
         return
