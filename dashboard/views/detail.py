@@ -330,9 +330,10 @@ def tables_wait_for_frame(tag: str, polling: bool, on_page: bool = False) -> boo
     """True on the page run that first shows episode `tag` while its frames are pre-rendered,
     unless the tables are on the page already (`tables_on_page`): its tables (spec results,
     why each spec is active) wait for the player's first frame. Created with the player, they
-    held it back by 0.2-0.25 s on a page load (the browser fetches, parses and lays out the data
-    grid while it loads the player; docs/benchmarks.md). The timeline fragment reruns the page
-    once the frame is out (`TABLES_WAIT_POLLS`); any other page run draws them."""
+    held it back (the browser fetches, parses and lays out the data grid while it loads the
+    player): page loads' medians fell by 0.1-0.8 s without them (docs/benchmarks.md, session 14).
+    The timeline fragment reruns the page once the frame is out (`TABLES_WAIT_POLLS`); any other
+    page run draws them."""
     first = st.session_state.get("_tables_shown") != tag
     st.session_state["_tables_shown"] = tag
     if polling and first and not on_page:
