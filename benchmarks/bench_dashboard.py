@@ -350,16 +350,30 @@ def frame(b: "Bench", code: Path) -> dict:
                         "cache, no warm-up): navigation -> the player's first frame drawn"}
 
 
-def frame_next_scene(b: "Bench", code: Path) -> dict:
-    """A scene never opened, in a dashboard where the user has opened another scene before."""
+def _links_to_new_scenes(b: "Bench", code: Path, *, same_browser: bool) -> dict:
+    """Page loads of the detail pages of SBU episodes of scene files never opened, after one
+    other scene was opened in the same server. Each link opens in a new browser context (empty
+    HTTP cache), or with `same_browser` in a new tab of the context that opened the first scene."""
     store = b.demo
     first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
     with _server_with_no_scene_compiled(code, store) as srv:
-        before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}")
-        times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}") for eid in others]
-    return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before,
+        before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
+        ctx = before.pop("page").context
+        try:
+            if not same_browser:
+                ctx.close()
+            times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", tab_of=ctx if same_browser else None)
+                     for eid in others]
+        finally:
+            ctx.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before["value_s"],
             **_by_asset_set(store, [first, *others], others, times),
-            "episode_ids": [first, *others], "store": str(store),
+            "episode_ids": [first, *others], "store": str(store)}
+
+
+def frame_next_scene(b: "Bench", code: Path) -> dict:
+    """A scene never opened, in a dashboard where the user has opened another scene before."""
+    return {**_links_to_new_scenes(b, code, same_browser=False),
             "includes": "new session opening the detail page of a scene file never opened or compiled, after "
                         "one other scene was opened in the same server (empty compiled-scene cache, no "
                         "warm-up): navigation -> the player's first frame drawn"}
@@ -368,18 +382,7 @@ def frame_next_scene(b: "Bench", code: Path) -> dict:
 def frame_link_warm(b: "Bench", code: Path) -> dict:
     """`frame_next_scene` in a browser that has shown the dashboard before: each link opens in
     a new tab (a new session) of the browser context that opened the first scene."""
-    store = b.demo
-    first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
-    with _server_with_no_scene_compiled(code, store) as srv:
-        before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
-        ctx = before.pop("page").context
-        try:
-            times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", tab_of=ctx) for eid in others]
-        finally:
-            ctx.close()
-    return {"value_s": round(statistics.median(times), 3), **_summary(times), "first_scene_s": before["value_s"],
-            **_by_asset_set(store, [first, *others], others, times),
-            "episode_ids": [first, *others], "store": str(store),
+    return {**_links_to_new_scenes(b, code, same_browser=True),
             "includes": "as frame_next_scene, but each link opens in a new tab (new session) of the browser context "
                         "that opened the first scene: its HTTP cache holds Streamlit's frontend files and the "
                         "player's, as a browser that has shown the dashboard before"}
