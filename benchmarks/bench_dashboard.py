@@ -358,10 +358,10 @@ def _links_to_new_scenes(b: "Bench", code: Path, *, same_browser: bool) -> dict:
     first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
     with _server_with_no_scene_compiled(code, store) as srv:
         before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
-        ctx = before.pop("page").context
+        first_tab = before.pop("page")
+        ctx = first_tab.context
         try:
-            if not same_browser:
-                ctx.close()
+            first_tab.close() if same_browser else ctx.close()  # no page of the first scene left open
             times = [_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", tab_of=ctx if same_browser else None)
                      for eid in others]
         finally:
