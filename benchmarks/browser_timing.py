@@ -77,6 +77,14 @@ class NotDrawn(RuntimeError):
     """The page did not reach "fully drawn" in time; the message says what was missing."""
 
 
+def dashboard_entry(code: Path) -> Path:
+    """What `streamlit run` starts for the checkout `code`: dashboard/server.py (the ASGI app
+    `safevla dashboard` runs), or dashboard/app.py in a checkout from before it existed (a
+    `--baseline` revision)."""
+    server = Path(code) / "dashboard" / "server.py"
+    return server if server.is_file() else Path(code) / "dashboard" / "app.py"
+
+
 class Server:
     """`streamlit run APP` on a free port, as a context manager; `launched` is the epoch
     time just before the process was started (the cold-start origin)."""

@@ -1,5 +1,8 @@
 """SafeVLA-Bench dashboard: `safevla dashboard [STORE]`, or
-`streamlit run dashboard/app.py -- --store STORE`.
+`streamlit run dashboard/server.py -- --store STORE` (the ASGI app that serves this script and
+starts a linked episode's scene open at the page request, dashboard/server.py). This script
+also runs alone (`streamlit run dashboard/app.py -- --store STORE`, the AppTest tests), without
+that head start.
 
 The store comes from the sidebar (this session), else the link's `?store=`, else
 `--store`, else $SAFEVLA_STORE, else the bundled demo store. The sidebar and links open

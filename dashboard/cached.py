@@ -198,22 +198,35 @@ def open_replay(c, eid: str | None) -> None:
     chosen episode and session (not on every rerun of its page), skipped while the wrist view
     is chosen (the player opens that one) and for episodes the detail page refuses. `c`: the
     run context, as for `prewarm_replays`."""
-    if eid is None or st.session_state.get("w.camera") == "wrist" or not replay_status()[0]:
+    if eid is None or st.session_state.get("w.camera") == "wrist":
         return
     if st.session_state.get("_replay_opened") == (c.key, eid):
         return
     st.session_state["_replay_opened"] = (c.key, eid)
-    i = c.data.index_of(eid)
-    if i is None or c.data.missing_trajectory[i]:
-        return
-    try:
-        rec = replay_record(c.data, i)
-    except Exception:  # noqa: BLE001 - a missing or refused file: the detail page says why
-        return
-    if rec.replay is not None:
-        from dashboard.replay_bridge import USER
+    open_episode_replay(c.data, eid)
 
-        render_service().prewarm(f"{c.key}#{i}", rec, priority=USER)
+
+def open_episode_replay(data: D.StoreData, eid: str) -> bool:
+    """Queues, at USER priority, the opening of episode `eid`'s agent-view replayer under the
+    key the detail page's frames use; whether it was queued (not: replay unavailable, an
+    unknown, missing or refused episode, a record without replay state). Needs no page run:
+    `open_replay` calls it, and so does the server when a browser asks for a detail page
+    (dashboard/server.py)."""
+    if not replay_status()[0]:
+        return False
+    i = data.index_of(eid)
+    if i is None or data.missing_trajectory[i]:
+        return False
+    try:
+        rec = replay_record(data, i)
+    except Exception:  # noqa: BLE001 - a missing or refused file: the detail page says why
+        return False
+    if rec.replay is None:
+        return False
+    from dashboard.replay_bridge import USER
+
+    render_service().prewarm(f"{data.key}#{i}", rec, priority=USER)
+    return True
 
 
 @st.cache_resource(show_spinner=False)

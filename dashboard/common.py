@@ -50,7 +50,7 @@ def ctx() -> Ctx:
     c = st.session_state.get("_ctx")
     if c is None:
         st.error("The dashboard context is missing: start the app with `safevla dashboard` "
-                 "(or `streamlit run dashboard/app.py`).")
+                 "(or `streamlit run dashboard/server.py`).")
         st.stop()
     return c
 

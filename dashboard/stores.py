@@ -31,15 +31,25 @@ def _store_cache() -> tuple[OrderedDict, threading.Lock]:
     return OrderedDict(), threading.Lock()
 
 
-def load_store(path: str) -> D.StoreData:
-    """The store at `path`, loaded once per version of its files (with a progress bar)."""
+def loaded_store(path: str) -> D.StoreData | None:
+    """The store at `path` if a page has loaded this version of it already, else None (never
+    loads: callable outside a page's run, see dashboard/server.py)."""
     cache, lock = _store_cache()
     key = D.store_stamp(path)
     with lock:
         hit = cache.get(key)
         if hit is not None:
             cache.move_to_end(key)
-            return hit
+        return hit
+
+
+def load_store(path: str) -> D.StoreData:
+    """The store at `path`, loaded once per version of its files (with a progress bar)."""
+    hit = loaded_store(path)
+    if hit is not None:
+        return hit
+    cache, lock = _store_cache()
+    key = D.store_stamp(path)
     bar = st.progress(0.0, text=f"Loading run store {path} …")
     try:
         bar.progress(0.2, text=f"Reading {path}/episodes.parquet and spec_results.parquet …")

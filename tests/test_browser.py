@@ -1,7 +1,7 @@
 """The dashboard in a real headless chromium (Debian's /usr/bin/chromium through Playwright).
 
-Starts `streamlit run dashboard/app.py` on a free port over $SAFEVLA_BROWSER_STORE, else the
-bundled demo store, else a small renderable synthetic store, then: opens every page,
+Starts `streamlit run dashboard/server.py` (what `safevla dashboard` runs) on a free port over
+$SAFEVLA_BROWSER_STORE, else the bundled demo store, else a small renderable synthetic store, then: opens every page,
 opens an SBU episode from the Overview table and checks the replay image, moves a
 threshold slider and sees the table change, downloads a PNG chart, and saves screenshots
 (to $SAFEVLA_SCREENSHOTS, else a temporary directory).
@@ -60,7 +60,7 @@ def server(store, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
     env = {**os.environ, "MUJOCO_GL": "egl"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.headless", "true",
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "server.py"), "--server.headless", "true",
          "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
          "--", "--store", str(store)],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)

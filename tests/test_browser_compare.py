@@ -26,7 +26,7 @@ def serve(store: Path, log: Path):
     """`streamlit run` over `store` on a free port: (process, url) once healthy."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.headless", "true",
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "server.py"), "--server.headless", "true",
          "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
          "--", "--store", str(store)],
         cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl", "SAFEVLA_NO_PREWARM": "1"}, stdout=log.open("w"),

@@ -14,7 +14,7 @@ if not os.path.exists(os.environ.get("SAFEVLA_CHROMIUM", "/usr/bin/chromium")):
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from browser_timing import Browser, NotDrawn, Server, now_ms, wait_drawn  # noqa: E402
+from browser_timing import Browser, NotDrawn, Server, dashboard_entry, now_ms, wait_drawn  # noqa: E402
 
 from dashboard_helpers import build_store  # noqa: E402
 
@@ -25,7 +25,7 @@ OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
 @pytest.fixture(scope="module")
 def running(tmp_path_factory):
     store = build_store(tmp_path_factory.mktemp("timing") / "store", 48, renderable=False)
-    with Browser() as browser, Server(ROOT / "dashboard" / "app.py", store=store, cwd=ROOT,
+    with Browser() as browser, Server(dashboard_entry(ROOT), store=store, cwd=ROOT,
                                       env={"SAFEVLA_NO_PREWARM": "1"}) as srv:
         srv.wait_healthy()
         yield browser, srv

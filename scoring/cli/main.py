@@ -138,7 +138,7 @@ def _dashboard_parser(sub) -> None:
 
 
 def dashboard_command(store: Path, *, host: str, port: int, headless: bool, stores=()) -> list[str]:
-    app = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+    app = Path(__file__).resolve().parents[2] / "dashboard" / "server.py"  # the ASGI app over app.py
     return [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
             "--browser.serverAddress", "localhost" if host in ("127.0.0.1", "localhost", "::1") else host,
             "--browser.gatherUsageStats", "false", "--server.headless", "true" if headless else "false",

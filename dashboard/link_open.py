@@ -1,0 +1,71 @@
+"""A linked episode's scene, opened from the page request: the ASGI middleware of
+dashboard/server.py.
+
+A page's script runs only once the browser has fetched and started Streamlit's frontend (about
+150 script files on a first visit, 0.4-1.3 s on a busy 2-core machine) and connected. Until
+then the server knew nothing of the episode, so the scene open (0.4-0.7 s for a scene whose
+textures a GL context holds already, 1-2 s for new ones) began only with the script
+(`cached.open_replay`). The page request (`GET /detail?ep=...`) reaches the server first:
+`OpenLinkedEpisode` hands the episode to `cached.open_episode_replay` on a worker thread, so
+the open overlaps the frontend's start, and the page's own `open_replay` then finds the
+replayer open (docs/benchmarks.md, session 15).
+
+It acts only for a store the link may open (`stores.store_allowed`, the page's own check) and
+that a page has loaded already (`stores.loaded_store`: it never loads one); everything else is
+left to the page, which says what is wrong. The request and its response are passed on
+untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs
+
+DETAIL = "detail"  # the detail page's url_path (dashboard/app.py)
+_OPENER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-link-open")
+
+
+def linked_episode(path: str, query: str) -> tuple[str, str | None] | None:
+    """(episode id, the link's `store` or None) when `path`?`query` asks for a detail page
+    (`.../detail?ep=...`, or `?page=detail&ep=...` on any page), else None."""
+    q = parse_qs(query)
+    eid = (q.get("ep") or [""])[0]
+    if not eid:
+        return None
+    if path.rstrip("/").rsplit("/", 1)[-1] != DETAIL and (q.get("page") or [""])[0] != DETAIL:
+        return None
+    return eid, (q.get("store") or [None])[0]
+
+
+def open_linked_episode(eid: str, store: str | None) -> bool:
+    """Starts opening episode `eid`'s replayer when its store (the link's, else the server's)
+    may be opened by a link and a page has loaded it; whether it was queued."""
+    from dashboard import cached, stores
+
+    if store is not None and not stores.store_allowed(store):
+        return False
+    data = stores.loaded_store(store or stores.server_default_store()[0])
+    return data is not None and cached.open_episode_replay(data, eid)
+
+
+def _open_quietly(eid: str, store: str | None) -> None:
+    try:
+        open_linked_episode(eid, store)
+    except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
+        logging.getLogger(__name__).debug("opening linked episode %r failed", eid, exc_info=True)
+
+
+class OpenLinkedEpisode:
+    """ASGI middleware: a GET of a detail page queues its episode's scene open (on a worker
+    thread, never in the event loop), then passes the request on."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("method") == "GET":
+            linked = linked_episode(scope.get("path", ""), scope.get("query_string", b"").decode("latin-1"))
+            if linked is not None:
+                _OPENER.submit(_open_quietly, *linked)
+        await self.app(scope, receive, send)
