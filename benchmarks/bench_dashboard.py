@@ -51,6 +51,10 @@ that moment, with the browser's own clock.
 `--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_link_warm/
 frame_switch/frame_from_list a second time against a server started from `git archive REV` in the same run, and reports
 `ratio` = baseline/now (and the baseline's samples and asset-set medians, `baseline_*`).
+`--baseline-without uvloop,httptools` starts the baseline's servers with those modules
+unimportable, as the baseline revision's own pyproject installed it (both came with session 15).
+Servers run `dashboard/server.py` where the checkout has it (what `safevla dashboard` runs),
+else `dashboard/app.py`.
 The synthetic store (manifest `synthetic: true`) is built once with
 scripts/make_synthetic_store.py and reused.
 """
@@ -71,7 +75,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(1, str(ROOT / "tests"))  # the player helpers the browser tests use (dashboard_helpers)
-from browser_timing import Browser, NotDrawn, Server, archive_of, now_ms, remove_tree, wait_drawn  # noqa: E402
+from browser_timing import Browser, NotDrawn, Server, archive_of, dashboard_entry, now_ms, remove_tree, wait_drawn  # noqa: E402
 
 DEMO = ROOT / "assets" / "demo" / "store"
 APP = ROOT / "dashboard" / "app.py"
@@ -108,6 +112,28 @@ def _s(ms: float) -> float:
     return round(ms / 1000.0, 3)
 
 
+_WITHOUT: dict[Path, Path] = {}  # checkout -> a folder whose stub packages its servers cannot import
+
+
+def hide_modules(code: Path, modules: list[str]) -> None:
+    """Servers of the checkout `code` start with `modules` unimportable (ModuleNotFoundError,
+    which Streamlit and uvicorn take as "not installed"): a `--baseline` revision measured with
+    the dependencies its own pyproject installed, not ones added since (`--baseline-without`)."""
+    stubs = Path(tempfile.mkdtemp(prefix="safevla-bench-without-"))
+    for name in modules:
+        (stubs / name).mkdir()
+        (stubs / name / "__init__.py").write_text(f"raise ModuleNotFoundError({name!r} + ' is hidden from this server')\n")
+    _WITHOUT[Path(code)] = stubs
+
+
+def server_env(code: Path) -> dict:
+    """Extra environment for a server of the checkout `code` (see `hide_modules`)."""
+    stubs = _WITHOUT.get(Path(code))
+    if stubs is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(stubs), os.environ.get("PYTHONPATH", "")) if p)}
+
+
 def _summary(values_s: list[float]) -> dict:
     return {"median_s": round(statistics.median(values_s), 3), "max_s": round(max(values_s), 3),
             "all_s": [round(v, 3) for v in values_s]}
@@ -141,7 +167,7 @@ def _slider_step(pg, label: str, key: str = "ArrowRight") -> float:
 def cold(b: "Bench", code: Path) -> dict:
     runs = []
     for _ in range(b.repeat):
-        with Server(code / "dashboard" / "app.py", store=b.store, cwd=code) as srv:
+        with Server(dashboard_entry(code), store=b.store, cwd=code, env=server_env(code)) as srv:
             up = srv.wait_healthy()
             pg = b.browser.page()
             pg.goto(srv.url)
@@ -286,8 +312,8 @@ def _server_with_no_scene_compiled(code: Path, store: Path):
     """A running server of `code` on `store` with an empty compiled-scene cache and no warm-up."""
     cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
     try:
-        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
-        with Server(code / "dashboard" / "app.py", store=store, cwd=code, env=env) as srv:
+        env = {**server_env(code), "SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
+        with Server(dashboard_entry(code), store=store, cwd=code, env=env) as srv:
             srv.wait_healthy()
             yield srv
     finally:
@@ -599,7 +625,7 @@ class Bench:
     @contextlib.contextmanager
     def server(self, code: Path):
         """A running server of `code` on the scale store, once it answers its health check."""
-        with Server(code / "dashboard" / "app.py", store=self.store, cwd=code) as srv:
+        with Server(dashboard_entry(code), store=self.store, cwd=code, env=server_env(code)) as srv:
             srv.wait_healthy()
             yield srv
 
@@ -608,6 +634,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=",".join(MEASUREMENTS), help=f"comma-separated of {', '.join(MEASUREMENTS)}")
     p.add_argument("--baseline", default=None, help="git revision to measure against in the same run")
+    p.add_argument("--baseline-without", default="", metavar="MODULES",
+                   help="comma-separated modules the baseline's servers cannot import: dependencies added since "
+                        "the baseline revision (e.g. uvloop,httptools), so it runs as its own pyproject installed it")
     p.add_argument("--store", default="/tmp/safevla_bench_dashboard_20k", help="scale store (built if missing)")
     p.add_argument("--episodes", type=int, default=20_000)
     p.add_argument("--demo", default=None, help="store for the replay frame (default: assets/demo/store)")
@@ -621,6 +650,8 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown measurement(s) {', '.join(unknown)}; valid: {', '.join(MEASUREMENTS)}")
     base = archive_of(args.baseline, ROOT) if args.baseline else None
+    if base is not None and args.baseline_without:
+        hide_modules(base, [m.strip() for m in args.baseline_without.split(",") if m.strip()])
     status = 0
     try:
         with Browser() as browser:
@@ -647,6 +678,8 @@ def main(argv=None) -> int:
     finally:
         if base is not None:
             remove_tree(base)
+        for stubs in _WITHOUT.values():
+            remove_tree(stubs)
     return status
 
 
