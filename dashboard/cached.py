@@ -211,7 +211,7 @@ def open_episode_replay(data: D.StoreData, eid: str) -> bool:
     key the detail page's frames use; whether it was queued (not: replay unavailable, an
     unknown, missing or refused episode, a record without replay state). Needs no page run:
     `open_replay` calls it, and so does the server when a browser asks for a detail page
-    (dashboard/server.py)."""
+    (dashboard/link_open.py, the middleware of dashboard/server.py)."""
     if not replay_status()[0]:
         return False
     i = data.index_of(eid)

@@ -33,7 +33,7 @@ def _store_cache() -> tuple[OrderedDict, threading.Lock]:
 
 def loaded_store(path: str) -> D.StoreData | None:
     """The store at `path` if a page has loaded this version of it already, else None (never
-    loads: callable outside a page's run, see dashboard/server.py)."""
+    loads: callable outside a page's run, see dashboard/link_open.py)."""
     cache, lock = _store_cache()
     key = D.store_stamp(path)
     with lock:
