@@ -78,7 +78,6 @@ sys.path.insert(1, str(ROOT / "tests"))  # the player helpers the browser tests 
 from browser_timing import Browser, NotDrawn, Server, archive_of, dashboard_entry, now_ms, remove_tree, wait_drawn  # noqa: E402
 
 DEMO = ROOT / "assets" / "demo" / "store"
-APP = ROOT / "dashboard" / "app.py"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
              "frame": 2.0, "frame_next_scene": 2.0, "frame_link_warm": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
              "playback": None, "memory": None}
@@ -134,6 +133,12 @@ def server_env(code: Path) -> dict:
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(stubs), os.environ.get("PYTHONPATH", "")) if p)}
 
 
+def dashboard_server(code: Path, store: Path, env: dict | None = None) -> Server:
+    """`streamlit run` of the checkout `code`'s dashboard (`dashboard_entry`) on `store`, with
+    `server_env(code)` and then `env`."""
+    return Server(dashboard_entry(code), store=store, cwd=code, env={**server_env(code), **(env or {})})
+
+
 def _summary(values_s: list[float]) -> dict:
     return {"median_s": round(statistics.median(values_s), 3), "max_s": round(max(values_s), 3),
             "all_s": [round(v, 3) for v in values_s]}
@@ -167,7 +172,7 @@ def _slider_step(pg, label: str, key: str = "ArrowRight") -> float:
 def cold(b: "Bench", code: Path) -> dict:
     runs = []
     for _ in range(b.repeat):
-        with Server(dashboard_entry(code), store=b.store, cwd=code, env=server_env(code)) as srv:
+        with dashboard_server(code, b.store) as srv:
             up = srv.wait_healthy()
             pg = b.browser.page()
             pg.goto(srv.url)
@@ -312,8 +317,8 @@ def _server_with_no_scene_compiled(code: Path, store: Path):
     """A running server of `code` on `store` with an empty compiled-scene cache and no warm-up."""
     cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
     try:
-        env = {**server_env(code), "SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
-        with Server(dashboard_entry(code), store=store, cwd=code, env=env) as srv:
+        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
+        with dashboard_server(code, store, env) as srv:
             srv.wait_healthy()
             yield srv
     finally:
@@ -535,7 +540,7 @@ def measure_timeline_playback(store: Path, browser: "Browser", *, play_s: float 
     eps = pd.read_parquet(store / "episodes.parquet")
     ep = eps[eps["sbu"]].iloc[0] if eps["sbu"].any() else eps.iloc[0]
 
-    with Server(APP, store=store, cwd=ROOT) as srv:
+    with dashboard_server(ROOT, store) as srv:
         srv.wait_healthy()
         page = browser.page()
         n = int(ep["n_steps"])
@@ -625,7 +630,7 @@ class Bench:
     @contextlib.contextmanager
     def server(self, code: Path):
         """A running server of `code` on the scale store, once it answers its health check."""
-        with Server(dashboard_entry(code), store=self.store, cwd=code, env=server_env(code)) as srv:
+        with dashboard_server(code, self.store) as srv:
             srv.wait_healthy()
             yield srv
 
