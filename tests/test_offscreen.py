@@ -190,3 +190,70 @@ def test_demo_scenes_of_one_task_share_a_context_and_render_as_their_own():
         assert ra._ctx is rb._ctx and pool.n_open == 1
         for s in steps:
             assert np.array_equal(rb.frame(s), ref["b", s]) and np.array_equal(ra.frame(s), ref["a", s])
+
+
+# -- one GL context per pool: the offscreen contexts of other asset sets live beside each other --
+
+def _toy_frame(ctx, model) -> np.ndarray:
+    import mujoco
+
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    scene, cam = mujoco.MjvScene(model, maxgeom=1000), mujoco.MjvCamera()
+    cam.type, cam.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, 0
+    mujoco.mjv_updateScene(model, data, mujoco.MjvOption(), None, cam, mujoco.mjtCatBit.mjCAT_ALL, scene)
+    return ctx.render(scene)
+
+
+def test_a_pools_contexts_share_one_gl_context_and_render_as_in_their_own():
+    """Scenes of different assets opened in one pool: one GL context, and each scene's frames,
+    after the others were opened and some closed, equal a render in a GL context of its own."""
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(4)}
+    ref = fresh_frames(recs, [0, 6])
+    pool = pool_for_this_thread()
+    pool.close()
+    opened = [Replayer(recs[i], width=W, height=H) for i in range(4)]
+    assert len({r._ctx for r in opened}) == 4 and len({r._ctx._gl for r in opened}) == 1
+    opened[1].close()
+    opened[2].close()
+    pool.close()  # frees the idle contexts of scenes 1 and 2 in the shared GL context
+    with Replayer(recs[2], width=W, height=H) as again:
+        assert again._ctx._gl is opened[0]._ctx._gl
+        for r, i in ((opened[0], 0), (opened[3], 3), (again, 2)):
+            for s in (0, 6):
+                assert np.array_equal(r.frame(s, violation=VIOL if s == VIOL.step else None), ref[i, s])
+    for r in opened:
+        r.close()
+    pool.close()
+    assert pool._gl is None  # no offscreen context left: the GL context is freed too
+
+
+def test_a_context_collected_while_its_gl_context_is_in_use_is_freed_there_later():
+    """Garbage collection may drop an offscreen context on the very thread that holds the shared
+    GL context current (inside a render): it must neither wait for that lock nor free in a
+    context it does not hold, but leave the MjrContext to be freed the next time."""
+    from replay.render.offscreen import OffscreenContext, SharedGL
+
+    ma, mb = _toy_model(toy_scene(0)), _toy_model(toy_scene(1))
+    own = OffscreenContext(mb, width=W, height=H)
+    ref = _toy_frame(own, mb)
+    own.close()
+    gl = SharedGL(W, H)
+    b = OffscreenContext(mb, width=W, height=H, gl=gl)
+    a = OffscreenContext(ma, width=W, height=H, gl=gl)
+    assert not np.array_equal(_toy_frame(a, ma), ref)
+
+    def drop_a_while_current():
+        nonlocal a
+        with gl.current():
+            del a  # the last reference: collected here, with the lock held
+
+    t = threading.Thread(target=drop_a_while_current, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive(), "collecting a context deadlocked on its GL context's lock"
+    assert len(gl._orphans) == 1
+    assert np.array_equal(_toy_frame(b, mb), ref)  # frees the orphan first, then renders b as its own
+    assert not gl._orphans
+    b.close()
+    gl.free()
