@@ -257,3 +257,32 @@ def test_a_context_collected_while_its_gl_context_is_in_use_is_freed_there_later
     assert not gl._orphans
     b.close()
     gl.free()
+
+
+def test_shrunk_textures_are_kept_by_content_and_equal_a_fresh_shrink(monkeypatch):
+    """A texture seen before (in another scene, with the same image) is not shrunk again, and
+    the kept texels are the bytes a fresh shrink makes."""
+    from PIL import Image
+
+    from replay.render import offscreen
+
+    def shrunk(m):
+        saved = offscreen.shrink_textures(m, 256)
+        out = m.tex_data.copy(), m.tex_width.copy(), m.tex_height.copy()
+        offscreen.restore_textures(m, saved)
+        return out
+
+    m1 = _toy_model(BIG_TEXTURE_XML)
+    m2 = _toy_model(BIG_TEXTURE_XML.replace('rgb2=".8 .8 .2"', 'rgb2=".8 .7 .2"'))  # only the cube's texels differ
+    offscreen._SHRUNK.clear()
+    shrunk(m1)
+    assert len(offscreen._SHRUNK) == 3  # 2D, skybox and cube: each larger than 256 px
+    resized, resize = [], Image.Image.resize
+    monkeypatch.setattr(Image.Image, "resize", lambda self, *a, **k: resized.append(self.size) or resize(self, *a, **k))
+    kept = shrunk(m2)
+    assert resized == [(700, 700)] * 6  # only the changed cube's six faces were shrunk
+    monkeypatch.undo()
+    offscreen._SHRUNK.clear()
+    fresh = shrunk(m2)
+    assert all(np.array_equal(a, b) for a, b in zip(kept, fresh))
+    assert not np.array_equal(kept[0], m2.tex_data)  # shrunk, and the model put back as it was

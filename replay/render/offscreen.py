@@ -114,12 +114,42 @@ def preview_texture_px(width: int, height: int) -> int:
     return 1 << (side - 1).bit_length()
 
 
+_SHRUNK: OrderedDict = OrderedDict()  # (texel digest, shape, max_px) -> the shrunk texels: `shrunk_texels`
+_SHRUNK_LIMIT_BYTES = 96 * 2**20
+_SHRUNK_LOCK = threading.Lock()
+
+
+def shrunk_texels(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """`pixels` (faces, h, w, channels) box-downscaled (Pillow) to `size` (w, h) a face, flat.
+
+    Kept by content (an xxh3-128 digest of the texels): scenes of different asset sets share
+    most textures (a libero_object task has 13 of its 14 in the next task's scene), and
+    shrinking them again cost 0.12-0.15 s of a new asset set's open on an idle machine."""
+    import xxhash
+    from PIL import Image
+
+    key = (xxhash.xxh3_128_hexdigest(np.ascontiguousarray(pixels)), pixels.shape, size)
+    with _SHRUNK_LOCK:
+        small = _SHRUNK.get(key)
+        if small is not None:
+            _SHRUNK.move_to_end(key)
+            return small
+    c = pixels.shape[-1]
+    small = np.concatenate([np.asarray(Image.fromarray(f[..., 0] if c == 1 else f).resize(
+        size, Image.Resampling.BOX)).reshape(-1) for f in pixels])
+    small.flags.writeable = False
+    with _SHRUNK_LOCK:
+        _SHRUNK[key] = small
+        total = sum(v.nbytes for v in _SHRUNK.values())
+        while total > _SHRUNK_LIMIT_BYTES and len(_SHRUNK) > 1:
+            total -= _SHRUNK.popitem(last=False)[1].nbytes
+    return small
+
+
 def shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
     """Box-downscales (Pillow), in place, each texture whose image (a cube or skybox face,
     when its 6 faces are stacked) is larger than `max_px` a side to `max_px`, writing the small image at the start of the texture's own slot of
-    `tex_data`. Returns what `restore_textures` needs to put the model back."""
-    from PIL import Image
-
+    `tex_data` (`shrunk_texels`). Returns what `restore_textures` needs to put the model back."""
     saved = []
     for i in range(model.ntex):
         w, h, c, adr = (int(model.tex_width[i]), int(model.tex_height[i]), int(model.tex_nchannel[i]),
@@ -130,9 +160,7 @@ def shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
             continue
         scale = max_px / max(w, fh)
         sw, sh = max(1, round(w * scale)), max(1, round(fh * scale))
-        pixels = model.tex_data[adr: adr + w * h * c].reshape(faces, fh, w, c)
-        small = np.concatenate([np.asarray(Image.fromarray(f[..., 0] if c == 1 else f).resize(
-            (sw, sh), Image.Resampling.BOX)).reshape(-1) for f in pixels])
+        small = shrunk_texels(model.tex_data[adr: adr + w * h * c].reshape(faces, fh, w, c), (sw, sh))
         saved.append((i, w, h, adr, model.tex_data[adr: adr + small.size].copy()))
         model.tex_data[adr: adr + small.size] = small
         model.tex_width[i], model.tex_height[i] = sw, faces * sh
