@@ -87,3 +87,50 @@ def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_p
         while not list(cache.glob("*.mjb")) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert list(cache.glob("*.mjb")), srv.log.read_text()[-2000:]
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("ep=x", True),
+    ("ep=x&store=%2Fs&step=4&models=a", True),
+    ("ep=x&force=300", False),  # a what-if threshold: the page's frames are another batch
+    ("ep=x&tilt=20", False),
+])
+def test_a_link_starts_its_frames_only_under_the_stores_own_thresholds(query, expected):
+    from dashboard.link_open import store_thresholds
+
+    assert store_thresholds(query) is expected
+
+
+@pytest.mark.render
+@pytest.mark.slow
+def test_a_new_sessions_detail_page_takes_the_frames_the_link_started(tmp_path, monkeypatch):
+    """`cached.start_frames` (what the middleware runs for a link) makes the very batch the
+    link's page then shows: the page's run renders nothing anew, and the first frame it sends
+    is that batch's."""
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import cached, player, stores
+    from dashboard.replay_bridge import available
+    from dashboard_helpers import ok
+
+    good, why = available()
+    if not good:
+        pytest.skip(why)
+    store = build_store(tmp_path / "store", 4, n_steps=30, renderable=True)
+    eps = pd.read_parquet(store / "episodes.parquet")
+    eid = str(eps[~eps["safe"].astype(bool)]["episode_id"].iloc[0])
+    monkeypatch.setenv("SAFEVLA_NO_PREWARM", "1")
+    monkeypatch.setenv("SAFEVLA_STORES", str(store))
+    made = []
+    real = player.frames
+    monkeypatch.setattr(player, "frames", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    batch = cached.start_frames(stores.load_store(str(store)), eid)
+    assert made == [batch] and batch.wait_first(120) and batch.ready
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=180)
+    at.query_params["store"] = str(store)
+    at.query_params["page"] = "detail"
+    at.query_params["ep"] = eid
+    at.run()
+    ok(at)
+    assert made == [batch]  # the page found the link's batch: no second one
+    assert cached.start_frames(stores.load_store(str(store)), "no-such-episode") is None
