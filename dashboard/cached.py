@@ -229,39 +229,6 @@ def open_episode_replay(data: D.StoreData, eid: str) -> bool:
     return True
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def frame_strip(_data: D.StoreData, key: str, i: int, items: tuple, vstep: int | None, n_steps: int,
-                camera: str | None = None):
-    """Episode `i`'s frames from `camera` (None: the scene's agent view), pre-rendered in the
-    background, violating step first (a `FrameBatch` of `data:` URLs): the detail page's
-    player. Here, in a module, and not in the page's file (run as `__main__`, so its cached
-    functions are keyed apart), so `start_frames` shares it."""
-    from dashboard import player
-    from dashboard.replay_bridge import FRAME_SIZE
-
-    rec = replay_record(_data, i)
-    return player.frames(render_service(), f"{key}#{i}", rec, violations(_data, key, i, items),
-                         min(n_steps, rec.n_steps), vstep, size=FRAME_SIZE, camera=camera)
-
-
-def start_frames(data: D.StoreData, eid: str):
-    """Starts pre-rendering episode `eid`'s frames as a new session's detail page asks for them
-    (the store's own thresholds, the scene view; its violating step next once the scene is
-    open), so that page's `frame_strip` call finds this batch with its first frame rendered
-    or rendering; returns it (None for an unknown episode). For the server, outside any page
-    run (dashboard/link_open.py): a link's first frame waits neither for the page's script to
-    ask for it nor behind other batches' frames."""
-    i = data.index_of(eid)
-    if i is None:
-        return None
-    items = override_items({})
-    v = verdicts(data, data.key, items)
-    vstep = D.violating_frame(data, v, i)
-    strip = frame_strip(data, data.key, i, items, vstep, int(v.frame["n_steps"].iat[i]), None)
-    strip.want(vstep if vstep is not None else 0)
-    return strip
-
-
 @st.cache_resource(show_spinner=False)
 def _overview_warmer() -> tuple[ThreadPoolExecutor, dict]:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="overview-warm"), {}

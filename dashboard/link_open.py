@@ -38,35 +38,20 @@ def linked_episode(path: str, query: str) -> tuple[str, str | None] | None:
     return eid, (q.get("store") or [None])[0]
 
 
-def store_thresholds(query: str) -> bool:
-    """Whether a link's page scores under the store's own thresholds: its query moves no what-if
-    knob (`dashboard.data.KNOBS`, by name as the page's URL carries them)."""
-    from dashboard.data import KNOBS
-
-    q = parse_qs(query)
-    return not any(k.name in q for k in KNOBS)
-
-
-def open_linked_episode(eid: str, store: str | None, *, frames: bool = False) -> bool:
+def open_linked_episode(eid: str, store: str | None) -> bool:
     """Starts opening episode `eid`'s replayer when its store (the link's, else the server's)
-    may be opened by a link and a page has loaded it; whether it was queued. With `frames`
-    (a link under the store's own thresholds), its page's frames start too
-    (`cached.start_frames`)."""
+    may be opened by a link and a page has loaded it; whether it was queued."""
     from dashboard import cached, stores
 
     if store is not None and not stores.store_allowed(store):
         return False
     data = stores.loaded_store(store or stores.server_default_store()[0])
-    if data is None or not cached.open_episode_replay(data, eid):
-        return False
-    if frames:
-        cached.start_frames(data, eid)
-    return True
+    return data is not None and cached.open_episode_replay(data, eid)
 
 
-def _open_quietly(eid: str, store: str | None, frames: bool) -> None:
+def _open_quietly(eid: str, store: str | None) -> None:
     try:
-        open_linked_episode(eid, store, frames=frames)
+        open_linked_episode(eid, store)
     except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
         logging.getLogger(__name__).debug("opening linked episode %r failed", eid, exc_info=True)
 
@@ -80,8 +65,7 @@ class OpenLinkedEpisode:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope.get("method") == "GET":
-            query = scope.get("query_string", b"").decode("latin-1")
-            linked = linked_episode(scope.get("path", ""), query)
+            linked = linked_episode(scope.get("path", ""), scope.get("query_string", b"").decode("latin-1"))
             if linked is not None:
-                _OPENER.submit(_open_quietly, *linked, store_thresholds(query))
+                _OPENER.submit(_open_quietly, *linked)
         await self.app(scope, receive, send)

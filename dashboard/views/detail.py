@@ -263,6 +263,18 @@ def value_step(value: dict | None) -> int | None:
         return None
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def frame_strip(_data, key: str, i: int, items: tuple, vstep: int | None, n_steps: int, camera: str | None = None):
+    """The episode's frames from `camera` (None: the scene's agent view), pre-rendered in the
+    background, violating step first (a `FrameBatch` of `data:` URLs)."""
+    from dashboard import player
+    from dashboard.replay_bridge import FRAME_SIZE
+
+    rec = cached.replay_record(_data, i)
+    return player.frames(cached.render_service(), f"{key}#{i}", rec, cached.violations(_data, key, i, items),
+                         min(n_steps, rec.n_steps), vstep, size=FRAME_SIZE, camera=camera)
+
+
 def _wrist_camera(text: str) -> str | None:
     """The first wrist camera (`replay.render.replayer.WRIST_VIEWS`) an MJCF text names, else None."""
     from replay.render.replayer import WRIST_VIEWS
@@ -341,7 +353,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     ok, why = cached.replay_status()
     if ok:
         try:
-            strip = cached.frame_strip(c.data, c.key, i, c.items, vstep, n_steps, camera_ui(c, i))
+            strip = frame_strip(c.data, c.key, i, c.items, vstep, n_steps, camera_ui(c, i))
         except C.D.StoreProblem as exc:  # a refused path: an error, as on every page
             st.error(str(exc), icon=":material/block:")
         except Exception as exc:  # noqa: BLE001 - RecordError (no replay state), RenderError
