@@ -34,8 +34,11 @@ def _store_cache() -> tuple[OrderedDict, threading.Lock]:
 def loaded_store(path: str) -> D.StoreData | None:
     """The store at `path` if a page has loaded this version of it already, else None (never
     loads: callable outside a page's run, see dashboard/link_open.py)."""
+    return _cached_store(D.store_stamp(path))
+
+
+def _cached_store(key) -> D.StoreData | None:
     cache, lock = _store_cache()
-    key = D.store_stamp(path)
     with lock:
         hit = cache.get(key)
         if hit is not None:
@@ -45,11 +48,11 @@ def loaded_store(path: str) -> D.StoreData | None:
 
 def load_store(path: str) -> D.StoreData:
     """The store at `path`, loaded once per version of its files (with a progress bar)."""
-    hit = loaded_store(path)
+    key = D.store_stamp(path)
+    hit = _cached_store(key)
     if hit is not None:
         return hit
     cache, lock = _store_cache()
-    key = D.store_stamp(path)
     bar = st.progress(0.0, text=f"Loading run store {path} …")
     try:
         bar.progress(0.2, text=f"Reading {path}/episodes.parquet and spec_results.parquet …")
