@@ -20,6 +20,7 @@ import queue
 import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -34,6 +35,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 FRAME_SIZE = (480, 360)
 CLIP_SIZE = (400, 300)
 PAGE_TEXTURES = "preview"  # the pages' frames: textures shrunk to the frame size for the upload (docs/replay.md)
+WRITE_QUIET_S = 1.5  # compiled scenes go to the disk cache only after the render thread was idle this long
 MAX_OPEN = 3  # replayers kept open (their scenes' models and GL contexts are shared, see replay/render/offscreen.py)
 
 
@@ -94,9 +96,11 @@ class RenderService:
         self._max_open = max_open
         self._closing = False
         self._open_registered = False
-        if available()[0]:  # compiled scenes go to the disk cache when no page waits for a frame
-            from replay.render.scene_cache import defer_saves
-            defer_saves()
+        self._running = False  # a job runs on the render thread
+        self._idle_since = time.monotonic()
+        if available()[0]:  # compiled scenes go to the disk cache beside the renders, while no frame is wanted
+            from replay.render.scene_cache import write_in_background
+            write_in_background(self.idle)
         self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
         self._thread.start()
         # EGL work still running while the interpreter finalises crashes the process: at exit,
@@ -117,21 +121,27 @@ class RenderService:
             fn, args, kwargs, fut = job
             if not fut.set_running_or_notify_cancel():
                 continue
+            self._running = True
+            result = error = None
             try:
-                fut.set_result(fn(*args, **kwargs))
+                result = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting page
-                fut.set_exception(exc)
-            if self._q.empty():
-                self._save_scenes()
+                error = exc
+            self._running = False  # before the waiter hears: it may ask `idle()` at once
+            self._idle_since = time.monotonic()
+            if error is None:
+                fut.set_result(result)
+            else:
+                fut.set_exception(error)
+            result = error = None  # the loop keeps no frame or traceback alive until the next job
 
-    def _save_scenes(self) -> None:
-        """Writes newly compiled scenes to the disk cache while no job waits: a job queued
-        meanwhile (a frame) runs after the scene being written, not after all of them."""
-        import sys
-
-        cache = sys.modules.get("replay.render.scene_cache")
-        if cache is not None:
-            cache.save_pending(stop=lambda: not self._q.empty())
+    def idle(self) -> bool:
+        """No job ran or waited on the render thread for `WRITE_QUIET_S` (what the scene
+        cache's background writer asks before each scene). The quiet time keeps the writes
+        out of a page load: between a linked scene's open and the page's first frame request
+        the thread idles 0.3-0.7 s (docs/benchmarks.md, session 17)."""
+        return (not self._running and self._q.empty()
+                and time.monotonic() - self._idle_since >= WRITE_QUIET_S)
 
     # -- runs on the render thread ------------------------------------------------
     def _replayer(self, key: str, record, size: tuple[int, int], *, camera: str | None = None,

@@ -79,6 +79,65 @@ def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_pat
         monkeypatch.setattr(scene_cache, "_DEFER", [False])
 
 
+def test_a_frame_does_not_wait_for_a_scene_being_written(tmp_path, monkeypatch):
+    """The disk-cache write of a scene compiled earlier (0.5-0.7 s for a LIBERO scene, a
+    preview build 2-3.5 s) runs on the writer's own thread: a frame of another scene asked
+    meanwhile is rendered while that write is still held, here until the frame is back."""
+    import threading
+
+    import mujoco
+
+    import replay.render.scene_cache as scene_cache
+
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
+    started, release = threading.Event(), threading.Event()
+    real_save = mujoco.mj_saveModel
+
+    def held_save(*args):
+        started.set()
+        release.wait(120)
+        return real_save(*args)
+
+    monkeypatch.setattr(mujoco, "mj_saveModel", held_save)
+    svc = RenderService()
+    try:
+        assert svc.frame("written", toy_record(mjcf=toy_scene(8)), 0, size=(W, H)).std() > 10
+        assert started.wait(60), "the idle service never wrote the new scene"
+        assert svc.frame("other", toy_record(mjcf=toy_scene(9)), 0, size=(W, H), timeout=60).std() > 10
+        assert not release.is_set() and scene_cache._WRITER["thread"].is_alive()
+    finally:
+        release.set()
+        svc.close()
+        monkeypatch.setattr(scene_cache, "_DEFER", [False])
+
+
+def test_the_service_is_idle_for_the_writer_only_after_its_quiet_time(monkeypatch):
+    """The scene cache's writer asks `idle()`: not while a job waits or runs, and not until
+    the thread was idle `WRITE_QUIET_S` (the gap between a linked scene's open and the page's
+    first frame request is not idle time)."""
+    import threading
+
+    import dashboard.replay_bridge as bridge
+
+    running, release = threading.Event(), threading.Event()
+    svc = RenderService()
+    try:
+        monkeypatch.setattr(bridge, "WRITE_QUIET_S", 0.0)
+        svc.submit(lambda: None).result(60)
+        assert svc.idle()
+        monkeypatch.setattr(bridge, "WRITE_QUIET_S", 3600.0)
+        assert not svc.idle()  # idle, but not for an hour
+        monkeypatch.setattr(bridge, "WRITE_QUIET_S", 0.0)
+        fut = svc.submit(lambda: running.set() or release.wait(60))
+        assert running.wait(60) and not svc.idle()  # a job runs
+        release.set()
+        fut.result(60)
+        assert svc.idle()
+    finally:
+        release.set()
+        svc.close()
+
+
 # -- batch pre-rendering for the player, cameras (issue 16, section 3) --------------------
 
 from dashboard.replay_bridge import violation_first_order  # noqa: E402

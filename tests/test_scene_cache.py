@@ -23,6 +23,13 @@ from test_render import MESH_XML, write_stl  # noqa: E402
 pytestmark = pytest.mark.render
 
 
+@pytest.fixture(autouse=True)
+def no_background_writer(monkeypatch):
+    """A render service of another test in this process runs the background writer: here it
+    never acts, so what these tests queue is written only where they say."""
+    monkeypatch.setitem(scene_cache._WRITER, "idle", lambda: False)
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
@@ -119,6 +126,65 @@ def test_save_pending_stops_between_scenes_when_asked(cache, monkeypatch):
     assert scene_cache.save_pending(stop=lambda: asked.append(1) or len(asked) > 1) == 1  # a job came after one
     assert len(list(cache.glob("*" + SUFFIX))) == 1
     assert scene_cache.save_pending() == 2 and len(list(cache.glob("*" + SUFFIX))) == 3
+
+
+def test_a_shared_model_is_written_from_a_copy_outside_the_vis_lock(cache, monkeypatch):
+    """The model a renderer may be uploading is copied under `MODEL_VIS_LOCK` and the copy
+    written without it: an open waits for the copy at most, never for the write."""
+    from replay.render.offscreen import MODEL_VIS_LOCK
+
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])
+    xml = toy_scene(5)
+    model = compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    seen, real_save = [], mujoco.mj_saveModel
+
+    def save(m, *args):
+        seen.append((m is model, MODEL_VIS_LOCK.locked()))
+        return real_save(m, *args)
+
+    monkeypatch.setattr(mujoco, "mj_saveModel", save)
+    assert scene_cache.save_pending() == 1
+    assert seen == [(False, False)]
+    (written,) = cache.glob("*" + SUFFIX)
+    loaded = mujoco.MjModel.from_binary_path(str(written))
+    assert np.array_equal(loaded.tex_data, model.tex_data) and np.array_equal(loaded.mesh_vert, model.mesh_vert)
+
+
+def test_the_background_writer_writes_only_while_idle_at_the_lowest_priority(cache, monkeypatch):
+    """`write_in_background(idle)`: a queued scene waits while the renderer is busy, and is
+    written on the writer's own thread once it is idle; on Linux that thread runs at nice 19."""
+    import threading
+    import time
+
+    idle = threading.Event()
+    thread = scene_cache.write_in_background(idle.is_set)  # replaces the autouse fixture's never-idle
+    assert scene_cache._DEFER[0]
+    xml = toy_scene(6)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    time.sleep(4 * scene_cache.WRITER_POLL_S)
+    assert not any(cache.glob("*" + SUFFIX)) and scene_cache.pending() == 1  # busy: nothing written yet
+    idle.set()
+    deadline = time.monotonic() + 30
+    while scene_cache.pending() or not any(cache.glob("*" + SUFFIX)):
+        assert time.monotonic() < deadline, "the idle writer never wrote the scene"
+        time.sleep(0.05)
+    assert [p.name for p in cache.glob("*" + SUFFIX)] == [scene_digest(xml, "/") + SUFFIX]
+    assert thread.is_alive() and thread is not threading.current_thread()
+    if os.uname().sysname == "Linux":
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == scene_cache.WRITER_NICE
+
+
+def test_a_half_written_file_left_by_a_stopped_process_is_removed(cache, monkeypatch):
+    """A process stopped mid-write leaves a `.part` file: the next write removes it once it is
+    older than `PART_STALE_S`; a recent one (another process writing now) stays."""
+    cache.mkdir(parents=True)
+    stale, fresh = cache / "old.part", cache / "new.part"
+    for p in (stale, fresh):
+        p.write_bytes(b"x" * 100)
+    os.utime(stale, (0, 0))
+    xml = toy_scene(2)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    assert not stale.exists() and fresh.exists()
 
 
 def test_off_writes_nothing(tmp_path, monkeypatch):

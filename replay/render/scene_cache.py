@@ -13,8 +13,9 @@ anew. An unreadable cache file is removed and the scene compiled again.
 Writing a LIBERO scene's MJB takes 1-2 s. A preview open also queues the scene's preview
 (replay/render/preview_scene.py: compiled once more with small textures, 76 MB instead of 197 MB;
 2-3.5 s with the write) for the same idle time. A process that renders for a user (the
-dashboard's render service) calls `defer_saves()`, and then `save_pending()` when no
-frame is waiting, so the first frame of a new scene does not wait for the write.
+dashboard's render service) calls `write_in_background(idle)`: the writes wait, then run on
+a thread of their own at the lowest CPU priority while the renderer is idle, so neither the
+first frame of a new scene nor a scene opened while one is written waits for a write.
 
 Where: $SAFEVLA_SCENE_CACHE (a folder; "off" disables the cache), else
 $XDG_CACHE_HOME/safevla/scenes, else ~/.cache/safevla/scenes. Size: at most
@@ -24,10 +25,15 @@ recently used files removed first.
 
 from __future__ import annotations
 
+import atexit
+import copy
 import hashlib
+import logging
 import os
+import sys
 import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -83,6 +89,13 @@ def scene_digest(resolved_xml: str, modelfiledir: str) -> str:
 _PENDING: list[tuple[mujoco.MjModel | None, Path, Callable[[], mujoco.MjModel | None] | None]] = []
 _PENDING_LOCK = threading.Lock()
 _DEFER = [False]
+_WAKE = threading.Event()  # set when a scene is queued: the background writer looks
+_WRITER: dict = {"thread": None, "idle": lambda: False}  # the background writer, and what it asks
+WRITER_NICE = 19  # the background writer's CPU priority (Linux): it takes what nobody else wants
+WRITER_POLL_S = 0.25  # while not idle, the background writer looks again this often
+WRITER_EXIT_WAIT_S = 3.0  # at exit, a write under way gets this long to finish
+_STOPPING = threading.Event()  # the process exits: the background writer starts nothing new
+PART_STALE_S = 3600.0  # a half-written file this old was left by a process stopped mid-write
 
 
 def defer_saves(on: bool = True) -> None:
@@ -90,13 +103,22 @@ def defer_saves(on: bool = True) -> None:
     _DEFER[0] = bool(on)
 
 
+def _queue(entry) -> None:
+    with _PENDING_LOCK:
+        _PENDING.append(entry)
+    _WAKE.set()
+
+
 def save_pending(stop: Callable[[], bool] | None = None) -> int:
-    """Writes the compiled scenes waiting for the cache; returns how many. The models may be
-    shared by then, so the write holds the lock under which their vis settings change.
+    """Writes the compiled scenes waiting for the cache; returns how many.
+
+    The models may be shared by then (a renderer uploading one changes its vis settings and
+    textures for a moment, under `offscreen.MODEL_VIS_LOCK`), so each is copied under that
+    lock (~0.1 s for a LIBERO scene) and the copy written without it (0.5-0.7 s, the GIL
+    released): a renderer opening meanwhile waits for the copy at most, not for the write.
 
     `stop()` is asked before each scene: when it says True (a frame is wanted, say), the
-    rest waits for the next call, so a frame waits for one scene's write or preview build at
-    most (1-2 s for a LIBERO scene), not for all of them."""
+    rest waits for the next call."""
     from replay.render.offscreen import MODEL_VIS_LOCK
 
     n = 0
@@ -114,11 +136,64 @@ def save_pending(stop: Callable[[], bool] | None = None) -> int:
                 model = None
             if model is None:
                 continue
-            _store(model, path)
         else:
             with MODEL_VIS_LOCK:
-                _store(model, path)
+                model = copy.copy(model)
+        _store(model, path)
         n += 1
+
+
+def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
+    """Defers saves (`defer_saves`) and writes them on a daemon thread of their own, one scene
+    at a time while `idle()` says True (a render service: no frame queued or rendering), at
+    the lowest CPU priority on Linux (`WRITER_NICE`, inherited by the threads MuJoCo's
+    compiler starts). What a write costs (a LIBERO scene: 0.5-0.7 s; a preview build 2-3.5 s,
+    replay/render/preview_scene.py) then runs beside the renders instead of before them: a
+    scene a user opens while one is written no longer waits for it (docs/benchmarks.md,
+    session 17). Started once per process; a later call only replaces `idle`."""
+    defer_saves()
+    with _PENDING_LOCK:
+        _WRITER["idle"] = idle
+        thread = _WRITER["thread"]
+        if thread is None or not thread.is_alive():
+            thread = _WRITER["thread"] = threading.Thread(target=_write_loop, name="safevla-scene-write", daemon=True)
+            thread.start()
+            atexit.register(_stop_writer)
+    _WAKE.set()
+    return thread
+
+
+def _stop_writer(timeout: float = WRITER_EXIT_WAIT_S) -> None:
+    _STOPPING.set()
+    _WAKE.set()
+    thread = _WRITER["thread"]
+    if thread is not None:
+        thread.join(timeout)
+
+
+def pending() -> int:
+    """How many scenes wait to be written."""
+    with _PENDING_LOCK:
+        return len(_PENDING)
+
+
+def _write_loop() -> None:
+    if sys.platform.startswith("linux"):  # PRIO_PROCESS with a thread id is a thread's own nice on Linux only
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
+        except OSError:
+            pass
+    while not _STOPPING.is_set():
+        _WAKE.wait()
+        _WAKE.clear()
+        while pending() and not _STOPPING.is_set():
+            if not _WRITER["idle"]():
+                time.sleep(WRITER_POLL_S)
+                continue
+            try:
+                save_pending(stop=lambda: _STOPPING.is_set() or not _WRITER["idle"]())
+            except Exception:  # noqa: BLE001 - a write that fails costs the next open a compile, nothing else
+                logging.getLogger(__name__).debug("writing a compiled scene failed", exc_info=True)
 
 
 def _path_for(resolved_xml: str, modelfiledir: str) -> Path | None:
@@ -148,8 +223,10 @@ def build_later(resolved_xml: str, modelfiledir: str, build: Callable[[], mujoco
     if path is None or not _DEFER[0] or path.is_file():
         return
     with _PENDING_LOCK:
-        if all(p != path for _, p, _ in _PENDING):
-            _PENDING.append((None, path, build))
+        if any(p == path for _, p, _ in _PENDING):
+            return
+        _PENDING.append((None, path, build))
+    _WAKE.set()
 
 
 def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[], mujoco.MjModel]) -> mujoco.MjModel:
@@ -170,8 +247,7 @@ def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[]
             path.unlink(missing_ok=True)  # truncated or from an incompatible build: compile anew
     model = compile_fn()
     if _DEFER[0]:
-        with _PENDING_LOCK:
-            _PENDING.append((model, path, None))
+        _queue((model, path, None))
     else:
         _store(model, path)
     return model
@@ -195,6 +271,12 @@ def _store(model: mujoco.MjModel, path: Path) -> None:
 
 
 def _evict(folder: Path, *, keep: Path) -> None:
+    for part in folder.glob("*.part"):  # left by a process stopped mid-write (the writer's own are newer)
+        try:
+            if time.time() - part.stat().st_mtime > PART_STALE_S:
+                part.unlink()
+        except OSError:
+            pass
     files = sorted((p for p in folder.glob("*" + SUFFIX) if p != keep), key=lambda p: p.stat().st_mtime)
     total = sum(p.stat().st_size for p in files) + keep.stat().st_size
     limit = _limit_bytes()
