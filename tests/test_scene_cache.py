@@ -128,23 +128,35 @@ def test_save_pending_stops_between_scenes_when_asked(cache, monkeypatch):
     assert scene_cache.save_pending() == 2 and len(list(cache.glob("*" + SUFFIX))) == 3
 
 
-def test_a_shared_model_is_written_from_a_copy_outside_the_vis_lock(cache, monkeypatch):
-    """The model a renderer may be uploading is copied under `MODEL_VIS_LOCK` and the copy
-    written without it: an open waits for the copy at most, never for the write."""
-    from replay.render.offscreen import MODEL_VIS_LOCK
+def test_a_shared_model_is_written_without_the_vis_lock_and_dropped_if_changed_meanwhile(cache, monkeypatch):
+    """The writer takes no lock a renderer's upload needs; a file written while an upload
+    changed a shared model for a moment (`offscreen.begin_model_edit`) is dropped and the
+    scene written at the next call, so what is kept is the model as compiled."""
+    from replay.render.offscreen import MODEL_VIS_LOCK, begin_model_edit
 
     monkeypatch.setattr(scene_cache, "_DEFER", [True])
     xml = toy_scene(5)
     model = compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
-    seen, real_save = [], mujoco.mj_saveModel
+    real_save, locked = mujoco.mj_saveModel, []
 
-    def save(m, *args):
-        seen.append((m is model, MODEL_VIS_LOCK.locked()))
-        return real_save(m, *args)
+    def save_during_an_upload(m, *args):
+        locked.append(MODEL_VIS_LOCK.locked())
+        with MODEL_VIS_LOCK:  # a renderer's upload starts while the file is written
+            begin_model_edit()
+            m.tex_data[:4] = 7
+        out = real_save(m, *args)
+        with MODEL_VIS_LOCK:
+            m.tex_data[:4] = texels
+        return out
 
-    monkeypatch.setattr(mujoco, "mj_saveModel", save)
-    assert scene_cache.save_pending() == 1
-    assert seen == [(False, False)]
+    texels = model.tex_data[:4].copy()
+    monkeypatch.setattr(mujoco, "mj_saveModel", save_during_an_upload)
+    assert scene_cache.save_pending() == 0 and scene_cache.pending() == 1  # dropped, left for the next call
+    assert not any(cache.glob("*" + SUFFIX)) and not any(cache.glob("*.part"))
+    monkeypatch.setattr(mujoco, "mj_saveModel", lambda m, *args: locked.append(MODEL_VIS_LOCK.locked())
+                        or real_save(m, *args))
+    assert scene_cache.save_pending() == 1 and scene_cache.pending() == 0
+    assert locked == [False, False]
     (written,) = cache.glob("*" + SUFFIX)
     loaded = mujoco.MjModel.from_binary_path(str(written))
     assert np.array_equal(loaded.tex_data, model.tex_data) and np.array_equal(loaded.mesh_vert, model.mesh_vert)

@@ -61,6 +61,22 @@ def _release_current() -> None:
 
 
 MODEL_VIS_LOCK = threading.Lock()  # held while a shared model's vis settings are changed for a moment
+_MODEL_EDITS = [0]  # bumped under MODEL_VIS_LOCK as each such change starts (`model_edits`)
+
+
+def begin_model_edit() -> None:
+    """Called with `MODEL_VIS_LOCK` held, before a shared model is changed for a moment: a
+    reader that did not take the lock (the scene cache's writer) sees the count move and
+    drops what it read."""
+    _MODEL_EDITS[0] += 1
+
+
+def model_edits() -> int:
+    """How many changes of shared models have started; read under `MODEL_VIS_LOCK`, so none is
+    under way at that moment. Equal before and after a read of a shared model done without
+    the lock: nothing changed it meanwhile."""
+    with MODEL_VIS_LOCK:
+        return _MODEL_EDITS[0]
 
 
 # What `mjr_makeContext` copies from a model into the GL objects of a context (MuJoCo's
@@ -180,6 +196,7 @@ def _make_mjr_context(model: mujoco.MjModel, width: int, height: int, multisampl
     textures, shrunk to `max_texture_px` for the upload (None: uploaded whole)."""
     g, q = model.vis.global_, model.vis.quality
     with MODEL_VIS_LOCK:
+        begin_model_edit()
         saved = g.offwidth, g.offheight, q.offsamples
         g.offwidth, g.offheight = max(g.offwidth, width), max(g.offheight, height)
         if not multisample:

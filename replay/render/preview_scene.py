@@ -14,7 +14,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from replay.render.offscreen import MODEL_VIS_LOCK, restore_textures, shrink_textures
+from replay.render.offscreen import MODEL_VIS_LOCK, begin_model_edit, restore_textures, shrink_textures
 
 
 def preview_text(resolved_xml: str, max_px: int) -> str:
@@ -25,6 +25,7 @@ def preview_text(resolved_xml: str, max_px: int) -> str:
 def shrunk_textures(full: mujoco.MjModel, max_px: int) -> list[tuple[int, int, bytes]]:
     """(width, height, data) of every texture of `full` as a preview upload sees it."""
     with MODEL_VIS_LOCK:
+        begin_model_edit()
         saved = shrink_textures(full, max_px)
         try:
             out = []

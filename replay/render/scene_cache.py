@@ -26,7 +26,6 @@ recently used files removed first.
 from __future__ import annotations
 
 import atexit
-import copy
 import hashlib
 import logging
 import os
@@ -112,14 +111,16 @@ def _queue(entry) -> None:
 def save_pending(stop: Callable[[], bool] | None = None) -> int:
     """Writes the compiled scenes waiting for the cache; returns how many.
 
-    The models may be shared by then (a renderer uploading one changes its vis settings and
-    textures for a moment, under `offscreen.MODEL_VIS_LOCK`), so each is copied under that
-    lock (~0.1 s for a LIBERO scene) and the copy written without it (0.5-0.7 s, the GIL
-    released): a renderer opening meanwhile waits for the copy at most, not for the write.
+    The models may be shared by then: a renderer uploading one changes its vis settings and
+    textures for a moment (under `offscreen.MODEL_VIS_LOCK`, counted by
+    `offscreen.model_edits`). The write takes no lock and holds no GIL (`mj_saveModel`,
+    0.5-0.7 s for a LIBERO scene): a file written while such a change started is dropped and
+    the scene left for the next call, so an open never waits for a write, and nothing
+    half-changed is kept.
 
     `stop()` is asked before each scene: when it says True (a frame is wanted, say), the
     rest waits for the next call."""
-    from replay.render.offscreen import MODEL_VIS_LOCK
+    from replay.render.offscreen import model_edits
 
     n = 0
     while True:
@@ -136,10 +137,13 @@ def save_pending(stop: Callable[[], bool] | None = None) -> int:
                 model = None
             if model is None:
                 continue
+            _store(model, path)  # a model of its own: nobody changes it
         else:
-            with MODEL_VIS_LOCK:
-                model = copy.copy(model)
-        _store(model, path)
+            edits = model_edits()
+            if not _store(model, path, unchanged=lambda: model_edits() == edits):
+                with _PENDING_LOCK:  # changed while written (a renderer opened): at the next call
+                    _PENDING.append((model, path, None))
+                return n
         n += 1
 
 
@@ -253,21 +257,27 @@ def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[]
     return model
 
 
-def _store(model: mujoco.MjModel, path: Path) -> None:
+def _store(model: mujoco.MjModel, path: Path, *, unchanged: Callable[[], bool] | None = None) -> bool:
+    """Writes `model` to `path` whole or not at all. False (nothing kept) when `unchanged()`,
+    asked after the write, says the model changed meanwhile; a disk error keeps nothing either
+    and costs the next open a compile, nothing else."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
         os.close(fd)
         mujoco.mj_saveModel(model, tmp, None)
+        if unchanged is not None and not unchanged():
+            return False
         os.replace(tmp, path)  # readers never see half a file
         tmp = None
         _evict(path.parent, keep=path)
     except (OSError, ValueError, mujoco.FatalError):
-        pass  # a read-only or full disk costs the next open a compile, nothing else
+        pass
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+    return True
 
 
 def _evict(folder: Path, *, keep: Path) -> None:
