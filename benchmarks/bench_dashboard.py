@@ -3,7 +3,7 @@
 
     python benchmarks/bench_dashboard.py
         [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_link_warm,frame_link_shipped,
-               frame_switch,frame_from_list,playback,memory]
+               frame_link_paced,frame_switch,frame_from_list,playback,memory]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
@@ -35,6 +35,9 @@ that moment, with the browser's own clock.
   start on: the scenes are in the compiled-scene cache on disk (written before the server starts
   by a process of the same code, as an earlier dashboard run leaves them) and the background
   warm-up is on. The strict measures above start from nothing; this is the everyday case.
+- frame_link_paced: frame_next_scene as a reader opens links: each page stays open 15 s after
+  its first frame (its frames pre-render, then the server's background work runs, such as
+  writing compiled scenes to the disk cache) before it closes and the next link opens.
 - frame_switch: on a server as for frame_next_scene, the detail page of one scene open in the
   browser, then the page's own episode picker set to SBU episodes of other scene files never opened
   (Enter -> the player shows the new episode's first frame; median of --repeat): browsing
@@ -86,7 +89,7 @@ from browser_timing import Browser, NotDrawn, Server, archive_of, dashboard_entr
 DEMO = ROOT / "assets" / "demo" / "store"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
              "frame": 2.0, "frame_next_scene": 2.0, "frame_link_warm": 2.0,
-             "frame_link_shipped": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
+             "frame_link_shipped": 2.0, "frame_link_paced": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
              "playback": None, "memory": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
@@ -469,6 +472,33 @@ def frame_link_shipped(b: "Bench", code: Path) -> dict:
                         "the player's first frame drawn"}
 
 
+READ_S = 15.0  # frame_link_paced: how long the user reads each page before opening the next link
+
+
+def frame_link_paced(b: "Bench", code: Path) -> dict:
+    """Links to scene files never opened, opened one after another as a reader does: each page
+    stays open READ_S after its first frame (its frames pre-render, then the server's
+    background work runs: scene writes), then closes, and the next link opens in a new
+    browser context. The first link (server still cold) is not timed."""
+    store = b.demo
+    eids = _sbu_by_scene(store, 1 + max(1, b.repeat))
+    times = []
+    with _server_with_no_scene_compiled(code, store) as srv:
+        for k, eid in enumerate(eids):
+            out = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}", keep=True)
+            try:
+                if k:
+                    times.append(out["value_s"])
+                time.sleep(READ_S)
+            finally:
+                out["page"].context.close()
+    return {"value_s": round(statistics.median(times), 3), **_summary(times),
+            **_by_asset_set(store, eids, eids[1:], times), "episode_ids": eids, "store": str(store),
+            "includes": f"as frame_next_scene (new session, scene file never opened or compiled, no warm-up), but "
+                        f"each page stays open {READ_S:g} s after its first frame before the next link opens: "
+                        "navigation -> the player's first frame drawn, with what the server does while a user reads"}
+
+
 _PLAYER_IMAGE = """(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
     const img = d && d.querySelector('#frame'); const status = d && d.querySelector('#status');
     const root = d && d.querySelector('#timeline');
@@ -663,10 +693,11 @@ def memory(b: "Bench", code: Path) -> dict:
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
                 "frame_link_warm": frame_link_warm, "frame_link_shipped": frame_link_shipped,
+                "frame_link_paced": frame_link_paced,
                 "frame_switch": frame_switch, "frame_from_list": frame_from_list, "playback": playback,
                 "memory": memory}
 BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene",
-               "frame_link_warm", "frame_link_shipped", "frame_switch", "frame_from_list")
+               "frame_link_warm", "frame_link_shipped", "frame_link_paced", "frame_switch", "frame_from_list")
 
 
 class Bench:
