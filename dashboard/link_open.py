@@ -10,10 +10,12 @@ textures a GL context holds already, 1-2 s for new ones) began only with the scr
 the open overlaps the frontend's start, and the page's own `open_replay` then finds the
 replayer open (docs/benchmarks.md, session 15).
 
-It acts only for a store the link may open (`stores.store_allowed`, the page's own check) and
-that a page has loaded already (`stores.loaded_store`: it never loads one); everything else is
-left to the page, which says what is wrong. The request and its response are passed on
-untouched.
+It acts only for a store the link may open (`stores.store_allowed`, the page's own check). On a
+server that has not loaded that store yet (a link opened first after a start), it loads it
+as the page would (`stores.load_store_at_request`: 0.1 s for the demo store; the page's run
+then waits for that load instead of making its own), so the scene's open overlaps the
+frontend's start there too. Everything else is left to the page, which says what is wrong.
+The request and its response are passed on untouched.
 """
 
 from __future__ import annotations
@@ -40,13 +42,13 @@ def linked_episode(path: str, query: str) -> tuple[str, str | None] | None:
 
 def open_linked_episode(eid: str, store: str | None) -> bool:
     """Starts opening episode `eid`'s replayer when its store (the link's, else the server's)
-    may be opened by a link and a page has loaded it; whether it was queued."""
+    may be opened by a link (loading the store if no page has); whether it was queued."""
     from dashboard import cached, stores
 
     if store is not None and not stores.store_allowed(store):
         return False
-    data = stores.loaded_store(store or stores.server_default_store()[0])
-    return data is not None and cached.open_episode_replay(data, eid)
+    data = stores.load_store_at_request(store or stores.server_default_store()[0])
+    return cached.open_episode_replay(data, eid)
 
 
 def _open_quietly(eid: str, store: str | None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from pathlib import Path
 
 import streamlit as st
@@ -27,8 +28,9 @@ NOT_AVAILABLE = ("This run store is not available on this dashboard. A link or t
 # ----------------------------------------------------------------------------- store loading
 
 @st.cache_resource(show_spinner=False)
-def _store_cache() -> tuple[OrderedDict, threading.Lock]:
-    return OrderedDict(), threading.Lock()
+def _store_cache() -> tuple[OrderedDict, threading.Lock, dict]:
+    """(loaded stores by version, their lock, the loads under way by version)."""
+    return OrderedDict(), threading.Lock(), {}
 
 
 def loaded_store(path: str) -> D.StoreData | None:
@@ -38,7 +40,7 @@ def loaded_store(path: str) -> D.StoreData | None:
 
 
 def _cached_store(key) -> D.StoreData | None:
-    cache, lock = _store_cache()
+    cache, lock, _ = _store_cache()
     with lock:
         hit = cache.get(key)
         if hit is not None:
@@ -48,11 +50,45 @@ def _cached_store(key) -> D.StoreData | None:
 
 def load_store(path: str) -> D.StoreData:
     """The store at `path`, loaded once per version of its files (with a progress bar)."""
-    key = D.store_stamp(path)
-    hit = _cached_store(key)
-    if hit is not None:
-        return hit
-    cache, lock = _store_cache()
+    return _load_once(path, D.store_stamp(path), progress=True)
+
+
+def load_store_at_request(path: str) -> D.StoreData:
+    """`load_store` outside a page's run (no progress bar): a detail link's page request on a
+    server that has not loaded the store yet (dashboard/link_open.py). A page run asking for
+    the store meanwhile waits for this load instead of making its own."""
+    return _load_once(path, D.store_stamp(path), progress=False)
+
+
+def _load_once(path: str, key, *, progress: bool) -> D.StoreData:
+    cache, lock, loading = _store_cache()
+    with lock:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        underway = loading.get(key)
+        if underway is None:
+            mine = loading[key] = Future()
+    if underway is not None:
+        return underway.result()  # raises what that load raised (the page reports it)
+    try:
+        data = _open_with_progress(path) if progress else D.open_store(path)
+    except BaseException as exc:
+        with lock:
+            del loading[key]
+        mine.set_exception(exc)
+        raise
+    with lock:
+        cache[key] = data
+        while len(cache) > 3:
+            cache.popitem(last=False)
+        del loading[key]
+    mine.set_result(data)
+    return data
+
+
+def _open_with_progress(path: str) -> D.StoreData:
     bar = st.progress(0.0, text=f"Loading run store {path} …")
     try:
         bar.progress(0.2, text=f"Reading {path}/episodes.parquet and spec_results.parquet …")
@@ -60,10 +96,6 @@ def load_store(path: str) -> D.StoreData:
         bar.progress(1.0, text="Loaded.")
     finally:
         bar.empty()
-    with lock:
-        cache[key] = data
-        while len(cache) > 3:
-            cache.popitem(last=False)
     return data
 
 

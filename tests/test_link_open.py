@@ -1,8 +1,7 @@
 """dashboard/link_open.py: a detail page's request starts opening its episode's scene before the
-page's script runs (dashboard/server.py's middleware), only for a store the link may open and
-a page has loaded."""
+page's script runs (dashboard/server.py's middleware), only for a store the link may open,
+loading that store if no page has."""
 
-import os
 import sys
 import time
 import urllib.parse
@@ -34,7 +33,7 @@ def test_only_a_detail_page_with_an_episode_is_a_linked_episode(path, query, exp
     assert linked_episode(path, query) == expected
 
 
-def test_a_link_opens_only_for_a_store_it_may_open_and_a_page_has_loaded(tmp_path, monkeypatch):
+def test_a_link_opens_only_for_a_store_it_may_open_loading_it_if_no_page_has(tmp_path, monkeypatch):
     from dashboard import cached, stores
 
     store = build_store(tmp_path / "store", 4, renderable=False)
@@ -45,28 +44,67 @@ def test_a_link_opens_only_for_a_store_it_may_open_and_a_page_has_loaded(tmp_pat
     opened = []  # what would be handed to the render thread (no EGL work in this test)
     monkeypatch.setattr(cached, "open_episode_replay", lambda data, e: opened.append((data.key, e)) or True)
     assert stores.loaded_store(str(store)) is None
-    assert not open_linked_episode(eid, None)  # no page has loaded it: the middleware never loads a store
-    stores.load_store(str(store))
-    stores.load_store(str(other))  # loaded (say, by a test's page), but not given with --stores
-    assert stores.loaded_store(str(other)) is not None
-    assert not open_linked_episode(eid, str(other))
+    assert not open_linked_episode(eid, str(other))  # not given with --stores: neither loaded nor opened
     assert not open_linked_episode(eid, "/etc")
-    assert opened == []
-    assert open_linked_episode(eid, None) and open_linked_episode(eid, str(store))
-    assert opened == [(stores.loaded_store(str(store)).key, eid)] * 2
+    assert stores.loaded_store(str(other)) is None and opened == []
+    assert open_linked_episode(eid, None)  # the server's store, loaded by the request (no page has)
+    loaded = stores.loaded_store(str(store))
+    assert loaded is not None and stores.load_store(str(store)) is loaded  # the page finds it loaded
+    assert open_linked_episode(eid, str(store))
+    assert opened == [(loaded.key, eid)] * 2
 
 
-@pytest.mark.browser
+def test_a_page_asking_for_a_store_a_link_is_loading_waits_for_that_load(tmp_path, monkeypatch):
+    """One load per store version: the page's run that asks while the link's request loads
+    gets that load's store (or its error), and a failed load is not kept."""
+    import threading
+
+    from dashboard import data as D
+    from dashboard import stores
+
+    store = str(build_store(tmp_path / "store", 4, renderable=False))
+    real_open, calls, release = D.open_store, [], threading.Event()
+
+    def slow_open(path):
+        calls.append(path)
+        assert release.wait(60)
+        if len(calls) == 1:
+            raise D.StoreProblem(f"{path}: episodes.parquet: unreadable (a test's first load)")
+        return real_open(path)
+
+    monkeypatch.setattr(D, "open_store", slow_open)
+    got = []
+
+    def ask():
+        try:
+            got.append(stores.load_store_at_request(store))
+        except D.StoreProblem as exc:
+            got.append(exc)
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for t in askers:
+        t.start()
+    deadline = time.monotonic() + 30
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the other two reach the load under way
+    release.set()
+    for t in askers:
+        t.join(60)
+    assert len(calls) == 1 and len(got) == 3 and all(isinstance(g, D.StoreProblem) for g in got)
+    assert stores.loaded_store(store) is None  # the failure was not kept: the next ask loads again
+    first = stores.load_store_at_request(store)
+    assert len(calls) == 2 and stores.load_store_at_request(store) is first and stores.loaded_store(store) is first
+
+
 @pytest.mark.slow
 def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_path):
     """A plain HTTP GET of a detail link (no browser: no websocket, so no page script runs for
-    it) compiles the episode's scene: the disk scene cache gains its model. Without the
-    middleware nothing would, since prewarm is off."""
-    if not os.path.exists(os.environ.get("SAFEVLA_CHROMIUM", "/usr/bin/chromium")):
-        pytest.skip("chromium is not installed")
-    pytest.importorskip("playwright.sync_api")
+    it) to a server no page has loaded the store of compiles the episode's scene: the disk
+    scene cache gains its model. Without the middleware nothing would, since prewarm is off
+    and no page runs."""
     pytest.importorskip("mujoco")
-    from browser_timing import Browser, Server, dashboard_entry
+    from browser_timing import Server, dashboard_entry
 
     store = build_store(tmp_path / "store", 4, renderable=True)
     eid = pd.read_parquet(store / "episodes.parquet")["episode_id"].iat[0]
@@ -74,13 +112,9 @@ def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_p
     link = f"/detail?ep={urllib.parse.quote(eid, safe='')}"
     env = {"SAFEVLA_NO_PREWARM": "1", "SAFEVLA_SCENE_CACHE": str(cache)}
     assert dashboard_entry(ROOT).name == "server.py"
-    with Browser() as browser, Server(dashboard_entry(ROOT), store=store, cwd=ROOT, env=env) as srv:
+    with Server(dashboard_entry(ROOT), store=store, cwd=ROOT, env=env) as srv:
         srv.wait_healthy()
-        pg = browser.page()  # a page loads the store (the middleware never does)
-        pg.goto(srv.url)
-        pg.wait_for_selector('[data-testid="stMetric"]')
-        pg.context.close()
-        assert not list(cache.glob("*.mjb"))  # the Overview compiles no scene
+        assert not list(cache.glob("*.mjb"))
         with urllib.request.urlopen(srv.url + link, timeout=30) as r:
             assert r.status == 200 and b"<html" in r.read().lower()  # the page itself, untouched
         deadline = time.monotonic() + 120
