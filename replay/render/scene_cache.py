@@ -151,8 +151,8 @@ def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
     """Defers saves (`defer_saves`) and writes them on a daemon thread of their own, one scene
     at a time while `idle()` says True (a render service: no frame queued or rendering), at
     the lowest CPU priority on Linux (`WRITER_NICE`, inherited by the threads MuJoCo's
-    compiler starts). What a write costs (a LIBERO scene: 0.5-0.7 s; a preview build 2-3.5 s,
-    replay/render/preview_scene.py) then runs beside the renders instead of before them: a
+    compiler starts). What a write costs (a LIBERO scene: 0.5-0.7 s; a preview scene's build and
+    write, replay/render/preview_scene.py) then runs beside the renders instead of before them: a
     scene a user opens while one is written no longer waits for it (docs/benchmarks.md,
     session 17). Started once per process; a later call only replaces `idle`."""
     defer_saves()
