@@ -26,8 +26,10 @@ pytestmark = pytest.mark.render
 @pytest.fixture(autouse=True)
 def no_background_writer(monkeypatch):
     """A render service of another test in this process runs the background writer: here it
-    never acts, so what these tests queue is written only where they say."""
+    never acts, so what these tests queue is written only where they say; and the queue is
+    their own (another test's scenes may still wait in the process's)."""
     monkeypatch.setitem(scene_cache._WRITER, "idle", lambda: False)
+    monkeypatch.setattr(scene_cache, "_PENDING", [])
 
 
 @pytest.fixture
