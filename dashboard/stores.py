@@ -42,10 +42,15 @@ def loaded_store(path: str) -> D.StoreData | None:
 def _cached_store(key) -> D.StoreData | None:
     cache, lock, _ = _store_cache()
     with lock:
-        hit = cache.get(key)
-        if hit is not None:
-            cache.move_to_end(key)
-        return hit
+        return _peek(cache, key)
+
+
+def _peek(cache: OrderedDict, key) -> D.StoreData | None:
+    """The loaded store of version `key`, marked recently used; with the cache's lock held."""
+    hit = cache.get(key)
+    if hit is not None:
+        cache.move_to_end(key)
+    return hit
 
 
 def load_store(path: str) -> D.StoreData:
@@ -63,9 +68,8 @@ def load_store_at_request(path: str) -> D.StoreData:
 def _load_once(path: str, key, *, progress: bool) -> D.StoreData:
     cache, lock, loading = _store_cache()
     with lock:
-        hit = cache.get(key)
+        hit = _peek(cache, key)
         if hit is not None:
-            cache.move_to_end(key)
             return hit
         underway = loading.get(key)
         if underway is None:
