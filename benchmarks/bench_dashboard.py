@@ -323,16 +323,41 @@ def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None):
 
 
 @contextlib.contextmanager
-def _server_with_no_scene_compiled(code: Path, store: Path):
-    """A running server of `code` on `store` with an empty compiled-scene cache and no warm-up."""
+def _server_with_scene_cache(code: Path, store: Path, *, compiled_before: list[str] = (), warm_up: bool = False):
+    """A running server of `code` on `store` with a compiled-scene cache of its own: empty, or
+    holding the scenes of the episodes `compiled_before` (written by an earlier process of the
+    same code, as an earlier dashboard run leaves them); the background warm-up only with `warm_up`."""
     cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
     try:
-        env = {"SAFEVLA_SCENE_CACHE": str(cache), "SAFEVLA_NO_PREWARM": "1"}
+        if compiled_before:
+            _fill_scene_cache(code, store, cache, compiled_before)
+        env = {"SAFEVLA_SCENE_CACHE": str(cache), **({} if warm_up else {"SAFEVLA_NO_PREWARM": "1"})}
         with dashboard_server(code, store, env) as srv:
             srv.wait_healthy()
             yield srv
     finally:
         remove_tree(cache)
+
+
+FILL_SCENE_CACHE = """import sys
+from dashboard.replay_bridge import PAGE_TEXTURES
+from replay.render import Replayer
+from scoring.records.io import load_record
+for path in sys.argv[1:]:
+    Replayer(load_record(path), textures=PAGE_TEXTURES).close()
+"""
+
+
+def _fill_scene_cache(code: Path, store: Path, cache: Path, episodes: list[str]) -> None:
+    """Compiles the scenes of `episodes` into `cache` in a process of `code` of its own."""
+    import pandas as pd
+
+    eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
+    extra = server_env(code)
+    env = {**os.environ, **extra, "SAFEVLA_SCENE_CACHE": str(cache), "MUJOCO_GL": "egl",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(code), extra.get("PYTHONPATH", "")) if p)}
+    subprocess.run([sys.executable, "-c", FILL_SCENE_CACHE, *(str(store / eps.at[e, "trajectory"]) for e in episodes)],
+                   cwd=code, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def _sbu_by_scene(store: Path, n: int) -> list[str]:
@@ -383,7 +408,7 @@ def _by_asset_set(store: Path, opened: list[str], timed: list[str], times: list[
 def frame(b: "Bench", code: Path) -> dict:
     store = b.demo
     eid = _sbu_by_scene(store, 1)[0]
-    with _server_with_no_scene_compiled(code, store) as srv:
+    with _server_with_scene_cache(code, store) as srv:
         _open(b.browser, srv.url, OVERVIEW)[0].context.close()  # server warm, no scene opened
         t = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}")
     return {"value_s": t, "episode": eid, "store": str(store),
@@ -391,46 +416,16 @@ def frame(b: "Bench", code: Path) -> dict:
                         "cache, no warm-up): navigation -> the player's first frame drawn"}
 
 
-FILL_SCENE_CACHE = """import sys
-from dashboard.replay_bridge import PAGE_TEXTURES
-from replay.render import Replayer
-from scoring.records.io import load_record
-for path in sys.argv[1:]:
-    Replayer(load_record(path), textures=PAGE_TEXTURES).close()
-"""
-
-
-@contextlib.contextmanager
-def _server_as_shipped(code: Path, store: Path, episodes: list[str]):
-    """A running server of `code` on `store` as a returning user has it: its background warm-up
-    on, and a compiled-scene cache on disk holding the scenes of `episodes` (compiled and
-    written by an earlier process of the same code, as a dashboard run earlier had left them)."""
-    import pandas as pd
-
-    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
-    try:
-        eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
-        env = {**os.environ, **server_env(code), "SAFEVLA_SCENE_CACHE": str(cache), "MUJOCO_GL": "egl",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(code), server_env(code).get("PYTHONPATH", "")) if p)}
-        subprocess.run([sys.executable, "-c", FILL_SCENE_CACHE, *(str(store / eps.at[e, "trajectory"]) for e in episodes)],
-                       cwd=code, env=env, check=True, stdout=subprocess.DEVNULL)
-        with dashboard_server(code, store, {"SAFEVLA_SCENE_CACHE": str(cache)}) as srv:
-            srv.wait_healthy()
-            yield srv
-    finally:
-        remove_tree(cache)
-
-
 def _links_to_new_scenes(b: "Bench", code: Path, *, same_browser: bool, shipped: bool = False) -> dict:
     """Page loads of the detail pages of SBU episodes of scene files never opened, after one
     other scene was opened in the same server. Each link opens in a new browser context (empty
     HTTP cache), or with `same_browser` in a new tab of the context that opened the first scene.
-    With `shipped`, the server is `_server_as_shipped` (scenes compiled by an earlier run, warm-up
-    on), else `_server_with_no_scene_compiled`."""
+    With `shipped`, the server runs as a returning user has it: the scenes compiled by an earlier
+    process, the warm-up on."""
     store = b.demo
     first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
-    server = _server_as_shipped(code, store, [first, *others]) if shipped else _server_with_no_scene_compiled(code, store)
-    with server as srv:
+    with _server_with_scene_cache(code, store, compiled_before=[first, *others] if shipped else [],
+                                  warm_up=shipped) as srv:
         before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
         first_tab = before.pop("page")
         ctx = first_tab.context
@@ -483,7 +478,7 @@ def frame_link_paced(b: "Bench", code: Path) -> dict:
     store = b.demo
     eids = _sbu_by_scene(store, 1 + max(1, b.repeat))
     times = []
-    with _server_with_no_scene_compiled(code, store) as srv:
+    with _server_with_scene_cache(code, store) as srv:
         for k, eid in enumerate(eids):
             out = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}", keep=True)
             try:
@@ -518,7 +513,7 @@ def frame_switch(b: "Bench", code: Path) -> dict:
 
     store = b.demo
     first, *others = _sbu_by_scene(store, 1 + max(1, b.repeat))
-    with _server_with_no_scene_compiled(code, store) as srv:
+    with _server_with_scene_cache(code, store) as srv:
         before = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
         pg, times = before.pop("page"), []
         try:
@@ -565,7 +560,7 @@ def frame_from_list(b: "Bench", code: Path) -> dict:
     store = b.demo
     eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
     times, opened, clicked, scenes, shown = [], [], [], set(), None
-    with _server_with_no_scene_compiled(code, store) as srv:
+    with _server_with_scene_cache(code, store) as srv:
         pg, _ = _open(b.browser, srv.url, OVERVIEW)
         try:
             for row in range(12):
