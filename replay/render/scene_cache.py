@@ -191,13 +191,12 @@ def _write_loop() -> None:
         _WAKE.wait()
         _WAKE.clear()
         while pending() and not _STOPPING.is_set():
-            if not _WRITER["idle"]():
-                time.sleep(WRITER_POLL_S)
-                continue
-            try:
+            try:  # returns with scenes left when the renderer is busy (or one changed while written)
                 save_pending(stop=lambda: _STOPPING.is_set() or not _WRITER["idle"]())
             except Exception:  # noqa: BLE001 - a write that fails costs the next open a compile, nothing else
                 logging.getLogger(__name__).debug("writing a compiled scene failed", exc_info=True)
+            if pending():
+                time.sleep(WRITER_POLL_S)
 
 
 def _path_for(resolved_xml: str, modelfiledir: str) -> Path | None:
