@@ -58,6 +58,7 @@ def test_a_page_asking_for_a_store_a_link_is_loading_waits_for_that_load(tmp_pat
     """One load per store version: the page's run that asks while the link's request loads
     gets that load's store (or its error), and a failed load is not kept."""
     import threading
+    from concurrent.futures import Future
 
     from dashboard import data as D
     from dashboard import stores
@@ -73,6 +74,14 @@ def test_a_page_asking_for_a_store_a_link_is_loading_waits_for_that_load(tmp_pat
         return real_open(path)
 
     monkeypatch.setattr(D, "open_store", slow_open)
+    waiting = []  # askers that found the load under way and wait for it
+
+    class CountedFuture(Future):
+        def result(self, timeout=None):
+            waiting.append(1)
+            return super().result(timeout)
+
+    monkeypatch.setattr(stores, "Future", CountedFuture)
     got = []
 
     def ask():
@@ -85,9 +94,9 @@ def test_a_page_asking_for_a_store_a_link_is_loading_waits_for_that_load(tmp_pat
     for t in askers:
         t.start()
     deadline = time.monotonic() + 30
-    while not calls and time.monotonic() < deadline:
+    while not (calls and len(waiting) == 2) and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.2)  # the other two reach the load under way
+    assert len(calls) == 1 and len(waiting) == 2  # one loads, the other two wait for that load
     release.set()
     for t in askers:
         t.join(60)
