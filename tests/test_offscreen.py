@@ -17,6 +17,17 @@ from replay.render.replayer import Replayer  # noqa: E402
 pytestmark = pytest.mark.render
 
 
+@pytest.fixture(autouse=True)
+def scene_writer_paused(monkeypatch):
+    """The scene cache's background writer (started by an earlier test's render service) writes
+    queued scenes whenever that service is idle. A preview scene it wrote between two opens of
+    one test gave them different models, so different contexts (CI, session 17). These tests
+    compare contexts and frames, not writes: the writer waits for them."""
+    import replay.render.scene_cache as scene_cache
+
+    monkeypatch.setitem(scene_cache._WRITER, "idle", lambda: False)
+
+
 def test_a_replayer_closed_on_another_thread_hands_its_context_back():
     rec = toy_record(mjcf=toy_scene(2))
     ref = fresh_frames({0: rec}, [0])
