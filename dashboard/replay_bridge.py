@@ -98,7 +98,8 @@ class RenderService:
         self._open_registered = False
         self._running = False  # a job runs on the render thread
         self._idle_since = time.monotonic()
-        if available()[0]:  # compiled scenes go to the disk cache beside the renders, while no frame is wanted
+        self._writer_asks = available()[0]
+        if self._writer_asks:  # compiled scenes go to the disk cache beside the renders, while no frame is wanted
             from replay.render.scene_cache import write_in_background
             write_in_background(self.idle)
         self._thread = threading.Thread(target=self._loop, name="safevla-render", daemon=True)
@@ -356,6 +357,9 @@ class RenderService:
         if self._closing:
             return
         self._closing = True
+        if self._writer_asks:  # a closed service is idle forever: the writer stops asking it
+            from replay.render.scene_cache import stop_asking
+            stop_asking(self.idle)
         while True:
             try:
                 _, _, job = self._q.get_nowait()

@@ -63,20 +63,41 @@ def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_pat
 
     import replay.render.scene_cache as scene_cache
 
+    from replay.render.offscreen import preview_texture_px
+    from replay.render.preview_scene import preview_text
+    from replay.render.scene_models import _resolved_scene, scene_key
+
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
     rec = toy_record(mjcf=toy_scene(7))  # a scene no other test compiles
+    resolved, base, _ = _resolved_scene(scene_key(rec))
+    folder = str(base) + os.sep
+    written = tmp_path / (scene_cache.scene_digest(resolved, folder) + scene_cache.SUFFIX)
     svc = RenderService()
     try:
         assert scene_cache._DEFER[0]
         assert svc.frame("new", rec, 0, size=(W, H)).std() > 10
-        deadline = time.monotonic() + 30
-        while not any(tmp_path.glob("*" + scene_cache.SUFFIX)) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while not written.is_file():  # another test's live service (the app's) may keep the writer waiting
+            assert time.monotonic() < deadline, "the idle service's scene was never written"
             time.sleep(0.05)
         time.sleep(0.5)
-        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 1  # its textures are small: no preview scene
+        preview = preview_text(resolved, preview_texture_px(W, H))
+        assert not (tmp_path / (scene_cache.scene_digest(preview, folder) + scene_cache.SUFFIX)).exists()  # small textures: no preview scene
+        # files of other scenes may be here: a live service of an earlier test compiles while this env is set
     finally:
         svc.close()
         monkeypatch.setattr(scene_cache, "_DEFER", [False])
+
+
+def test_a_closed_service_is_no_longer_asked_by_the_writer():
+    """A closed service is idle forever: the scene cache's writer would take it as leave to
+    write while a live one renders. `close()` withdraws it."""
+    import replay.render.scene_cache as scene_cache
+
+    svc = RenderService()
+    assert svc.idle in scene_cache._WRITER["asks"]
+    svc.close()
+    assert svc.idle not in scene_cache._WRITER["asks"]
 
 
 def test_a_frame_does_not_wait_for_a_scene_being_written(tmp_path, monkeypatch):

@@ -25,10 +25,11 @@ pytestmark = pytest.mark.render
 
 @pytest.fixture(autouse=True)
 def no_background_writer(monkeypatch):
-    """A render service of another test in this process runs the background writer: here it
-    never acts, so what these tests queue is written only where they say; and the queue is
-    their own (another test's scenes may still wait in the process's)."""
-    monkeypatch.setitem(scene_cache._WRITER, "idle", lambda: False)
+    """A render service of another test in this process runs the background writer: here no
+    service is asked, so it never acts unless a test registers one, and what these tests queue
+    is written only where they say; the queue is their own too (another test's scenes may
+    still wait in the process's)."""
+    monkeypatch.setitem(scene_cache._WRITER, "asks", [])
     monkeypatch.setattr(scene_cache, "_PENDING", [])
 
 
@@ -186,6 +187,76 @@ def test_the_background_writer_writes_only_while_idle_at_the_lowest_priority(cac
     assert thread.is_alive() and thread is not threading.current_thread()
     if os.uname().sysname == "Linux":
         assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == scene_cache.WRITER_NICE
+
+
+def _wait_for_files(cache, n: int, what: str, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while scene_cache.pending() or len(list(cache.glob("*" + SUFFIX))) < n:
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_the_writer_waits_for_every_live_service_and_no_longer_asks_a_closed_one(cache):
+    """Two render services in one process (the dashboard's and a script's, or two tests'):
+    the writer writes only when both are idle; a closed service (`stop_asking`, idle forever)
+    is no longer asked, and with no service left it writes nothing."""
+    import time
+
+    busy, idle = (lambda: False), (lambda: True)
+    scene_cache.write_in_background(busy)
+    scene_cache.write_in_background(idle)
+    xml = toy_scene(11)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    time.sleep(4 * scene_cache.WRITER_POLL_S)
+    assert scene_cache.pending() == 1  # one of the two renders
+    scene_cache.stop_asking(busy)
+    _wait_for_files(cache, 1, "the writer never wrote once the busy service closed")
+    scene_cache.stop_asking(idle)
+    xml = toy_scene(12)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    time.sleep(4 * scene_cache.WRITER_POLL_S)
+    assert scene_cache.pending() == 1 and len(list(cache.glob("*" + SUFFIX))) == 1  # nobody left to ask
+
+
+def test_paused_waits_for_the_write_under_way_and_starts_none(cache, monkeypatch):
+    """`paused()` returns only once a write under way has finished, and within it the writer
+    starts nothing: a test or benchmark comparing what is on disk sees no file appear."""
+    import threading
+    import time
+
+    started, release, entered = threading.Event(), threading.Event(), threading.Event()
+    real_save = mujoco.mj_saveModel
+
+    def held_save(*args):
+        started.set()
+        release.wait(60)
+        return real_save(*args)
+
+    monkeypatch.setattr(mujoco, "mj_saveModel", held_save)
+    scene_cache.write_in_background(lambda: True)
+    first = toy_scene(13)
+    compile_cached(first, "/", lambda: mujoco.MjModel.from_xml_string(first))
+    assert started.wait(30), "the idle writer never started the write"
+
+    def pause_then_queue():
+        with scene_cache.paused():
+            entered.set()
+            xml = toy_scene(14)
+            compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+            time.sleep(4 * scene_cache.WRITER_POLL_S)
+            seen.append((scene_cache.pending(), sorted(p.name for p in cache.glob("*" + SUFFIX))))
+
+    seen: list = []
+    pauser = threading.Thread(target=pause_then_queue)
+    pauser.start()
+    time.sleep(0.5)
+    assert not entered.is_set()  # the write under way holds it
+    release.set()
+    pauser.join(60)
+    assert seen == [(1, [scene_digest(first, "/") + SUFFIX])]  # the first written whole, the second waited
+    _wait_for_files(cache, 2, "the writer never wrote the scene queued while paused")
 
 
 def test_a_half_written_file_left_by_a_stopped_process_is_removed(cache, monkeypatch):

@@ -14,8 +14,9 @@ Writing a LIBERO scene's MJB takes 1-2 s. A preview open also queues the scene's
 (replay/render/preview_scene.py: compiled once more with small textures, 76 MB instead of 197 MB;
 2-3.5 s with the write) for the same idle time. A process that renders for a user (the
 dashboard's render service) calls `write_in_background(idle)`: the writes wait, then run on
-a thread of their own at the lowest CPU priority while the renderer is idle, so neither the
-first frame of a new scene nor a scene opened while one is written waits for a write.
+a thread of their own at the lowest CPU priority while every live renderer is idle, so
+neither the first frame of a new scene nor a scene opened while one is written waits for a
+write. `paused()` holds them for a block.
 
 Where: $SAFEVLA_SCENE_CACHE (a folder; "off" disables the cache), else
 $XDG_CACHE_HOME/safevla/scenes, else ~/.cache/safevla/scenes. Size: at most
@@ -26,6 +27,7 @@ recently used files removed first.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -89,7 +91,9 @@ _PENDING: list[tuple[mujoco.MjModel | None, Path, Callable[[], mujoco.MjModel | 
 _PENDING_LOCK = threading.Lock()
 _DEFER = [False]
 _WAKE = threading.Event()  # set when a scene is queued: the background writer looks
-_WRITER: dict = {"thread": None, "idle": lambda: False}  # the background writer, and what it asks
+_WRITER: dict = {"thread": None, "asks": []}  # the background writer, and the idle() of each live render service
+_WRITING = threading.Lock()  # held by `save_pending` while it builds or writes one scene
+_PAUSES = [0]  # `paused()` blocks under way: the background writer starts nothing
 WRITER_NICE = 19  # the background writer's CPU priority (Linux): it takes what nobody else wants
 WRITER_POLL_S = 0.25  # while not idle, the background writer looks again this often
 WRITER_EXIT_WAIT_S = 3.0  # at exit, a write under way gets this long to finish
@@ -124,27 +128,45 @@ def save_pending(stop: Callable[[], bool] | None = None) -> int:
 
     n = 0
     while True:
-        with _PENDING_LOCK:
-            if not _PENDING or (stop is not None and stop()):
-                return n
-            model, path, build = _PENDING.pop(0)
-        if build is not None:  # a preview scene: compiled here, when nobody waits for a frame
-            if path.is_file():
-                continue
-            try:
-                model = build()
-            except Exception:  # noqa: BLE001 - best effort: previews then keep shrinking on upload
-                model = None
-            if model is None:
-                continue
-            _store(model, path)  # a model of its own: nobody changes it
-        else:
-            edits = model_edits()
-            if not _store(model, path, unchanged=lambda: model_edits() == edits):
-                with _PENDING_LOCK:  # changed while written (a renderer opened): at the next call
-                    _PENDING.append((model, path, None))
-                return n
+        with _WRITING:
+            with _PENDING_LOCK:
+                if not _PENDING or (stop is not None and stop()):
+                    return n
+                model, path, build = _PENDING.pop(0)
+            if build is not None:  # a preview scene: compiled here, when nobody waits for a frame
+                if path.is_file():
+                    continue
+                try:
+                    model = build()
+                except Exception:  # noqa: BLE001 - best effort: previews then keep shrinking on upload
+                    model = None
+                if model is None:
+                    continue
+                _store(model, path)  # a model of its own: nobody changes it
+            else:
+                edits = model_edits()
+                if not _store(model, path, unchanged=lambda: model_edits() == edits):
+                    with _PENDING_LOCK:  # changed while written (a renderer opened): at the next call
+                        _PENDING.append((model, path, None))
+                    return n
         n += 1
+
+
+@contextlib.contextmanager
+def paused():
+    """Within this block the background writer starts no build or write, and a write under way
+    when it begins has finished: a benchmark, or a test comparing which scenes are on disk, sees
+    no file appear meanwhile. `save_pending()` called by the caller itself still writes."""
+    with _PENDING_LOCK:
+        _PAUSES[0] += 1
+    try:
+        with _WRITING:  # the write under way, if any, ends first
+            pass
+        yield
+    finally:
+        with _PENDING_LOCK:
+            _PAUSES[0] -= 1
+        _WAKE.set()
 
 
 def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
@@ -154,10 +176,15 @@ def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
     compiler starts). What a write costs (a LIBERO scene: 0.5-0.7 s; a preview scene's build and
     write, replay/render/preview_scene.py) then runs beside the renders instead of before them: a
     scene a user opens while one is written no longer waits for it (docs/benchmarks.md,
-    session 17). Started once per process; a later call only replaces `idle`."""
+    session 17).
+
+    One writer per process: it asks every `idle` registered and not yet withdrawn
+    (`stop_asking`, when a render service closes) and writes only when all say True; with
+    none registered it waits."""
     defer_saves()
     with _PENDING_LOCK:
-        _WRITER["idle"] = idle
+        if idle not in _WRITER["asks"]:
+            _WRITER["asks"].append(idle)
         thread = _WRITER["thread"]
         if thread is None or not thread.is_alive():
             thread = _WRITER["thread"] = threading.Thread(target=_write_loop, name="safevla-scene-write", daemon=True)
@@ -165,6 +192,18 @@ def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
             atexit.register(_stop_writer)
     _WAKE.set()
     return thread
+
+
+def stop_asking(idle: Callable[[], bool]) -> None:
+    """The background writer no longer asks `idle` (its render service closed)."""
+    with _PENDING_LOCK:
+        if idle in _WRITER["asks"]:
+            _WRITER["asks"].remove(idle)
+
+
+def _writer_may_write() -> bool:
+    asks = tuple(_WRITER["asks"])  # no lock: asked by `save_pending` while it holds _PENDING_LOCK
+    return not _PAUSES[0] and bool(asks) and all(idle() for idle in asks)
 
 
 def _stop_writer(timeout: float = WRITER_EXIT_WAIT_S) -> None:
@@ -192,7 +231,7 @@ def _write_loop() -> None:
         _WAKE.clear()
         while pending() and not _STOPPING.is_set():
             try:  # returns with scenes left when the renderer is busy (or one changed while written)
-                save_pending(stop=lambda: _STOPPING.is_set() or not _WRITER["idle"]())
+                save_pending(stop=lambda: _STOPPING.is_set() or not _writer_may_write())
             except Exception:  # noqa: BLE001 - a write that fails costs the next open a compile, nothing else
                 logging.getLogger(__name__).debug("writing a compiled scene failed", exc_info=True)
             if pending():
