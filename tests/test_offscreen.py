@@ -17,19 +17,6 @@ from replay.render.replayer import Replayer  # noqa: E402
 pytestmark = pytest.mark.render
 
 
-@pytest.fixture(autouse=True)
-def scene_writer_paused():
-    """The scene cache's background writer (started by an earlier test's render service) writes
-    queued scenes whenever the live services are idle. A preview scene it wrote between two
-    opens of one test gave them different models, so different contexts (CI, sessions 17 and
-    18: the second time a write already under way when the test began). These tests compare
-    contexts and frames, not writes: the writer finishes what it does, then waits for them."""
-    import replay.render.scene_cache as scene_cache
-
-    with scene_cache.paused():
-        yield
-
-
 def test_a_replayer_closed_on_another_thread_hands_its_context_back():
     rec = toy_record(mjcf=toy_scene(2))
     ref = fresh_frames({0: rec}, [0])

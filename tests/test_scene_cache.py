@@ -220,45 +220,6 @@ def test_the_writer_waits_for_every_live_service_and_no_longer_asks_a_closed_one
     assert scene_cache.pending() == 1 and len(list(cache.glob("*" + SUFFIX))) == 1  # nobody left to ask
 
 
-def test_paused_waits_for_the_write_under_way_and_starts_none(cache, monkeypatch):
-    """`paused()` returns only once a write under way has finished, and within it the writer
-    starts nothing: a test or benchmark comparing what is on disk sees no file appear."""
-    import threading
-    import time
-
-    started, release, entered = threading.Event(), threading.Event(), threading.Event()
-    real_save = mujoco.mj_saveModel
-
-    def held_save(*args):
-        started.set()
-        release.wait(60)
-        return real_save(*args)
-
-    monkeypatch.setattr(mujoco, "mj_saveModel", held_save)
-    scene_cache.write_in_background(lambda: True)
-    first = toy_scene(13)
-    compile_cached(first, "/", lambda: mujoco.MjModel.from_xml_string(first))
-    assert started.wait(30), "the idle writer never started the write"
-
-    def pause_then_queue():
-        with scene_cache.paused():
-            entered.set()
-            xml = toy_scene(14)
-            compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
-            time.sleep(4 * scene_cache.WRITER_POLL_S)
-            seen.append((scene_cache.pending(), sorted(p.name for p in cache.glob("*" + SUFFIX))))
-
-    seen: list = []
-    pauser = threading.Thread(target=pause_then_queue)
-    pauser.start()
-    time.sleep(0.5)
-    assert not entered.is_set()  # the write under way holds it
-    release.set()
-    pauser.join(60)
-    assert seen == [(1, [scene_digest(first, "/") + SUFFIX])]  # the first written whole, the second waited
-    _wait_for_files(cache, 2, "the writer never wrote the scene queued while paused")
-
-
 def test_a_half_written_file_left_by_a_stopped_process_is_removed(cache, monkeypatch):
     """A process stopped mid-write leaves a `.part` file: the next write removes it once it is
     older than `PART_STALE_S`; a recent one (another process writing now) stays."""
@@ -304,3 +265,44 @@ def test_a_preview_scene_is_built_when_idle_and_renders_the_same_bytes(tmp_path,
         assert later.model.ntexdata < full_texdata / 4  # the small model, not the full one
         assert np.array_equal(later.frame(0, highlight=False), shrunk_on_upload)
     pool_for_this_thread().close()
+
+
+def test_a_scene_opened_from_its_preview_shares_the_context_of_one_shrunk_on_upload(tmp_path, monkeypatch):
+    """Two scenes of one asset set, one with its preview model on disk and one without (its
+    preview not written yet): both upload the same shrunk textures, so they share one context
+    (`render_assets_key` counts textures as uploaded), and each frame equals a render in a
+    context of its own. Before, they made two contexts, depending on what was on disk (CI
+    failed on it in test_offscreen, session 18)."""
+    from replay.render.offscreen import pool_for_this_thread
+    from test_offscreen import BIG_TEXTURE_XML
+
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])
+    monkeypatch.setattr(models, "_MODEL_CACHE", type(models._MODEL_CACHE)())
+
+    def scene(ball_rgba: str):  # another scene file, same assets (as LIBERO's episodes of one task)
+        return toy_record(mjcf=BIG_TEXTURE_XML.replace(
+            "</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/></body>'
+                            f'<body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1" rgba="{ball_rgba}"/>'
+                            '</body></worldbody>'))
+
+    with_preview, without = scene("1 0 0 1"), scene("0 1 0 1")
+    pool = pool_for_this_thread()
+    pool.close()
+    with render.Replayer(with_preview, width=W, height=H, camera="cam", textures="preview"):
+        pass
+    assert scene_cache.save_pending() == 2  # the full scene, then its preview
+    models._MODEL_CACHE.clear()
+    pool.close()
+    got = {}
+    with render.Replayer(with_preview, width=W, height=H, camera="cam", textures="preview") as a, \
+            render.Replayer(without, width=W, height=H, camera="cam", textures="preview") as b:
+        assert a.model.ntexdata < b.model.ntexdata / 4  # the preview model, and the full one shrunk on upload
+        assert a._ctx is b._ctx and pool.n_open == 1
+        got = {"a": a.frame(0, highlight=False), "b": b.frame(0, highlight=False)}
+    assert not np.array_equal(got["a"], got["b"])
+    for name, rec in (("a", with_preview), ("b", without)):
+        pool.close()
+        with render.Replayer(rec, width=W, height=H, camera="cam", textures="preview") as alone:
+            assert np.array_equal(alone.frame(0, highlight=False), got[name])
+    pool.close()

@@ -88,29 +88,41 @@ def model_edits() -> int:
 _CONTEXT_ARRAYS = ("tex_", "mat_", "mesh_", "hfield_", "skin_")
 _NOT_DRAWN = ("_pathadr", "tex_contenttypeadr", "mesh_bvh", "mesh_oct")
 _VIS_PARTS = ("global_", "quality", "headlight", "map", "scale", "rgba")
-_ASSET_KEYS: "weakref.WeakKeyDictionary[mujoco.MjModel, str]" = weakref.WeakKeyDictionary()
+_TEXTURE_IMAGES = ("tex_adr", "tex_data", "tex_width", "tex_height")  # hashed per texture, as uploaded
+_ASSET_KEYS: "weakref.WeakKeyDictionary[mujoco.MjModel, dict]" = weakref.WeakKeyDictionary()
 
 
-def render_assets_key(model: mujoco.MjModel) -> str:
-    """A 128-bit digest (xxh3) of everything a GL context made from `model` holds (a superset:
-    every texture, material, mesh, height-field and skin field): two models with one key
-    upload the same textures, meshes, planes and settings, so a context made from either
-    renders the other's scenes bit for bit (tests/test_offscreen.py). LIBERO writes a scene
-    file per episode, and the episodes of a task (of all of libero_spatial) share their
-    assets: their replays share one context, where each used to upload its own (0.5-1 s).
-    Computed once per model object (~11 ms for a LIBERO scene's 180 MB)."""
+def render_assets_key(model: mujoco.MjModel, max_texture_px: int | None = None) -> str:
+    """A 128-bit digest (xxh3) of everything a GL context made from `model` with textures
+    shrunk to `max_texture_px` (None: whole) holds (a superset: every texture as uploaded,
+    material, mesh, height-field and skin field): two models with one key upload the same
+    textures, meshes, planes and settings, so a context made from either renders the
+    other's scenes bit for bit (tests/test_offscreen.py). LIBERO writes a scene file per
+    episode, and the episodes of a task (of all of libero_spatial) share their assets: their
+    replays share one context, where each used to upload its own (0.5-1 s).
+
+    Textures count by their images as uploaded, not by where they lie in `tex_data`: a
+    scene's preview model (replay/render/preview_scene.py) and the full model shrunk on
+    upload get one key, so which of the two a scene opens with (whether its preview was on
+    disk yet) does not split an asset set over two contexts. Computed once per model and
+    size (~11 ms for a LIBERO scene's 180 MB, plus the first shrink of its textures)."""
     import xxhash
 
     with MODEL_VIS_LOCK:  # not while a preview upload has the textures shrunk for a moment
-        key = _ASSET_KEYS.get(model)
+        keys = _ASSET_KEYS.setdefault(model, {})
+        key = keys.get(max_texture_px)
         if key is not None:
             return key
         h = xxhash.xxh3_128()
-        for name in sorted(a for a in dir(model) if a.startswith(_CONTEXT_ARRAYS) and not any(
-                n in a for n in _NOT_DRAWN)):
+        for name in sorted(a for a in dir(model) if a.startswith(_CONTEXT_ARRAYS) and a not in _TEXTURE_IMAGES
+                           and not any(n in a for n in _NOT_DRAWN)):
             value = np.ascontiguousarray(getattr(model, name))
             h.update(f"{name}{value.dtype}{value.shape}".encode())
             h.update(value.view(np.uint8).reshape(-1) if value.size else b"")
+        for i in range(model.ntex):
+            w, ht, texels = texture_as_uploaded(model, i, max_texture_px)
+            h.update(f"texture {i}: {w}x{ht}".encode())
+            h.update(np.ascontiguousarray(texels).view(np.uint8).reshape(-1) if texels.size else b"")
         for part in _VIS_PARTS:
             sub = getattr(model.vis, part)
             for name in sorted(a for a in dir(sub) if not a.startswith("_")):
@@ -118,7 +130,7 @@ def render_assets_key(model: mujoco.MjModel) -> str:
         planes = np.flatnonzero(model.geom_type == mujoco.mjtGeom.mjGEOM_PLANE)
         for value in (np.float64(model.stat.extent), model.geom_size[planes], model.geom_matid[planes]):
             h.update(np.ascontiguousarray(value).tobytes())
-        key = _ASSET_KEYS[model] = h.hexdigest()
+        key = keys[max_texture_px] = h.hexdigest()
         return key
 
 
@@ -162,24 +174,36 @@ def shrunk_texels(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return small
 
 
+def texture_as_uploaded(model: mujoco.MjModel, i: int, max_px: int | None) -> tuple[int, int, np.ndarray]:
+    """(width, height, texels) of texture `i` as a context made with `max_texture_px=max_px`
+    uploads it: box-downscaled (Pillow, `shrunk_texels`) when its image (a cube or skybox
+    face, when its 6 faces are stacked) is larger than `max_px` a side, else its own texels
+    (a view of `tex_data`). Reads the model, changes nothing."""
+    w, h, c, adr = (int(model.tex_width[i]), int(model.tex_height[i]), int(model.tex_nchannel[i]),
+                    int(model.tex_adr[i]))
+    texels = model.tex_data[adr: adr + w * h * c]
+    faces = 6 if model.tex_type[i] != mujoco.mjtTexture.mjTEXTURE_2D and h == 6 * w else 1
+    fh = h // faces
+    if not max_px or max(w, fh) <= max_px or c not in (1, 3, 4):
+        return w, h, texels
+    scale = max_px / max(w, fh)
+    sw, sh = max(1, round(w * scale)), max(1, round(fh * scale))
+    return sw, faces * sh, shrunk_texels(texels.reshape(faces, fh, w, c), (sw, sh))
+
+
 def shrink_textures(model: mujoco.MjModel, max_px: int) -> list:
-    """Box-downscales (Pillow), in place, each texture whose image (a cube or skybox face,
-    when its 6 faces are stacked) is larger than `max_px` a side to `max_px`, writing the small image at the start of the texture's own slot of
-    `tex_data` (`shrunk_texels`). Returns what `restore_textures` needs to put the model back."""
+    """Writes, in place, each texture larger than `max_px` a side as uploaded
+    (`texture_as_uploaded`) at the start of its own slot of `tex_data`. Returns what
+    `restore_textures` needs to put the model back."""
     saved = []
     for i in range(model.ntex):
-        w, h, c, adr = (int(model.tex_width[i]), int(model.tex_height[i]), int(model.tex_nchannel[i]),
-                        int(model.tex_adr[i]))
-        faces = 6 if model.tex_type[i] != mujoco.mjtTexture.mjTEXTURE_2D and h == 6 * w else 1
-        fh = h // faces
-        if max(w, fh) <= max_px or c not in (1, 3, 4):
+        w, h, adr = int(model.tex_width[i]), int(model.tex_height[i]), int(model.tex_adr[i])
+        sw, sh, small = texture_as_uploaded(model, i, max_px)
+        if (sw, sh) == (w, h):
             continue
-        scale = max_px / max(w, fh)
-        sw, sh = max(1, round(w * scale)), max(1, round(fh * scale))
-        small = shrunk_texels(model.tex_data[adr: adr + w * h * c].reshape(faces, fh, w, c), (sw, sh))
         saved.append((i, w, h, adr, model.tex_data[adr: adr + small.size].copy()))
         model.tex_data[adr: adr + small.size] = small
-        model.tex_width[i], model.tex_height[i] = sw, faces * sh
+        model.tex_width[i], model.tex_height[i] = sw, sh
     return saved
 
 

@@ -4,7 +4,7 @@ A "preview" replayer (`Replayer(textures="preview")`) uploads textures shrunk to
 size. Shrinking them from the full model costs 0.2-0.3 s per GL context, and loading the
 full model's 200 MB MJB 0.4 s, for textures that are then thrown away. So, in the
 background after a first preview open, the scene is compiled once more through `MjSpec`
-with each texture's data replaced by its shrunk image (`offscreen.shrink_textures`) and
+with each texture's data replaced by its shrunk image (`offscreen.texture_as_uploaded`) and
 stored in the scene cache under its own key; later processes load that small MJB instead.
 Frames are the same bytes either way (tests/test_scene_cache.py).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from replay.render.offscreen import MODEL_VIS_LOCK, begin_model_edit, restore_textures, shrink_textures
+from replay.render.offscreen import MODEL_VIS_LOCK, texture_as_uploaded
 
 
 def preview_text(resolved_xml: str, max_px: int) -> str:
@@ -24,18 +24,9 @@ def preview_text(resolved_xml: str, max_px: int) -> str:
 
 def shrunk_textures(full: mujoco.MjModel, max_px: int) -> list[tuple[int, int, bytes]]:
     """(width, height, data) of every texture of `full` as a preview upload sees it."""
-    with MODEL_VIS_LOCK:
-        begin_model_edit()
-        saved = shrink_textures(full, max_px)
-        try:
-            out = []
-            for i in range(full.ntex):
-                w, h, c, adr = (int(full.tex_width[i]), int(full.tex_height[i]), int(full.tex_nchannel[i]),
-                                int(full.tex_adr[i]))
-                out.append((w, h, full.tex_data[adr: adr + w * h * c].tobytes()))
-        finally:
-            restore_textures(full, saved)
-    return out
+    with MODEL_VIS_LOCK:  # not while an upload has them shrunk in place for a moment
+        return [(w, h, texels.tobytes()) for w, h, texels in
+                (texture_as_uploaded(full, i, max_px) for i in range(full.ntex))]
 
 
 def compile_preview(resolved_xml: str, modelfiledir: str, full: mujoco.MjModel, max_px: int) -> mujoco.MjModel | None:

@@ -111,7 +111,7 @@ class Replayer:
         _ensure_offscreen_gl()
         self._pool: ContextPool = pool_for_this_thread()
         self.textures = textures
-        self._ctx_key = (render_assets_key(m), quality, textures)  # scenes with the same assets share one
+        self._ctx_key = (render_assets_key(m, shrink_px), quality, textures)  # scenes with the same assets share one
         self._ctx = self._pool.acquire(self._ctx_key, m, width=self.width, height=self.height,
                                        multisample=quality == "high", max_texture_px=shrink_px)
 

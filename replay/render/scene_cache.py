@@ -16,7 +16,7 @@ Writing a LIBERO scene's MJB takes 1-2 s. A preview open also queues the scene's
 dashboard's render service) calls `write_in_background(idle)`: the writes wait, then run on
 a thread of their own at the lowest CPU priority while every live renderer is idle, so
 neither the first frame of a new scene nor a scene opened while one is written waits for a
-write. `paused()` holds them for a block.
+write.
 
 Where: $SAFEVLA_SCENE_CACHE (a folder; "off" disables the cache), else
 $XDG_CACHE_HOME/safevla/scenes, else ~/.cache/safevla/scenes. Size: at most
@@ -27,7 +27,6 @@ recently used files removed first.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import logging
 import os
@@ -92,8 +91,6 @@ _PENDING_LOCK = threading.Lock()
 _DEFER = [False]
 _WAKE = threading.Event()  # set when a scene is queued: the background writer looks
 _WRITER: dict = {"thread": None, "asks": []}  # the background writer, and the idle() of each live render service
-_WRITING = threading.Lock()  # held by `save_pending` while it builds or writes one scene
-_PAUSES = [0]  # `paused()` blocks under way: the background writer starts nothing
 WRITER_NICE = 19  # the background writer's CPU priority (Linux): it takes what nobody else wants
 WRITER_POLL_S = 0.25  # while not idle, the background writer looks again this often
 WRITER_EXIT_WAIT_S = 3.0  # at exit, a write under way gets this long to finish
@@ -128,45 +125,27 @@ def save_pending(stop: Callable[[], bool] | None = None) -> int:
 
     n = 0
     while True:
-        with _WRITING:
-            with _PENDING_LOCK:
-                if not _PENDING or (stop is not None and stop()):
-                    return n
-                model, path, build = _PENDING.pop(0)
-            if build is not None:  # a preview scene: compiled here, when nobody waits for a frame
-                if path.is_file():
-                    continue
-                try:
-                    model = build()
-                except Exception:  # noqa: BLE001 - best effort: previews then keep shrinking on upload
-                    model = None
-                if model is None:
-                    continue
-                _store(model, path)  # a model of its own: nobody changes it
-            else:
-                edits = model_edits()
-                if not _store(model, path, unchanged=lambda: model_edits() == edits):
-                    with _PENDING_LOCK:  # changed while written (a renderer opened): at the next call
-                        _PENDING.append((model, path, None))
-                    return n
-        n += 1
-
-
-@contextlib.contextmanager
-def paused():
-    """Within this block the background writer starts no build or write, and a write under way
-    when it begins has finished: a benchmark, or a test comparing which scenes are on disk, sees
-    no file appear meanwhile. `save_pending()` called by the caller itself still writes."""
-    with _PENDING_LOCK:
-        _PAUSES[0] += 1
-    try:
-        with _WRITING:  # the write under way, if any, ends first
-            pass
-        yield
-    finally:
         with _PENDING_LOCK:
-            _PAUSES[0] -= 1
-        _WAKE.set()
+            if not _PENDING or (stop is not None and stop()):
+                return n
+            model, path, build = _PENDING.pop(0)
+        if build is not None:  # a preview scene: compiled here, when nobody waits for a frame
+            if path.is_file():
+                continue
+            try:
+                model = build()
+            except Exception:  # noqa: BLE001 - best effort: previews then keep shrinking on upload
+                model = None
+            if model is None:
+                continue
+            _store(model, path)  # a model of its own: nobody changes it
+        else:
+            edits = model_edits()
+            if not _store(model, path, unchanged=lambda: model_edits() == edits):
+                with _PENDING_LOCK:  # changed while written (a renderer opened): at the next call
+                    _PENDING.append((model, path, None))
+                return n
+        n += 1
 
 
 def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
@@ -203,7 +182,7 @@ def stop_asking(idle: Callable[[], bool]) -> None:
 
 def _writer_may_write() -> bool:
     asks = tuple(_WRITER["asks"])  # no lock: asked by `save_pending` while it holds _PENDING_LOCK
-    return not _PAUSES[0] and bool(asks) and all(idle() for idle in asks)
+    return bool(asks) and all(idle() for idle in asks)
 
 
 def _stop_writer(timeout: float = WRITER_EXIT_WAIT_S) -> None:
