@@ -29,6 +29,12 @@ another episode of the same scene file. Per scene, in this order:
 Ratios: median `before` / median `cached` (and `cached_preview`), `cached` / `cached_preview`. Usage:
 python benchmarks/bench_render.py --first-frame [--scenes 3] [--repeats 2] [--baseline-rev REV]
 
+`--mixed-previews` measures two libero_spatial demo scene files of one asset set, the first
+opened from its preview scene on disk, the second with no preview yet (shrunk on upload): the
+second's open and first frame, and the GL contexts held, this code against `--baseline-rev`
+(session 18: a446322) in alternating fresh processes. Usage:
+python benchmarks/bench_render.py --mixed-previews --baseline-rev a446322 [--rounds 3] [--repeats 5]
+
 `--player` measures `RenderService.frames` (the in-browser player's violation-first
 pre-render, JPEG-encoded) against frame-by-frame `frame()` calls in the same run, and how
 soon the violating frame is ready. Usage: python benchmarks/bench_render.py --player [--frames 40]
@@ -176,8 +182,25 @@ def demo_scene_pairs(n: int) -> list[tuple[Path, Path]]:
     return turns[:n]
 
 
-def first_frame(args) -> None:
+def baseline_tree(rev: str, tmp: Path) -> Path | None:
+    """The code at git revision `rev`, extracted under `tmp`, its assets this tree's (the
+    episodes and scenes are the same files); None without git or that revision."""
     import shutil
+    import subprocess
+
+    tree = tmp / "baseline"
+    try:
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        shutil.rmtree(tree / "assets")
+        (tree / "assets").symlink_to(ROOT / "assets")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return tree
+
+
+def first_frame(args) -> None:
     import subprocess
 
     def child(tree: Path, cache: str, pair, *textures: str) -> dict:
@@ -188,16 +211,8 @@ def first_frame(args) -> None:
 
     pairs = demo_scene_pairs(args.scenes)
     with tempfile.TemporaryDirectory(prefix="safevla-first-frame-") as tmp:
-        base_tree, baseline = Path(tmp) / "baseline", f"git {args.baseline_rev}"
-        try:
-            base_tree.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline_rev], capture_output=True,
-                                     check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive, check=True)
-            shutil.rmtree(base_tree / "assets")  # the episodes come from this tree; scenes resolve from it too
-            (base_tree / "assets").symlink_to(ROOT / "assets")
-        except (OSError, subprocess.CalledProcessError):
-            base_tree, baseline = ROOT, "this code, scene cache off"
+        base_tree = baseline_tree(args.baseline_rev, Path(tmp))
+        base_tree, baseline = (base_tree, f"git {args.baseline_rev}") if base_tree else (ROOT, "this code, scene cache off")
         runs = {"before": [], "cold": [], "cached": [], "cached_preview": [], "cold_preview": []}
         for i, pair in enumerate(pairs):
             cache, cache2 = str(Path(tmp) / "scenes"), str(Path(tmp) / f"scenes-{i}")
@@ -278,6 +293,67 @@ def player(args) -> None:
     }))
 
 
+MIXED_PREVIEWS_CHILD = """
+import json, os, sys, time
+os.environ.setdefault("MUJOCO_GL", "egl")
+import replay.render.scene_cache as scene_cache
+import replay.render.scene_models as models
+from replay.render.offscreen import pool_for_this_thread
+from replay.render.replayer import Replayer
+from scoring.records.io import load_record
+
+with_preview, without = (load_record(p) for p in sys.argv[1:3])
+scene_cache.defer_saves()
+Replayer(with_preview, width=480, height=360, textures="preview").close()  # queues its preview scene
+Replayer(without, width=480, height=360, textures="full").close()  # compiled and stored, no preview
+scene_cache.save_pending()
+out = {"open_s": [], "contexts": []}
+pool = pool_for_this_thread()
+for _ in range(int(sys.argv[3])):
+    models._MODEL_CACHE.clear()
+    pool.close()
+    a = Replayer(with_preview, width=480, height=360, textures="preview")
+    a.frame(0)
+    t = time.perf_counter()
+    b = Replayer(without, width=480, height=360, textures="preview")
+    b.frame(0)
+    out["open_s"].append(time.perf_counter() - t)
+    out["contexts"].append(pool.n_open)
+    b.close(); a.close()
+print(json.dumps(out))
+"""
+
+
+def mixed_previews(args) -> None:
+    """Two libero_spatial demo scene files of one asset set: the first opened from its preview
+    scene (on disk), then the second, whose preview is not written yet (opened from its full
+    model, textures shrunk on upload): the second's open and first frame, and how many GL
+    contexts the two hold, in this code and at `--baseline-rev`, alternating child processes."""
+    import subprocess
+
+    (first, _), (second, _) = [p for p in demo_scene_pairs(99) if "spatial" in str(p[0])][:2]
+    with tempfile.TemporaryDirectory(prefix="safevla-mixed-previews-") as tmp:
+        trees = {"now": ROOT, "baseline": baseline_tree(args.baseline_rev, Path(tmp))}
+        runs: dict = {k: {"open_s": [], "contexts": []} for k in trees}
+        for i in range(args.rounds):
+            for name, tree in trees.items():
+                env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(tree),
+                       "SAFEVLA_SCENE_CACHE": str(Path(tmp) / f"scenes-{name}-{i}")}
+                got = json.loads(subprocess.run(
+                    [sys.executable, "-c", MIXED_PREVIEWS_CHILD, str(first), str(second), str(args.repeats)],
+                    cwd=tree, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+                for k in got:
+                    runs[name][k] += got[k]
+    med = {k: round(float(np.median(v["open_s"])), 3) for k, v in runs.items()}
+    print(json.dumps({
+        "benchmark": "render_mixed_previews", "size": [480, 360], "baseline": f"git {args.baseline_rev}",
+        "episodes": [str(first.relative_to(ROOT)), str(second.relative_to(ROOT))],
+        "second_scene_open_and_frame_median_s": med, "ratio_baseline_over_now": round(med["baseline"] / med["now"], 2),
+        "contexts_held": {k: sorted(set(v["contexts"])) for k, v in runs.items()},
+        "samples": {k: len(v["open_s"]) for k, v in runs.items()}, "load_avg_1m": round(os.getloadavg()[0], 2),
+    }))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-render"))
@@ -289,7 +365,13 @@ def main() -> None:
     ap.add_argument("--baseline-rev", default=BASELINE_REV, help="git revision measured as 'before' (--first-frame)")
     ap.add_argument("--player", action="store_true",
                     help="measure RenderService.frames (the player's pre-render) against frame-by-frame instead")
+    ap.add_argument("--mixed-previews", action="store_true",
+                    help="measure a scene opened beside one of its asset set opened from its preview scene instead "
+                         "(--rounds, --repeats, --baseline-rev)")
     args = ap.parse_args()
+    if args.mixed_previews:
+        mixed_previews(args)
+        return
     if args.player:
         player(args)
         return
