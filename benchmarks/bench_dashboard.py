@@ -3,7 +3,7 @@
 
     python benchmarks/bench_dashboard.py
         [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_link_warm,frame_link_shipped,
-               frame_link_paced,frame_switch,frame_from_list,playback,memory]
+               frame_link_restart,frame_link_paced,frame_switch,frame_from_list,playback,memory]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS, selected with `--only`, and prints ONE
@@ -35,6 +35,10 @@ that moment, with the browser's own clock.
   start on: the scenes are in the compiled-scene cache on disk (written before the server starts
   by a process of the same code, as an earlier dashboard run leaves them) and the background
   warm-up is on. The strict measures above start from nothing; this is the everyday case.
+- frame_link_restart: the first link opened on a freshly started server, as a returning user
+  opens one: the scene in the compiled-scene cache on disk (an earlier process), the warm-up
+  on, the link opened RESTART_PAUSE_S (2 s) after the server first answers; a server per
+  sample (median of --repeat).
 - frame_link_paced: frame_next_scene as a reader opens links: each page stays open 15 s after
   its first frame (its frames pre-render, then the server's background work runs, such as
   writing compiled scenes to the disk cache) before it closes and the next link opens.
@@ -89,7 +93,8 @@ from browser_timing import Browser, NotDrawn, Server, archive_of, dashboard_entr
 DEMO = ROOT / "assets" / "demo" / "store"
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
              "frame": 2.0, "frame_next_scene": 2.0, "frame_link_warm": 2.0,
-             "frame_link_shipped": 2.0, "frame_link_paced": 2.0, "frame_switch": 2.0, "frame_from_list": 2.0,
+             "frame_link_shipped": 2.0, "frame_link_restart": 2.0, "frame_link_paced": 2.0, "frame_switch": 2.0,
+             "frame_from_list": 2.0,
              "playback": None, "memory": None}
 # what "fully drawn" waits for on each page (selector -> least count)
 OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
@@ -467,6 +472,33 @@ def frame_link_shipped(b: "Bench", code: Path) -> dict:
                         "the player's first frame drawn"}
 
 
+RESTART_PAUSE_S = 2.0  # frame_link_restart: the link opens this long after the server first answers
+
+
+def frame_link_restart(b: "Bench", code: Path) -> dict:
+    """The first link on a freshly started server whose scene an earlier process compiled
+    (disk cache), the warm-up on: one server per sample, the link opened RESTART_PAUSE_S
+    after the server first answers (a user starts `safevla dashboard`, then opens a link)."""
+    store = b.demo
+    eids = _sbu_by_scene(store, max(1, b.repeat))
+    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
+    times = []
+    try:
+        _fill_scene_cache(code, store, cache, eids)
+        for eid in eids:
+            with dashboard_server(code, store, {"SAFEVLA_SCENE_CACHE": str(cache)}) as srv:
+                srv.wait_healthy()
+                time.sleep(RESTART_PAUSE_S)
+                times.append(_first_frame(b.browser, f"{srv.url}/detail?ep={eid}"))
+    finally:
+        remove_tree(cache)
+    return {"value_s": round(statistics.median(times), 3), **_summary(times), "episode_ids": eids,
+            "store": str(store),
+            "includes": f"a server started with the scenes in the compiled-scene cache on disk (an earlier process) "
+                        f"and the warm-up on; {RESTART_PAUSE_S:g} s after it first answers, a new session opens a "
+                        "detail link: navigation -> the player's first frame drawn"}
+
+
 READ_S = 15.0  # frame_link_paced: how long the user reads each page before opening the next link
 
 
@@ -688,11 +720,12 @@ def memory(b: "Bench", code: Path) -> dict:
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
                 "frame_link_warm": frame_link_warm, "frame_link_shipped": frame_link_shipped,
-                "frame_link_paced": frame_link_paced,
+                "frame_link_restart": frame_link_restart, "frame_link_paced": frame_link_paced,
                 "frame_switch": frame_switch, "frame_from_list": frame_from_list, "playback": playback,
                 "memory": memory}
 BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene",
-               "frame_link_warm", "frame_link_shipped", "frame_link_paced", "frame_switch", "frame_from_list")
+               "frame_link_warm", "frame_link_shipped", "frame_link_restart", "frame_link_paced", "frame_switch",
+               "frame_from_list")
 
 
 class Bench:

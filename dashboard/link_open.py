@@ -51,6 +51,40 @@ def open_linked_episode(eid: str, store: str | None) -> bool:
     return cached.open_episode_replay(data, eid)
 
 
+# What a page's first run imports (dashboard/app.py and dashboard/views/*.py), and a scene's
+# open: 0.7 s of imports on this machine, 0.35 s of it Altair's (dashboard/charts.py).
+PAGE_MODULES = ("dashboard.cached", "dashboard.common", "dashboard.links", "dashboard.state", "dashboard.vocab",
+                "dashboard.annotations", "dashboard.episode_groups", "dashboard.player", "dashboard.replay_bridge",
+                "replay.render.replayer", "dashboard.charts", "dashboard.compare_answer", "dashboard.pair_media")
+
+
+def warm_server() -> None:
+    """At server start (dashboard/server.py's lifespan, the runtime started): loads the
+    server's store and imports what a page's first run and a scene's open import, on a thread
+    of its own, so the first browser to arrive finds them done: the first page after a start
+    ran 0.4 s of imports and waited on the store (docs/benchmarks.md, session 18). A page or
+    link arriving meanwhile waits on the same store load (`stores.load_store_at_request`) and
+    the same module locks, never on a second copy. Nothing when $SAFEVLA_NO_PREWARM is set
+    (the cold server the benchmarks and tests measure)."""
+    import importlib
+    import os
+
+    if os.environ.get("SAFEVLA_NO_PREWARM"):
+        return
+    try:
+        from dashboard import stores
+
+        importlib.import_module("dashboard.cached")
+        stores.load_store_at_request(stores.server_default_store()[0])
+    except Exception:  # noqa: BLE001 - a head start only: the page loads the store itself and says what is wrong
+        logging.getLogger(__name__).debug("loading the server's store at start failed", exc_info=True)
+    for name in PAGE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the page imports it again and reports
+            logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
+
+
 def _open_quietly(eid: str, store: str | None) -> None:
     try:
         open_linked_episode(eid, store)

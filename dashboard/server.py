@@ -4,11 +4,15 @@
 Streamlit's ASGI `st.App` serving the script dashboard/app.py, plus one middleware a script
 cannot be: `link_open.OpenLinkedEpisode` starts opening an episode's scene the moment a
 browser asks for its detail page, while the browser is still starting Streamlit's frontend.
+At start, `link_open.warm_server` loads the store and imports the pages' modules before
+anyone asks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +22,16 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
-from dashboard.link_open import OpenLinkedEpisode  # noqa: E402
+from dashboard.link_open import OpenLinkedEpisode, warm_server  # noqa: E402
 
-app = st.App(str(Path(__file__).with_name("app.py")), middleware=[Middleware(OpenLinkedEpisode)])
+
+@contextlib.asynccontextmanager
+async def _warm_at_start(_app):
+    """Runs once the runtime has started: the server's store and the pages' imports are
+    readied in the background (`link_open.warm_server`) while nobody has asked yet."""
+    threading.Thread(target=warm_server, name="safevla-warm-start", daemon=True).start()
+    yield
+
+
+app = st.App(str(Path(__file__).with_name("app.py")), middleware=[Middleware(OpenLinkedEpisode)],
+             lifespan=_warm_at_start)

@@ -2,6 +2,7 @@
 page's script runs (dashboard/server.py's middleware), only for a store the link may open,
 loading that store if no page has."""
 
+import re
 import sys
 import time
 import urllib.parse
@@ -130,3 +131,54 @@ def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_p
         while not list(cache.glob("*.mjb")) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert list(cache.glob("*.mjb")), srv.log.read_text()[-2000:]
+
+
+WARM_CHILD = """import json, sys
+from dashboard import link_open, stores
+link_open.warm_server()
+print(json.dumps({"store_loaded": stores.loaded_store(sys.argv[1]) is not None,
+                  "imported": [m for m in link_open.PAGE_MODULES if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_warm_server_loads_the_store_and_imports_the_pages_modules(tmp_path, warm):
+    """`link_open.warm_server` (run at server start) leaves the server's store loaded and every
+    module a page's first run imports imported; with $SAFEVLA_NO_PREWARM, neither. A fresh
+    interpreter, so nothing was imported before."""
+    import json
+    import os
+    import subprocess
+
+    store = build_store(tmp_path / "store", 4, renderable=False)
+    env = {**os.environ, "SAFEVLA_STORE": str(store), "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
+    env.pop("SAFEVLA_NO_PREWARM", None)
+    if not warm:
+        env["SAFEVLA_NO_PREWARM"] = "1"
+    out = subprocess.run([sys.executable, "-c", WARM_CHILD, str(store)], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    from dashboard.link_open import PAGE_MODULES
+
+    if warm:
+        assert got == {"store_loaded": True, "imported": list(PAGE_MODULES)}
+    else:
+        assert not got["store_loaded"] and "dashboard.charts" not in got["imported"]
+
+
+@pytest.mark.slow
+def test_the_server_imports_the_pages_modules_at_start_before_any_page_is_asked_for(tmp_path):
+    """dashboard/server.py runs `warm_server` from its lifespan: with no request but the health
+    check, the server process imports the pages' modules (its import log, `-X importtime`,
+    names MuJoCo, which only a page run or a link's scene open would import otherwise)."""
+    from browser_timing import Server, dashboard_entry
+
+    store = build_store(tmp_path / "store", 4, renderable=False)
+    with Server(dashboard_entry(ROOT), store=store, cwd=ROOT, env={"PYTHONPROFILEIMPORTTIME": "1"}) as srv:
+        srv.wait_healthy()
+        imported = re.compile(r"^import time:.*\|\s+mujoco$", re.M)
+        deadline = time.monotonic() + 120
+        while not imported.search(srv.log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert imported.search(srv.log.read_text()), srv.log.read_text()[-2000:]
