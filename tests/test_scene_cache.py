@@ -165,30 +165,6 @@ def test_a_shared_model_is_written_without_the_vis_lock_and_dropped_if_changed_m
     assert np.array_equal(loaded.tex_data, model.tex_data) and np.array_equal(loaded.mesh_vert, model.mesh_vert)
 
 
-def test_the_background_writer_writes_only_while_idle_at_the_lowest_priority(cache, monkeypatch):
-    """`write_in_background(idle)`: a queued scene waits while the renderer is busy, and is
-    written on the writer's own thread once it is idle; on Linux that thread runs at nice 19."""
-    import threading
-    import time
-
-    idle = threading.Event()
-    thread = scene_cache.write_in_background(idle.is_set)  # replaces the autouse fixture's never-idle
-    assert scene_cache._DEFER[0]
-    xml = toy_scene(6)
-    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
-    time.sleep(4 * scene_cache.WRITER_POLL_S)
-    assert not any(cache.glob("*" + SUFFIX)) and scene_cache.pending() == 1  # busy: nothing written yet
-    idle.set()
-    deadline = time.monotonic() + 30
-    while scene_cache.pending() or not any(cache.glob("*" + SUFFIX)):
-        assert time.monotonic() < deadline, "the idle writer never wrote the scene"
-        time.sleep(0.05)
-    assert [p.name for p in cache.glob("*" + SUFFIX)] == [scene_digest(xml, "/") + SUFFIX]
-    assert thread.is_alive() and thread is not threading.current_thread()
-    if os.uname().sysname == "Linux":
-        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == scene_cache.WRITER_NICE
-
-
 def _wait_for_files(cache, n: int, what: str, timeout: float = 30.0) -> None:
     import time
 
@@ -196,6 +172,27 @@ def _wait_for_files(cache, n: int, what: str, timeout: float = 30.0) -> None:
     while scene_cache.pending() or len(list(cache.glob("*" + SUFFIX))) < n:
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
+
+
+def test_the_background_writer_writes_only_while_idle_at_the_lowest_priority(cache, monkeypatch):
+    """`write_in_background(idle)`: a queued scene waits while the renderer is busy, and is
+    written on the writer's own thread once it is idle; on Linux that thread runs at nice 19."""
+    import threading
+    import time
+
+    idle = threading.Event()
+    thread = scene_cache.write_in_background(idle.is_set)  # the only service asked: the autouse fixture asks none
+    assert scene_cache._DEFER[0]
+    xml = toy_scene(6)
+    compile_cached(xml, "/", lambda: mujoco.MjModel.from_xml_string(xml))
+    time.sleep(4 * scene_cache.WRITER_POLL_S)
+    assert not any(cache.glob("*" + SUFFIX)) and scene_cache.pending() == 1  # busy: nothing written yet
+    idle.set()
+    _wait_for_files(cache, 1, "the idle writer never wrote the scene")
+    assert [p.name for p in cache.glob("*" + SUFFIX)] == [scene_digest(xml, "/") + SUFFIX]
+    assert thread.is_alive() and thread is not threading.current_thread()
+    if os.uname().sysname == "Linux":
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == scene_cache.WRITER_NICE
 
 
 def test_the_writer_waits_for_every_live_service_and_no_longer_asks_a_closed_one(cache):
