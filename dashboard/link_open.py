@@ -74,7 +74,6 @@ def warm_server() -> None:
     try:
         from dashboard import stores
 
-        importlib.import_module("dashboard.cached")
         stores.load_store_at_request(stores.server_default_store()[0])
     except Exception:  # noqa: BLE001 - a head start only: the page loads the store itself and says what is wrong
         logging.getLogger(__name__).debug("loading the server's store at start failed", exc_info=True)
