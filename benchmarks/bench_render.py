@@ -200,14 +200,20 @@ def baseline_tree(rev: str, tmp: Path) -> Path | None:
     return tree
 
 
-def first_frame(args) -> None:
+def run_child(script: str, tree: Path, cache: str, *args) -> dict:
+    """`script` run by a fresh interpreter on the code at `tree` with the scene cache `cache`;
+    the JSON of its last output line."""
     import subprocess
 
+    env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(tree), "SAFEVLA_SCENE_CACHE": cache}
+    got = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=tree, env=env, capture_output=True,
+                         text=True, check=True)
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+def first_frame(args) -> None:
     def child(tree: Path, cache: str, pair, *textures: str) -> dict:
-        env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(tree), "SAFEVLA_SCENE_CACHE": cache}
-        got = subprocess.run([sys.executable, "-c", FIRST_FRAME_CHILD, *map(str, pair), *textures], cwd=tree, env=env,
-                             capture_output=True, text=True, check=True)
-        return json.loads(got.stdout.strip().splitlines()[-1])
+        return run_child(FIRST_FRAME_CHILD, tree, cache, *pair, *textures)
 
     pairs = demo_scene_pairs(args.scenes)
     with tempfile.TemporaryDirectory(prefix="safevla-first-frame-") as tmp:
@@ -329,19 +335,16 @@ def mixed_previews(args) -> None:
     scene (on disk), then the second, whose preview is not written yet (opened from its full
     model, textures shrunk on upload): the second's open and first frame, and how many GL
     contexts the two hold, in this code and at `--baseline-rev`, alternating child processes."""
-    import subprocess
-
     (first, _), (second, _) = [p for p in demo_scene_pairs(99) if "spatial" in str(p[0])][:2]
     with tempfile.TemporaryDirectory(prefix="safevla-mixed-previews-") as tmp:
         trees = {"now": ROOT, "baseline": baseline_tree(args.baseline_rev, Path(tmp))}
+        if trees["baseline"] is None:
+            raise SystemExit(f"--mixed-previews: no code at --baseline-rev {args.baseline_rev!r} (git archive failed)")
         runs: dict = {k: {"open_s": [], "contexts": []} for k in trees}
         for i in range(args.rounds):
             for name, tree in trees.items():
-                env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(tree),
-                       "SAFEVLA_SCENE_CACHE": str(Path(tmp) / f"scenes-{name}-{i}")}
-                got = json.loads(subprocess.run(
-                    [sys.executable, "-c", MIXED_PREVIEWS_CHILD, str(first), str(second), str(args.repeats)],
-                    cwd=tree, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+                got = run_child(MIXED_PREVIEWS_CHILD, tree, str(Path(tmp) / f"scenes-{name}-{i}"), first, second,
+                                args.repeats)
                 for k in got:
                     runs[name][k] += got[k]
     med = {k: round(float(np.median(v["open_s"])), 3) for k, v in runs.items()}
