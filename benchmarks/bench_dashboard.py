@@ -328,20 +328,32 @@ def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None):
 
 
 @contextlib.contextmanager
-def _server_with_scene_cache(code: Path, store: Path, *, compiled_before: list[str] = (), warm_up: bool = False):
-    """A running server of `code` on `store` with a compiled-scene cache of its own: empty, or
-    holding the scenes of the episodes `compiled_before` (written by an earlier process of the
-    same code, as an earlier dashboard run leaves them); the background warm-up only with `warm_up`."""
+def _scene_cache(code: Path, store: Path, compiled_before: list[str] = ()):
+    """A compiled-scene cache folder of its own, removed after: empty, or holding the scenes of
+    the episodes `compiled_before` (written by an earlier process of `code`, as an earlier
+    dashboard run leaves them)."""
     cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
     try:
         if compiled_before:
             _fill_scene_cache(code, store, cache, compiled_before)
+        yield cache
+    finally:
+        remove_tree(cache)
+
+
+@contextlib.contextmanager
+def _server_with_scene_cache(code: Path, store: Path, *, compiled_before: list[str] = (), warm_up: bool = False,
+                             cache: Path | None = None):
+    """A running server of `code` on `store` with the compiled-scene cache `cache` (one of
+    `_scene_cache`, shared by several servers), else with one of its own (`compiled_before` as
+    for `_scene_cache`); the background warm-up only with `warm_up`."""
+    with contextlib.ExitStack() as stack:
+        if cache is None:
+            cache = stack.enter_context(_scene_cache(code, store, compiled_before))
         env = {"SAFEVLA_SCENE_CACHE": str(cache), **({} if warm_up else {"SAFEVLA_NO_PREWARM": "1"})}
         with dashboard_server(code, store, env) as srv:
             srv.wait_healthy()
             yield srv
-    finally:
-        remove_tree(cache)
 
 
 FILL_SCENE_CACHE = """import sys
@@ -481,17 +493,12 @@ def frame_link_restart(b: "Bench", code: Path) -> dict:
     after the server first answers (a user starts `safevla dashboard`, then opens a link)."""
     store = b.demo
     eids = _sbu_by_scene(store, max(1, b.repeat))
-    cache = Path(tempfile.mkdtemp(prefix="safevla-bench-scenes-"))
     times = []
-    try:
-        _fill_scene_cache(code, store, cache, eids)
+    with _scene_cache(code, store, eids) as cache:
         for eid in eids:
-            with dashboard_server(code, store, {"SAFEVLA_SCENE_CACHE": str(cache)}) as srv:
-                srv.wait_healthy()
+            with _server_with_scene_cache(code, store, cache=cache, warm_up=True) as srv:
                 time.sleep(RESTART_PAUSE_S)
                 times.append(_first_frame(b.browser, f"{srv.url}/detail?ep={eid}"))
-    finally:
-        remove_tree(cache)
     return {"value_s": round(statistics.median(times), 3), **_summary(times), "episode_ids": eids,
             "store": str(store),
             "includes": f"a server started with the scenes in the compiled-scene cache on disk (an earlier process) "
