@@ -52,21 +52,27 @@ def open_linked_episode(eid: str, store: str | None) -> bool:
 
 
 # What a page's first run imports (dashboard/app.py and dashboard/views/*.py), and a scene's
-# open: 0.7 s of imports on this machine, 0.35 s of it Altair's (dashboard/charts.py).
+# open: 0.7 s of imports on this machine, 0.35 s of it Altair's (dashboard/charts.py). Every
+# page's first run also computes the Overview's Wilson intervals (for the replays' warm-up),
+# whose first call imports scipy.special (scoring.stats.intervals): 0.07 s on an idle machine,
+# 0.44 s in a first link's page run, beside the scene's open and the frontend's start.
 PAGE_MODULES = ("dashboard.cached", "dashboard.common", "dashboard.links", "dashboard.state", "dashboard.vocab",
                 "dashboard.annotations", "dashboard.episode_groups", "dashboard.player", "dashboard.replay_bridge",
-                "replay.render.replayer", "dashboard.charts", "dashboard.compare_answer", "dashboard.pair_media")
+                "replay.render.replayer", "dashboard.charts", "dashboard.compare_answer", "dashboard.pair_media",
+                "scipy.special")
 
 
 def warm_server() -> None:
     """At server start (dashboard/server.py's lifespan, the runtime started): loads the
     server's store and imports what a page's first run and a scene's open import, on a thread
     of its own, so the first browser to arrive finds them done: the first page after a start
-    ran 0.4 s of imports and waited on the store (docs/benchmarks.md, session 18). A page or
+    ran 0.4 s of imports and waited on the store (docs/benchmarks.md, session 18), then 0.9 s
+    more on scipy.special and Streamlit's REPL check (session 19). A page or
     link arriving meanwhile waits on the same store load (`stores.load_store_at_request`) and
     the same module locks, never on a second copy. Nothing when $SAFEVLA_NO_PREWARM is set
     (the cold server the benchmarks and tests measure)."""
     import importlib
+    import inspect
     import os
 
     if os.environ.get("SAFEVLA_NO_PREWARM"):
@@ -82,6 +88,12 @@ def warm_server() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the page imports it again and reports
             logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
+    # Streamlit's first element in a process asks whether it runs in a REPL
+    # (streamlit.env_util.is_repl: `inspect.stack()`), and inspect's first module look-up
+    # resolves the real path of every loaded module's file: 15,000 lstat calls, each giving up
+    # the GIL, 0.5 s of the first page run after a start (docs/benchmarks.md, session 19). Once
+    # here, inspect keeps that table and the page's call resolves only modules imported since.
+    inspect.stack()
 
 
 def _open_quietly(eid: str, store: str | None) -> None:
