@@ -356,12 +356,21 @@ def _server_with_scene_cache(code: Path, store: Path, *, compiled_before: list[s
             yield srv
 
 
+# What an earlier dashboard leaves in the cache: each scene and its preview (small textures),
+# which the render service's background writer builds and writes once the page is idle. A
+# checkout from before the deferred writer (no save_pending) leaves the scene only.
 FILL_SCENE_CACHE = """import sys
 from dashboard.replay_bridge import PAGE_TEXTURES
 from replay.render import Replayer
 from scoring.records.io import load_record
+try:
+    from replay.render.scene_cache import defer_saves, save_pending
+except ImportError:
+    defer_saves = save_pending = lambda: None
+defer_saves()
 for path in sys.argv[1:]:
     Replayer(load_record(path), textures=PAGE_TEXTURES).close()
+save_pending()
 """
 
 
