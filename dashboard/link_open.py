@@ -90,9 +90,10 @@ def warm_server() -> None:
             logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
     # Streamlit's first element in a process asks whether it runs in a REPL
     # (streamlit.env_util.is_repl: `inspect.stack()`), and inspect's first module look-up
-    # resolves the real path of every loaded module's file: 15,000 lstat calls, each giving up
-    # the GIL, 0.5 s of the first page run after a start (docs/benchmarks.md, session 19). Once
-    # here, inspect keeps that table and the page's call resolves only modules imported since.
+    # resolves the real path of every loaded module's file: 10,000-15,000 lstat calls, each
+    # giving up the GIL, 0.5 s of the first page run after a start (docs/benchmarks.md,
+    # session 19). Once here, inspect keeps that table and the page's call resolves only
+    # modules imported since.
     inspect.stack()
 
 
