@@ -67,10 +67,10 @@ def warm_server() -> None:
     server's store and imports what a page's first run and a scene's open import, on a thread
     of its own, so the first browser to arrive finds them done: the first page after a start
     ran 0.4 s of imports and waited on the store (docs/benchmarks.md, session 18), then 0.9 s
-    more on scipy.special and Streamlit's REPL check (session 19). A page or
-    link arriving meanwhile waits on the same store load (`stores.load_store_at_request`) and
-    the same module locks, never on a second copy. Nothing when $SAFEVLA_NO_PREWARM is set
-    (the cold server the benchmarks and tests measure)."""
+    more on scipy.special and Streamlit's REPL check (session 19). A page or link arriving
+    meanwhile waits on the same store load (`stores.load_store_at_request`) and the same
+    module locks, never on a second copy. Nothing when $SAFEVLA_NO_PREWARM is set (the cold
+    server the benchmarks and tests measure)."""
     import importlib
     import inspect
     import os

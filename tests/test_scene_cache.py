@@ -291,7 +291,6 @@ def test_a_scene_opened_from_its_preview_shares_the_context_of_one_shrunk_on_upl
     assert scene_cache.save_pending() == 2  # the full scene, then its preview
     models._MODEL_CACHE.clear()
     pool.close()
-    got = {}
     with render.Replayer(with_preview, width=W, height=H, camera="cam", textures="preview") as a, \
             render.Replayer(without, width=W, height=H, camera="cam", textures="preview") as b:
         assert a.model.ntexdata < b.model.ntexdata / 4  # the preview model, and the full one shrunk on upload
