@@ -361,7 +361,7 @@ def _server_with_scene_cache(code: Path, store: Path, *, compiled_before: list[s
 # checkout from before the deferred writer (no save_pending) leaves the scene only.
 FILL_SCENE_CACHE = """import sys
 from dashboard.replay_bridge import PAGE_TEXTURES
-from replay.render import Replayer
+from replay.render.replayer import Replayer
 from scoring.records.io import load_record
 try:
     from replay.render.scene_cache import defer_saves, save_pending

@@ -2,7 +2,3 @@
 
 May import: scoring, replay.scene. Never replay.record: a replay needs only the record.
 """
-
-from scoring.moved import forward
-
-__getattr__ = forward(__name__, "replay.render.replayer")  # the names of the former replay/render.py

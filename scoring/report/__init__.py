@@ -2,7 +2,3 @@
 
 May import: scoring.errors, records, registry, evaluate, stats.
 """
-
-from scoring.moved import forward
-
-__getattr__ = forward(__name__, "scoring.report.outputs")  # the names of the former scoring/report.py

@@ -2,7 +2,3 @@
 
 May import: scoring.errors, records, registry, evaluate.
 """
-
-from scoring.moved import forward
-
-__getattr__ = forward(__name__, "scoring.store.write")  # the names of the former scoring/store.py
