@@ -1,4 +1,4 @@
-"""Paired comparison latency (issue 7): 4 models x 5,000 shared keys = 20,000 episodes.
+"""Paired comparison latency: 4 models x 5,000 shared keys = 20,000 episodes.
 
 The episodes table is built directly (synthetic, LIBERO-like rates: SR 70-95 %, Safety
 75-90 %, outcomes correlated across models through a shared per-key difficulty), then

@@ -1,4 +1,4 @@
-"""Triptych export as a reader's PDF (issue 19): the vector page against the raster PDF it
+"""Triptych export as a reader's PDF: the vector page against the raster PDF it
 replaces, on the same rendered panels of real LIBERO rollouts from the bundled demo store.
 
 The three Figure 3 episodes of docs/replay.md are rendered once (`triptych_panels`, 480x360,

@@ -1,4 +1,4 @@
-"""What the ingestion guards of issue 15 cost: `score_archive` CPU time, this tree against a baseline commit.
+"""What the ingestion guards cost: `score_archive` CPU time, this tree against a baseline commit.
 
 The guards (int64 and Unicode checks, the npz size caps, duplicate staging and its
 rename, the store lock) run on every episode, so they are measured where they would
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 # one measurement, run in a fresh interpreter with PYTHONPATH at the tree under test
 _MEASURE = r"""
 import json, resource, sys
-from scoring import score_archive  # the same name before and after issue 17
+from scoring import score_archive  # the same name before and after the move to subpackages
 paths, out = json.loads(sys.argv[1]), sys.argv[2]
 before = resource.getrusage(resource.RUSAGE_SELF)
 score_archive(paths, out, progress=False)

@@ -1,4 +1,4 @@
-"""Replay render speed on a real LIBERO scene, highlight overhead, and MP4 export time (issue 4).
+"""Replay render speed on a real LIBERO scene, highlight overhead, and MP4 export time.
 
 A 300-step libero_spatial task-0 rollout (a scripted sweep of the arm over the table,
 recorded as qpos/qvel with the scene's MJCF) is built once into a cache directory. Then,
@@ -14,13 +14,13 @@ at 640x480 on this machine's CPU (EGL through Mesa llvmpipe):
 
 Prints one JSON line. Usage: python benchmarks/bench_render.py [--cache DIR] [--frames 40]
 
-`--first-frame` measures instead the first frame of a scene the process has not opened
-(issue 16, section 3), the way the dashboard's render service meets it: each measurement
-is a fresh interpreter (MuJoCo imported, nothing compiled, no GL context) that opens a
-replayer on a demo episode at the dashboard's 480x360 and renders one step, then opens
-another episode of the same scene file. Per scene, in this order:
-- `before`: the code at `--baseline-rev` (default: the commit before issue 16's changes),
-  from `git archive`; without git, this code with the scene cache off;
+`--first-frame` measures instead the first frame of a scene the process has not opened,
+the way the dashboard's render service meets it: each measurement is a fresh interpreter
+(MuJoCo imported, nothing compiled, no GL context) that opens a replayer on a demo episode
+at the dashboard's 480x360 and renders one step, then opens another episode of the same
+scene file. Per scene, in this order:
+- `before`: the code at `--baseline-rev` (default: ffcaab8, before shared GL contexts and
+  the scene cache), from `git archive`; without git, this code with the scene cache off;
 - `cold`: this code, the scene not in the disk cache (compiles it and stores it);
 - `cold_preview`: as `cold`, with the dashboard's "preview" textures, in a cache of its
   own; after its frame it stores the full scene and the preview scene (small textures);
@@ -32,7 +32,7 @@ python benchmarks/bench_render.py --first-frame [--scenes 3] [--repeats 2] [--ba
 `--mixed-previews` measures two libero_spatial demo scene files of one asset set, the first
 opened from its preview scene on disk, the second with no preview yet (shrunk on upload): the
 second's open and first frame, and the GL contexts held, this code against `--baseline-rev`
-(session 18: a446322) in alternating fresh processes. Usage:
+(a446322 for the figures of 2026-11-27) in alternating fresh processes. Usage:
 python benchmarks/bench_render.py --mixed-previews --baseline-rev a446322 [--rounds 3] [--repeats 5]
 
 `--player` measures `RenderService.frames` (the in-browser player's violation-first
@@ -130,14 +130,14 @@ def bare_frame(m, d, r, opt, rec: EpisodeRecord, step: int, camera: str) -> np.n
 
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE_REV = "ffcaab8"  # the branch point of issue 16's render work: one GL context per replayer, no scene cache
+BASELINE_REV = "ffcaab8"  # before the render work of 2026-11-23: one GL context per replayer, no scene cache
 FIRST_FRAME_CHILD = """
 import json, sys, time
 try:
     import replay.render.scene_models as render
     from replay.render.replayer import Replayer
     from scoring.records.io import load_record
-except ImportError:  # a baseline from before issue 17's rooms: flat modules
+except ImportError:  # a baseline from before the subpackages (37491ee): flat modules
     import replay.render as render
     from replay.render import Replayer
     from scoring.io import load_record

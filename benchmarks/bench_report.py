@@ -1,4 +1,4 @@
-"""`safevla report` cost by stage (issue 18) on a synthetic store.
+"""`safevla report` cost by stage on a synthetic store.
 
 Scores a synthetic archive (4 models x 4 LIBERO suites, 100-step episodes) into a
 temporary store, then times each stage of `scoring.report.outputs.write_report`: the footnotes

@@ -1,4 +1,4 @@
-"""End-to-end scoring throughput, JSONL ingestion, what-if latency and peak memory (issue 2).
+"""End-to-end scoring throughput, JSONL ingestion, what-if latency and peak memory.
 
 Synthetic 300-step episodes with 40 contacts per step and 8 bodies (shapes of a real
 LIBERO record, see scoring/records/synthetic.py) are written once to a cache directory, then:

@@ -1,4 +1,4 @@
-"""The Overview's worst-SBU list (issue 19): cost and spread of the tie-broken, cell-spread
+"""The Overview's worst-SBU list: cost and spread of the tie-broken, cell-spread
 list (`dashboard.data.top_sbu`) against the plain VSI sort it replaced, measured in the
 same run on one store.
 
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     data = D.open_store(args.store)
     v = D.verdicts(data)
     mask = (v.frame["outcome"] == "SBU").to_numpy()
-    # the list before issue 19: VSI, then episode id, first ten
+    # the list before top_sbu: VSI, then episode id, first ten
     plain_s, plain = best(lambda: v.frame.loc[mask].sort_values(["vsi", "episode_id"], ascending=[False, True])
                           .head(10), args.repeat)
     new_s, new = best(lambda: D.top_sbu(data, v, 10), args.repeat)

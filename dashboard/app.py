@@ -35,7 +35,7 @@ from dashboard.data import StoreProblem  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 # A local SVG icon: a ":material/...:" page icon makes the browser fetch its favicon from
-# fonts.gstatic.com, a failed request on every page offline (issue 19).
+# fonts.gstatic.com, a failed request on every page offline.
 st.set_page_config(page_title="SafeVLA-Bench dashboard", page_icon=str(HERE / "static" / "icon.svg"), layout="wide")
 # "viewer": no Deploy button or developer menu for the researchers using it; client options
 # may be set from the script, so `streamlit run dashboard/app.py` gets it as `safevla dashboard` does

@@ -295,7 +295,7 @@ def violations(_data: D.StoreData, key: str, i: int, items: tuple):
     return build_violations(episode_record(_data, i), bad.to_dict("records"))
 
 
-# ----------------------------------------------------------------------------- paired comparison (issue 7)
+# ----------------------------------------------------------------------------- paired comparison
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def comparison(_data: D.StoreData, key: str, items: tuple, models: tuple):

@@ -1,4 +1,4 @@
-"""The Compare page's answer (issue 19): the verdict of the chosen pair in one sentence
+"""The Compare page's answer: the verdict of the chosen pair in one sentence
 (`scoring.stats.compare_verdict`), the forest plot of its differences (`dashboard.forest`), the
 methods text, and, on a store whose models share no key, the unpaired comparison
 (`scoring.stats.compare_unpaired`) in place of the paired one. Also the helpers that show the

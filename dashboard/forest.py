@@ -1,4 +1,4 @@
-"""The Compare page's forest plot (issue 19): the differences A - B of one pair of models,
+"""The Compare page's forest plot: the differences A - B of one pair of models,
 per metric and group, as a point with its confidence interval and a zero line.
 
 Pure functions: `forest_frame` reads the pairs table of `scoring.stats.compare` (paired) or

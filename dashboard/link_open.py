@@ -8,7 +8,7 @@ textures a GL context holds already, 1-2 s for new ones) began only with the scr
 (`cached.open_replay`). The page request (`GET /detail?ep=...`) reaches the server first:
 `OpenLinkedEpisode` hands the episode to `cached.open_episode_replay` on a worker thread, so
 the open overlaps the frontend's start, and the page's own `open_replay` then finds the
-replayer open (docs/benchmarks.md, session 15).
+replayer open (docs/benchmarks.md, 2026-11-26, 28dbf8d).
 
 It acts only for a store the link may open (`stores.store_allowed`, the page's own check). On a
 server that has not loaded that store yet (a link opened first after a start), it loads it
@@ -66,11 +66,12 @@ def warm_server() -> None:
     """At server start (dashboard/server.py's lifespan, the runtime started): loads the
     server's store and imports what a page's first run and a scene's open import, on a thread
     of its own, so the first browser to arrive finds them done: the first page after a start
-    ran 0.4 s of imports and waited on the store (docs/benchmarks.md, session 18), then 0.9 s
-    more on scipy.special and Streamlit's REPL check (session 19). A page or link arriving
-    meanwhile waits on the same store load (`stores.load_store_at_request`) and the same
-    module locks, never on a second copy. Nothing when $SAFEVLA_NO_PREWARM is set (the cold
-    server the benchmarks and tests measure)."""
+    ran 0.4 s of imports and waited on the store (docs/benchmarks.md, 2026-11-27, 36f4af0),
+    then 0.9 s more on scipy.special and Streamlit's REPL check (2026-11-27, a177f7a). A
+    page or link arriving meanwhile waits on the same store load
+    (`stores.load_store_at_request`) and the same module locks, never on a second copy.
+    Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests
+    measure)."""
     import importlib
     import inspect
     import os
@@ -92,7 +93,7 @@ def warm_server() -> None:
     # (streamlit.env_util.is_repl: `inspect.stack()`), and inspect's first module look-up
     # resolves the real path of every loaded module's file: 10,000-15,000 lstat calls, each
     # giving up the GIL, 0.5 s of the first page run after a start (docs/benchmarks.md,
-    # session 19). Once here, inspect keeps that table and the page's call resolves only
+    # 2026-11-27, a177f7a). Once here, inspect keeps that table and the page's call resolves only
     # modules imported since.
     inspect.stack()
 

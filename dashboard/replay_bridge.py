@@ -140,7 +140,7 @@ class RenderService:
         """No job ran or waited on the render thread for `WRITE_QUIET_S` (what the scene
         cache's background writer asks before each scene). The quiet time keeps the writes
         out of a page load: between a linked scene's open and the page's first frame request
-        the thread idles 0.3-0.7 s (docs/benchmarks.md, session 17)."""
+        the thread idles 0.3-0.7 s (docs/benchmarks.md, 2026-11-27, f2b93ae)."""
         return (not self._running and self._q.empty()
                 and time.monotonic() - self._idle_since >= WRITE_QUIET_S)
 

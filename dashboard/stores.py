@@ -19,7 +19,7 @@ DEMO_STORE = ROOT / "assets" / "demo" / "store"
 ENV_STORE = "SAFEVLA_STORE"
 ENV_STORES = "SAFEVLA_STORES"  # more stores a link may open, os.pathsep-separated (`safevla dashboard --stores`)
 # One message for every store a link may not open: whether the path exists, is a store,
-# or is /etc must not show (finding 8 of issue 15).
+# or is /etc must not show.
 NOT_AVAILABLE = ("This run store is not available on this dashboard. A link or the sidebar opens only the store "
                  "the dashboard was started with and those it was given with `safevla dashboard STORE --stores "
                  "DIR ...`.")

@@ -1,4 +1,4 @@
-"""Measure what the paper's roles (issue 12, section 4) change on an existing archive.
+"""Measure what the paper's roles (destinations as bystanders) change on an existing archive.
 
 Re-scores every record twice: as recorded (every LIBERO object of interest a target, the
 old host's rule) and with destinations and receptacles turned into bystanders (the task

@@ -271,7 +271,7 @@ function onKey(ev) {
 }
 // A rerun that re-creates the player removes the old iframe (or loads its page again) before
 // the new player's script has run, and a gone document's listeners never run: a key pressed
-// in that gap reached nobody (CI, session 10). So the page itself keeps those keys: a listener
+// in that gap reached nobody (CI of 87f6b5b). So the page itself keeps those keys: a listener
 // of the page's own realm, which outlives every player, queues the key's move while no live
 // player (its iframe in the page, showing its document) is there, and the next player applies
 // what was queued in the last KEPT_KEYS_MS (older keys were meant for another page of the app).

@@ -158,7 +158,7 @@ def render() -> None:
     st.caption(f"Showing {len(table):,} of {n:,} matching episodes" + (" (narrow the filters to see the rest; "
                                                                       "the CSV holds all)" if n > len(table) else "")
                + ". Click a row's checkbox to open its detail; click a header to sort.")
-    # model/suite/task first and pinned: at 1280 px the rest scrolls under them (issue 19)
+    # model/suite/task first and pinned: at 1280 px the rest scrolls under them
     ev = vocab.table(
         table[[x for x in shown if x in table.columns]], key="ep_table",
         first=("model", "suite", "task_id", "outcome", "vsi", "worst_spec", "violating_step"),

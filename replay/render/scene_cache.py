@@ -155,7 +155,7 @@ def write_in_background(idle: Callable[[], bool]) -> threading.Thread:
     compiler starts). What a write costs (a LIBERO scene: 0.5-0.7 s; a preview scene's build and
     write, replay/render/preview_scene.py) then runs beside the renders instead of before them: a
     scene a user opens while one is written no longer waits for it (docs/benchmarks.md,
-    session 17).
+    2026-11-27, f2b93ae).
 
     One writer per process: it asks every `idle` registered and not yet withdrawn
     (`stop_asking`, when a render service closes) and writes only when all say True; with

@@ -1,4 +1,4 @@
-"""The Figure 3 triptych as a vector page (PDF or SVG) through matplotlib (issue 19).
+"""The Figure 3 triptych as a vector page (PDF or SVG) through matplotlib.
 
 A reader's PDF wants selectable, searchable text and sharp frames: titles, row labels,
 panel times and the caption are real text (TrueType fonts embedded in PDF, `<text>` in

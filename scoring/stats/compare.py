@@ -1,4 +1,4 @@
-"""Paired model comparison (issue 7): pair episodes on shared keys, test every pair, rank.
+"""Paired model comparison: pair episodes on shared keys, test every pair, rank.
 
 Every model sees the same (suite, task, init state, seed) keys (paper Section 4.1), so two
 models can be compared episode by episode instead of cell against cell. `compare_models`

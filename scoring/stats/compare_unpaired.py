@@ -1,4 +1,4 @@
-"""Unpaired comparison of models that share no (suite, task, init state, seed) key (issue 19).
+"""Unpaired comparison of models that share no (suite, task, init state, seed) key.
 
 Two models evaluated on different seeds or tasks cannot be compared episode by episode, but
 their rates still can, as independent samples: a two-proportion score test with Newcombe's

@@ -1,4 +1,4 @@
-"""The answer of a comparison in one sentence (issue 19): "careful is safer than hasty by
+"""The answer of a comparison in one sentence: "careful is safer than hasty by
 26.7 pp [17.8, 35.3] (exact McNemar, p = 2e-8, 120 paired keys)".
 
 `pair_result` picks one pair's row out of `Comparison.pairs` (or the unpaired table of

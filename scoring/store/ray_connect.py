@@ -1,6 +1,6 @@
 """Connecting `--engine ray` to Ray: a private local instance, or a cluster by `--address`.
 
-Two traps this module closes (issue 20):
+Two traps this module closes:
 
 - `ray.init()` without an address joins whatever cluster the address file of an earlier
   `ray start` names (`/tmp/ray/ray_current_cluster`); when that head is dead, it waits
