@@ -64,7 +64,7 @@ that moment, with the browser's own clock.
 frame_switch/frame_from_list a second time against a server started from `git archive REV` in the same run, and reports
 `ratio` = baseline/now (and the baseline's samples and asset-set medians, `baseline_*`).
 `--baseline-without uvloop,httptools` starts the baseline's servers with those modules
-unimportable, as the baseline revision's own pyproject installed it (both came with session 15).
+unimportable, as the baseline revision's own pyproject installed it (both came with 12656ae).
 Servers run `dashboard/server.py` where the checkout has it (what `safevla dashboard` runs),
 else `dashboard/app.py`.
 The synthetic store (manifest `synthetic: true`) is built once with
@@ -272,7 +272,7 @@ def ci(b: "Bench", code: Path) -> dict:
 
 def ci_in_process(store: Path) -> dict:
     """The 16-cell main table's VSI and VSI|U CIs: `aggregate(ci=True)` against one
-    scipy.stats.bootstrap per cell (the code before issue 16), same process, same data."""
+    scipy.stats.bootstrap per cell (the code before 623330f), same process, same data."""
     import numpy as np
     import pandas as pd
     from scipy import stats
@@ -646,7 +646,7 @@ def frame_from_list(b: "Bench", code: Path) -> dict:
                         "the episode's first frame (page switch in the same session, script run, scene open, render)"}
 
 
-# ----------------------------------------------------------------------------- timeline (issue 16 s3)
+# ----------------------------------------------------------------------------- timeline
 
 def measure_timeline_playback(store: Path, browser: "Browser", *, play_s: float = 3.0) -> dict:
     """Against a fresh `streamlit run` server, in `browser` (a new context): open the first SBU
@@ -698,7 +698,7 @@ def measure_timeline_playback(store: Path, browser: "Browser", *, play_s: float 
 
 
 def playback(b: "Bench", code: Path) -> dict:
-    """The in-browser player (issue 16, section 3) on the demo store's first SBU episode:
+    """The in-browser player on the demo store's first SBU episode:
     first playable frame, all frames pre-rendered, displayed frame rate at 1x."""
     got = measure_timeline_playback(b.demo, b.browser)
     return {"value_s": got["timeline_first_frame_s"], **got,
