@@ -103,7 +103,7 @@ def test_overview_numbers_come_from_the_store(store, tables):
     assert metric(at, "SBU") == pct(eps["sbu"].mean())
     top = at.dataframe(key="ov_top").value
     # worst first by VSI, ties to the deepest |threshold|-normalised margin, at most two rows
-    # per model x suite x task before any cell gives a third (issue 19)
+    # per model x suite x task before any cell gives a third
     _, specs = tables
     scored = specs[~specs["report_only"].astype(bool) & specs["active"].astype(bool)]
     depth = (scored["rho"] / scored["threshold"].abs().replace(0, 1.0)).groupby(scored["episode_id"]).min()
@@ -205,7 +205,7 @@ def test_selecting_a_row_opens_its_detail(store):
 def test_choosing_an_episode_opens_its_scene_before_the_page_asks_for_frames(store, tables, monkeypatch):
     """A row click, and the picker's next button, start opening the chosen episode's replayer
     at a page's priority before the detail page queues its first frame, so the scene opens
-    while the page switches and its script runs (issue 16's first frame of a new scene)."""
+    while the page switches and its script runs."""
     from dashboard.replay_bridge import USER, RenderService, available
     good, why = available()
     if not good:
@@ -554,7 +554,7 @@ def test_loading_another_store_from_the_sidebar(tmp_path, store, tables):
 @pytest.mark.parametrize("target", ["/etc", "/nonexistent/path", "/tmp", "other_store", "other_store_via_symlink",
                                     "../ of the allowed store"])
 def test_a_link_to_a_store_outside_the_allow_list_gets_one_neutral_refusal(tmp_path, store, target):
-    """Issue 15, finding 8: ?store= opened any path and its errors told whether the path existed."""
+    """Before the allow-list, ?store= opened any path and its errors told whether the path existed."""
     other = make_store(tmp_path / "other", n=8, renderable=False)
     (tmp_path / "link").symlink_to(other)
     path = {"other_store": str(other), "other_store_via_symlink": str(tmp_path / "link"),
@@ -642,7 +642,7 @@ def test_clip_playback_and_triptych_export_render(store, tables):
 
 
 def test_a_store_killed_before_its_manifest_opens_as_incomplete(tmp_path, store, tables):
-    """Issue 15: a run stopped after its tables but before manifest.json still opens, saying how to complete it."""
+    """A run stopped after its tables but before manifest.json still opens, saying how to complete it."""
     path = _variant(tmp_path, store, "killed")
     (path / "manifest.json").unlink()
     at = ok(app(path))

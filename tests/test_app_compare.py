@@ -1,4 +1,4 @@
-"""The Compare page (issue 7) through `streamlit.testing.v1.AppTest`: paired tables from
+"""The Compare page through `streamlit.testing.v1.AppTest`: paired tables from
 `scoring.stats.compare`, model choice, the discordant list against `discordant_episodes`, deep
 links, and the side-by-side replay (render tests need EGL)."""
 

@@ -1,4 +1,4 @@
-"""The Export page's replay section (issue 19) through AppTest on real MuJoCo renders of a
+"""The Export page's replay section through AppTest on real MuJoCo renders of a
 synthetic store: the triptych's format choice replaces a stale download, the PDF is vector
 text, and rendered clips are previewed (held violating step) with their downloads."""
 

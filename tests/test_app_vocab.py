@@ -1,6 +1,6 @@
-"""Issue 19 section 1 through `streamlit.testing.v1.AppTest`: every table of every page
-has readable headers and no "None" cells; the red line names the object in display
-units; What-if disables a slider that can do nothing and says why."""
+"""One vocabulary (docs/dashboard.md) through `streamlit.testing.v1.AppTest`: every table
+of every page has readable headers and no "None" cells; the red line names the object in
+display units; What-if disables a slider that can do nothing and says why."""
 
 import json
 import os

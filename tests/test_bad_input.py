@@ -1,4 +1,4 @@
-"""Issue 15's table: one row per kind of bad input, each beside good episodes, scored by a real
+"""The bad-input table: one row per kind of bad input, each beside good episodes, scored by a real
 `safevla score` process. The good episodes are all scored, the bad item is refused on one
 line naming its file (exit code 3, listed in errors.json), no traceback escapes, and nothing
 is written outside the store. Every bad item is built here from code."""
@@ -195,7 +195,7 @@ def test_unreadable_items_are_refusals_naming_them(tmp_path, what):
 
 
 def test_zip_bomb_peak_memory_stays_under_1_gib(tmp_path):
-    """Finding 5: the issue's bomb (1.5 MB inflating to 1.5 GB peaked at 3.35 GB) beside good episodes."""
+    """Finding 5: a zip bomb (1.5 MB inflating to 1.5 GB peaked at 3.35 GB) beside good episodes."""
     archive, good_ids = good_archive(tmp_path)
     bomb = zip_bomb(archive / "bomb.npz", 1536 * 2**20)
     assert bomb.stat().st_size < 2 * 2**20

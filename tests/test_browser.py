@@ -259,7 +259,7 @@ def test_overview_screenshot(server, page, shots):
 
 
 def test_compare_page_opens_with_side_by_side_replay(server, store, page, shots):
-    """The Compare page (issue 7) from the sidebar, then a deep link to a discordant key of
+    """The Compare page from the sidebar, then a deep link to a discordant key of
     the first two models: both episodes' frames show."""
     import pandas as pd
 
@@ -315,7 +315,7 @@ def _quiet_steps(store: Path, eid: str, n_steps: int, k: int) -> list[int]:
 
 
 def test_more_episodes_than_the_render_cache_holds_show_true_frames(server, store, page):
-    """Issue 16, section 1: opens five episodes (of different scenes where the store has them)
+    """Opens five episodes (of different scenes where the store has them)
     on the detail page, then goes back to ones the render service kept open and ones it closed;
     every frame the browser shows equals a fresh render of that step in this process.
 

@@ -1,4 +1,4 @@
-"""The Compare page in a real headless chromium at 1280x800 (issue 19): the verdict sentence
+"""The Compare page in a real headless chromium at 1280x800: the verdict sentence
 comes first and equals `scoring`'s, the forest plot draws, and a store whose models share no
 key opens on an unpaired comparison instead of a dead end. Screenshots go to
 $SAFEVLA_SCREENSHOTS, else a temporary directory."""
@@ -53,7 +53,7 @@ def shots(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def page(browser):  # the browser is test_browser's; the page is 1280x800, the width the issue asks about
+def page(browser):  # the browser is test_browser's; the page is 1280x800, the width the layout is made for
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = ctx.new_page()
     pg.set_default_timeout(60_000)

@@ -1,4 +1,4 @@
-"""Issue 19 section 4 in a real headless chromium, started as a user starts it
+"""The dashboard offline, in a real headless chromium, started as a user starts it
 (`safevla dashboard`, from a directory with no Streamlit config): with every request off
 this machine refused, no page makes one, fails one or logs a console error; the Deploy
 button is hidden; the app's name sits above the navigation. Runs the docs screenshot

@@ -1,4 +1,4 @@
-"""The episode timeline in a real headless chromium (issue 16, section 3): the player plays
+"""The episode timeline in a real headless chromium: the player plays
 (the shown frame and the chart's cursor move), the keyboard steps from the parent page
 (→ shows exactly the next step's frame, equal to a fresh MuJoCo render of it), and a click
 on the chart seeks. Same server and browser helpers as tests/test_browser.py."""

@@ -336,7 +336,7 @@ def test_cli_bad_input_one_line_cause(tmp_path, capsys, argv, message):
 
 @pytest.mark.parametrize("where", ["absolute", "climbing out"])
 def test_cli_replay_refuses_a_trajectory_outside_the_store(tmp_path, capsys, where):
-    """Issue 15, finding 9: `safevla replay` follows the store's trajectory column only inside the store."""
+    """`safevla replay` follows the store's trajectory column only inside the store."""
     import shutil
 
     import pandas as pd

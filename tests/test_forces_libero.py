@@ -1,4 +1,4 @@
-"""Faithful force measurement on the real LIBERO (issue 12): substep peaks, and replay.
+"""Faithful force measurement on the real LIBERO: substep peaks, and replay.
 
 One episode drives the gripper straight down into the table at full speed. Checks:
 - the recorded per-pair substep peaks equal an independent computation: a plain

@@ -1,6 +1,6 @@
 """replay.record.hosts.libero: id mapping, XML precision, roles, and one real recorded episode.
 
-The real-LIBERO test (marked libero, slow) is the issue's acceptance check: the recorded
+The real-LIBERO test (marked libero, slow) is the acceptance check: the recorded
 signals agree with the simulator and with LIBERO's own observations.
 """
 

@@ -61,7 +61,7 @@ def test_each_thread_renders_with_its_own_pool():
         assert np.array_equal(got[name][0], ref[0, 0]) and np.array_equal(got[name][1], ref[0, 5])
 
 
-# -- "preview" textures: 2D textures box-downscaled for the upload only (issue 16, section 3) --
+# -- "preview" textures: 2D textures box-downscaled for the upload only ----------------------
 
 BIG_TEXTURE_XML = """<mujoco model="bigtex">
   <asset>

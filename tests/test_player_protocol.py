@@ -335,7 +335,7 @@ def test_a_key_pressed_while_a_new_player_still_loads_its_chart_library_is_kept(
 
 
 def test_a_key_pressed_after_the_old_player_left_and_before_the_new_one_came_is_kept(host, page):
-    # CI (session 10): between a rerun removing the player's iframe and the new iframe's first
+    # CI of 87f6b5b: between a rerun removing the player's iframe and the new iframe's first
     # script, nothing of the player's listens (a removed iframe's listeners never run), and the
     # key was lost: the page itself keeps it for the next player
     _open(page, host, 10)

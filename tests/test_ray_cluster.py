@@ -1,4 +1,4 @@
-"""`--engine ray` on real clusters (issue 20): the documented `--address` form with token auth,
+"""`--engine ray` on real clusters: the documented `--address` form with token auth,
 no shared filesystem, a stale address file, node loss, and a driver killed mid-run.
 
 Clusters are small (a 0-CPU head and 1-2 nodes of 1-2 CPUs) and always stopped in a

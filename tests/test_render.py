@@ -333,7 +333,7 @@ def test_closing_another_replayer_leaves_this_one_intact(rp):
     assert np.array_equal(before, rp.frame(4, violation=VIOL))
 
 
-# ---------------------------------------------- GL context life cycle (issue 16, section 1)
+# -------------------------------------------------------------------- GL context life cycle
 # Frames must equal fresh renders exactly: render_helpers.py says why.
 
 def test_the_issue_sequence_three_open_close_one_open_a_fourth():
@@ -498,7 +498,7 @@ def test_a_frame_does_not_depend_on_the_step_shown_before(rp):
     assert np.array_equal(rp.frame(VIOL.step, violation=VIOL), first)
 
 
-# ----------------------------------------------------------------- cameras (issue 16, section 3)
+# --------------------------------------------------------------------------------------- cameras
 
 def test_cameras_lists_the_scene_cameras_then_the_free_ones():
     from replay.render.replayer import cameras

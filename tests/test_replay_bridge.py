@@ -1,6 +1,6 @@
 """The dashboard's render service (`dashboard.replay_bridge.RenderService`) under churn:
 more episodes than it keeps replayers open for, opened, evicted and re-opened on its own
-render thread, every frame compared with a fresh render of the same step (issue 16)."""
+render thread, every frame compared with a fresh render of the same step."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_service_frames_equal_fresh_renders_past_its_cache():
 
 
 def test_service_frames_of_evicted_and_kept_replayers_after_a_close_on_its_thread():
-    """The issue's report: after the fourth episode opened, the kept ones rendered noise."""
+    """The bug this guards: after the fourth episode opened, the kept ones rendered noise."""
     recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(4)}
     ref = fresh_frames(recs, [0, 3])
     got = through_service(recs, [0, 1, 2, 3, 2, 1, 3, 0], [0, 3])
@@ -159,7 +159,7 @@ def test_the_service_is_idle_for_the_writer_only_after_its_quiet_time(monkeypatc
         svc.close()
 
 
-# -- batch pre-rendering for the player, cameras (issue 16, section 3) --------------------
+# -- batch pre-rendering for the player, cameras -----------------------------------------
 
 from dashboard.replay_bridge import violation_first_order  # noqa: E402
 

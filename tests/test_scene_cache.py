@@ -269,7 +269,7 @@ def test_a_scene_opened_from_its_preview_shares_the_context_of_one_shrunk_on_upl
     preview not written yet): both upload the same shrunk textures, so they share one context
     (`render_assets_key` counts textures as uploaded), and each frame equals a render in a
     context of its own. Before, they made two contexts, depending on what was on disk (CI
-    failed on it in test_offscreen, session 18)."""
+    failed on it in test_offscreen before 22b29ba)."""
     from replay.render.offscreen import pool_for_this_thread
     from test_offscreen import BIG_TEXTURE_XML
 

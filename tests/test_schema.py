@@ -1,4 +1,4 @@
-"""The bad-input list of issue 2, one row at a time, each with its exact error."""
+"""The bad-input list of the record schema, one row at a time, each with its exact error."""
 
 import math
 
