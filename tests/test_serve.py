@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -83,3 +87,103 @@ def test_axis_angle_and_quaternion_invert_each_other(angle):
     q = axis_angle_to_quat(axis * angle)
     assert q[3] >= 0 and abs(np.linalg.norm(q) - 1) < 1e-12
     np.testing.assert_allclose(quat_to_axis_angle(q), axis * angle, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- concurrent clients
+
+# LeRobot-shaped: per-episode state lives on the one policy object. reset() empties the queues;
+# select_action queues the observation, and when no action is left runs a 50 ms forward pass on
+# the newest queued observation (as SmolVLA's and Diffusion's `_queues` do). Column 0 of every
+# action is the x that observation carried; column 1 counts the infer calls in progress.
+SLOW_QUEUE_MODEL = '''
+import collections, threading, time
+import numpy as np
+
+class SlowQueue:
+    metadata = {"adapter": "python", "model_id": "slow-queue"}
+    n_action_steps = 5
+
+    def __init__(self):
+        self.count_lock = threading.Lock()
+        self.in_flight = 0
+        self.reset()
+
+    def reset(self):
+        self.observations = collections.deque(maxlen=2)
+        self.actions = collections.deque()
+
+    def select_action(self, obs, in_flight):
+        self.observations.append(obs)
+        if not self.actions:
+            time.sleep(0.05)  # the forward pass
+            x = float(self.observations[-1]["observation/state"][0])
+            self.actions.extend(np.array([x, in_flight, 0, 0, 0, 0, 0]) for _ in range(self.n_action_steps))
+        return self.actions.popleft()
+
+    def infer(self, obs):
+        with self.count_lock:
+            self.in_flight += 1
+            in_flight = self.in_flight
+        try:
+            self.reset()  # every request starts a fresh chunk, as the LeRobot adapter does
+            return {"actions": np.stack([self.select_action(obs, in_flight) for _ in range(self.n_action_steps)])}
+        finally:
+            with self.count_lock:
+                self.in_flight -= 1
+'''
+
+
+def start_safevla_serve(policy: str, cwd, *args: str) -> tuple[subprocess.Popen, int]:
+    """`safevla serve --policy POLICY --port 0` in a child process; returns it and its port."""
+    proc = subprocess.Popen([sys.executable, "-m", "scoring.cli", "serve", "--policy", policy, "--host", "127.0.0.1",
+                             "--port", "0", *args], cwd=cwd, stderr=subprocess.PIPE, text=True)
+    seen, deadline = [], time.time() + 60
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        m = re.search(r"serving .* on ws://127\.0\.0\.1:(\d+)", line)
+        if m:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep its log from blocking it
+            return proc, int(m.group(1))
+    proc.kill()
+    pytest.fail("safevla serve did not start:\n" + "".join(seen[-30:]))
+
+
+@pytest.fixture
+def slow_queue_server(tmp_path):
+    (tmp_path / "slow_queue_model.py").write_text(SLOW_QUEUE_MODEL)
+    proc, port = start_safevla_serve("slow_queue_model:SlowQueue", tmp_path)
+    yield port
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_concurrent_clients_each_get_answers_from_their_own_observations(slow_queue_server):
+    """Three env workers' connections, 30 requests each, against one served slow model."""
+    clients, requests = 3, 30
+    start = threading.Barrier(clients)
+    answers: dict[int, list] = {}
+
+    def worker(c: int) -> None:
+        policy = OpenPIPolicy(f"127.0.0.1:{slow_queue_server}", replan_steps=5, timeout_s=30)
+        policy.reset()
+        start.wait()
+        got = []
+        for i in range(requests):
+            x = 1000.0 * (c + 1) + i
+            request = {"observation/state": np.array([x, 0, 0, 0, 0, 0, 0, 0.0]), "prompt": f"client {c}"}
+            got.append((x, policy.infer(request)))
+        policy.close()
+        answers[c] = got
+
+    threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(answers) == list(range(clients))
+    crossed = sum(int(not (chunk[:, 0] == x).all()) for got in answers.values() for x, chunk in got)
+    overlapping = max(int(chunk[:, 1].max()) for got in answers.values() for _, chunk in got)
+    assert (crossed, overlapping) == (0, 1), f"{crossed} crossed answers, up to {overlapping} infer calls at once"

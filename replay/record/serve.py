@@ -11,7 +11,10 @@ only numpy, msgpack, websockets and this package (no MuJoCo, no LIBERO):
 The protocol is OpenPI's server side (`openpi.serving.websocket_policy_server`): the
 metadata map first, then for each request map one answer map with `actions`; a failure is
 sent as a text frame (the error) before the connection closes. The served object has
-OpenPI's policy interface, `infer(obs: dict) -> dict` with `actions` (chunk, 7).
+OpenPI's policy interface, `infer(obs: dict) -> dict` with `actions` (chunk, 7). Like
+OpenPI's server, it runs one `infer` at a time, whatever the number of connections: one
+model object holds per-request state (LeRobot's observation and action queues), and two
+env workers' requests interleaved inside it would answer each other.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -47,33 +51,46 @@ def load_served_policy(spec: str, **options: Any):
 
 
 class PolicyWebsocketServer:
-    """Serves one policy object; one thread per connection, requests answered in order."""
+    """Serves one policy object; one thread per connection, one `infer` at a time over all of them.
+
+    Each connection's requests are answered in order, each from its own observation: the
+    inference lock makes a request's whole `infer` (reset, queue, forward pass) atomic, so
+    no connection sees another's policy state. Waiting for the lock is what OpenPI's
+    server does too (its `infer` blocks its event loop).
+    """
 
     def __init__(self, policy: Any, *, host: str = "0.0.0.0", port: int = 8000, metadata: dict | None = None):
         from websockets.sync.server import serve
         self.policy = policy
         self.metadata = dict(metadata or {})
+        self._infer_lock = threading.Lock()
         self.server = serve(self._handle, host, port, compression=None, max_size=None)
         self.port = self.server.socket.getsockname()[1]
 
     def _handle(self, ws) -> None:
         from websockets.exceptions import ConnectionClosed
+        from websockets.frames import CloseCode
         from replay.record.adapters.msgpack_numpy import packb, unpackb
-        ws.send(packb(self.metadata))
+        log.info("connection from %s opened", ws.remote_address)
         try:
+            ws.send(packb(self.metadata))
             for message in ws:
                 try:
-                    answer = self.policy.infer(unpackb(message))
+                    obs = unpackb(message)
+                    with self._infer_lock:
+                        answer = self.policy.infer(obs)
                     ws.send(packb(answer))
                 except ConnectionClosed:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported to the client, as OpenPI's server does
                     log.exception("inference failed")
                     ws.send(traceback.format_exc() + f"{type(exc).__name__}: {exc}")
-                    ws.close()
+                    ws.close(code=CloseCode.INTERNAL_ERROR,
+                             reason="Internal server error. Traceback included in previous frame.")
                     return
         except ConnectionClosed:
             pass
+        log.info("connection from %s closed", ws.remote_address)
 
     def serve_forever(self) -> None:
         self.server.serve_forever()

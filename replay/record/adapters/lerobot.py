@@ -16,7 +16,10 @@ the LIBERO env processor (`LiberoProcessorStep`: 180-degree flip, 8-float state)
 preprocessor, `select_action` and its postprocessor, as `lerobot_eval` does.
 
 Each request answers one chunk: the policy is reset and asked `n_action_steps` times (its
-action queue), so `--replan-steps` up to that number executes LeRobot's own chunking.
+action queue), so `--replan-steps` up to that number executes LeRobot's own chunking. The
+policy's per-episode state (its observation and action queues) thus lives inside one
+request, and `safevla serve` runs one request at a time: a connection never pops another
+connection's actions, and each env worker's episode plan is its own client's.
 """
 
 from __future__ import annotations
