@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -70,6 +72,15 @@ def test_a_failing_model_reaches_the_client_as_a_clear_error(serving):
     with pytest.raises(PolicyServerError, match="RuntimeError: the model ran out of memory"):
         client(obs(0.0), "boom")
     client.close()
+
+
+def test_healthz_answers_200_as_openpis_server_does(serving):
+    server, _ = serving
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
+        assert (answer.status, answer.read()) == (200, b"OK\n")
+    with pytest.raises(urllib.error.HTTPError) as plain_get:  # any other path is the websocket
+        urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=10)
+    assert plain_get.value.code == 426
 
 
 def test_served_policy_specs_are_checked(tmp_path, monkeypatch):

@@ -10,16 +10,17 @@ only numpy, msgpack, websockets and this package (no MuJoCo, no LIBERO):
 
 The protocol is OpenPI's server side (`openpi.serving.websocket_policy_server`): the
 metadata map first, then for each request map one answer map with `actions`; a failure is
-sent as a text frame (the error) before the connection closes. The served object has
-OpenPI's policy interface, `infer(obs: dict) -> dict` with `actions` (chunk, 7). Like
-OpenPI's server, it runs one `infer` at a time, whatever the number of connections: one
-model object holds per-request state (LeRobot's observation and action queues), and two
-env workers' requests interleaved inside it would answer each other.
+sent as a text frame (the error) before the connection closes; `GET /healthz` answers 200.
+The served object has OpenPI's policy interface, `infer(obs: dict) -> dict` with `actions`
+(chunk, 7). Like OpenPI's server, it runs one `infer` at a time, whatever the number of
+connections: one model object holds per-request state (LeRobot's observation and action
+queues), and two env workers' requests interleaved inside it would answer each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import http
 import logging
 import sys
 import threading
@@ -64,7 +65,7 @@ class PolicyWebsocketServer:
         self.policy = policy
         self.metadata = dict(metadata or {})
         self._infer_lock = threading.Lock()
-        self.server = serve(self._handle, host, port, compression=None, max_size=None)
+        self.server = serve(self._handle, host, port, compression=None, max_size=None, process_request=_health_check)
         self.port = self.server.socket.getsockname()[1]
 
     def _handle(self, ws) -> None:
@@ -97,6 +98,13 @@ class PolicyWebsocketServer:
 
     def close(self) -> None:
         self.server.shutdown()
+
+
+def _health_check(connection, request):
+    """`GET /healthz` answers 200, as OpenPI's server does (a load balancer's probe); other paths upgrade."""
+    if request.path == "/healthz":
+        return connection.respond(http.HTTPStatus.OK, "OK\n")
+    return None
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
