@@ -70,10 +70,11 @@ def on_canvas(chart):
 def overview_charts(_data: D.StoreData, key: str, items: tuple) -> dict:
     """The Overview's three charts under one threshold setting, built once."""
     from dashboard import charts
+    from scoring.report.paper_figure import sr_safety_scatter
 
     tabs = overview_tables(_data, key, items)
     labels = {f: _data.label(f) for f in _data.families}
-    out = {"scatter": charts.sr_safety_scatter(tabs["agg"]),
+    out = {"scatter": sr_safety_scatter(tabs["agg"]),
            "heatmap": charts.violation_heatmap(tabs["rates"], labels=labels)}
     if not tabs["comp"].empty:
         out["composition"] = charts.composition_bars(tabs["comp"], tabs["agg"], labels=labels, colors=_data.colors())

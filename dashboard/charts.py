@@ -3,7 +3,9 @@
 Nothing here computes a metric: the numbers come from `scoring` (aggregates, per-spec
 rates, SBU composition, what-if re-scores) through `dashboard.data`. The builders only
 lay them out, so each is tested on its Vega-Lite dict (tests/test_dashboard_charts.py),
-and every chart saves to PNG/SVG/PDF offline through vl-convert (`chart_bytes`).
+and every chart saves to PNG/SVG/PDF offline through vl-convert (`chart_bytes`). The
+paper's Figure 2 and its SR-vs-Safety scatter are report products, built in
+`scoring.report.paper_figure` for the dashboard and `safevla figure` alike.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from scoring.report.paper_figure import cell_label
+
 # Robustness traces of long episodes pass Altair's default 5,000-row guard.
 alt.data_transformers.disable_max_rows()
 
@@ -27,89 +31,11 @@ OUTCOME_COLORS = {"SBU": "#d62728", "safe success": "#2ca02c", "unsafe failure":
 VIOLATION_RED = "#d62728"
 EXPORT_FORMATS = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 # spec lines avoid red, which marks violations
-# models: Okabe-Ito's colour-blind-safe qualitative palette, ordered so that neighbours differ in
-# hue (Streamlit's default put light blue next to dark blue); no red, which marks violations
-MODEL_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#999999", "#F0E442"]
 SPEC_PALETTE = ["#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#7f7f7f",
                 "#aec7e8", "#c5b0d5"]
 
 
-def pareto_front(points: pd.DataFrame, x: str, y: str) -> np.ndarray:
-    """Boolean mask of the non-dominated rows when both `x` and `y` are maximised.
-
-    A row is dominated when another row is >= on both and > on at least one. Geometry for
-    the frontier line of Figure 2 (left); NaN rows are never on the front.
-    """
-    xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
-    ok = ~(np.isnan(xs) | np.isnan(ys))
-    front = np.zeros(len(points), dtype=bool)
-    for i in np.flatnonzero(ok):
-        dominated = ok & (xs >= xs[i]) & (ys >= ys[i]) & ((xs > xs[i]) | (ys > ys[i]))
-        front[i] = not dominated.any()
-    return front
-
-
-def cell_label(row: Mapping, by: Sequence[str]) -> str:
-    return " · ".join(str(row[c]) for c in by)
-
-
-# ----------------------------------------------------------------------------- Figure 2 left
-
-def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"), width: int = 520,
-                      height: int = 400) -> alt.LayerChart:
-    """SR (x) against Safety (y) per cell with Wilson 95% error bars and the non-dominated frontier.
-
-    `agg` is `scoring.stats.metrics.aggregate(...)` output: sr, sr_lo, sr_hi, safety, safety_lo,
-    safety_hi, sbu, n and the `by` columns.
-    """
-    by = list(by)
-    color = by[0] if by else None
-    shape = by[1] if len(by) > 1 else None
-    df = agg[[*by, "n", "sr", "sr_lo", "sr_hi", "safety", "safety_lo", "safety_hi", "sbu"]].copy()
-    df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
-    df["frontier"] = pareto_front(df, "sr", "safety")
-    xs, ys = rate_axis_domain(agg, "sr"), rate_axis_domain(agg, "safety")
-    base = alt.Chart(df)
-    enc = {}
-    if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color, scale=alt.Scale(range=MODEL_PALETTE))
-    x = alt.X("sr:Q", title="Success rate (SR)", scale=alt.Scale(domain=xs), axis=alt.Axis(format="%"))
-    y = alt.Y("safety:Q", title="Safety (no spec violated)", scale=alt.Scale(domain=ys), axis=alt.Axis(format="%"))
-    tooltip = [alt.Tooltip("cell:N", title="cell"), alt.Tooltip("n:Q"),
-               alt.Tooltip("sr:Q", format=".1%", title="SR"), alt.Tooltip("safety:Q", format=".1%", title="Safety"),
-               alt.Tooltip("sbu:Q", format=".1%", title="SBU")]
-    xerr = base.mark_rule(strokeWidth=1.5, opacity=0.7, clip=True).encode(
-        x=alt.X("sr_lo:Q", scale=alt.Scale(domain=xs)), x2="sr_hi:Q", y=y, **enc)
-    yerr = base.mark_rule(strokeWidth=1.5, opacity=0.7, clip=True).encode(
-        x=x, y=alt.Y("safety_lo:Q", scale=alt.Scale(domain=ys)), y2="safety_hi:Q", **enc)
-    pt_enc = dict(enc)
-    if shape:
-        pt_enc["shape"] = alt.Shape(f"{shape}:N", title=shape)
-    points = base.mark_point(size=90, filled=True, opacity=0.95).encode(x=x, y=y, tooltip=tooltip, **pt_enc)
-    front = base.transform_filter(alt.datum.frontier).mark_line(
-        strokeDash=[6, 4], color="#444", strokeWidth=1.5, point=False).encode(
-        x="sr:Q", y="safety:Q", order="sr:Q")
-    diag = alt.Chart(pd.DataFrame({"sr": [0.0, 1.0], "safety": [0.0, 1.0]})).mark_line(
-        color="#bbb", strokeDash=[2, 3], strokeWidth=1, clip=True).encode(x="sr:Q", y="safety:Q")
-    return alt.layer(diag, front, xerr, yerr, points).properties(
-        width=width, height=height, usermeta={"display_height": height + 90},
-        title=alt.Title("SR vs Safety per cell", subtitle="Wilson 95% bars; dashed: non-dominated frontier"))
-
-
-def rate_axis_domain(agg: pd.DataFrame, col: str, *, pad: float = 0.05, step: float = 0.1) -> list[float]:
-    """An axis domain that fits `col` and its CI bounds (`col_lo`, `col_hi`), padded and
-    widened to whole `step`s, inside [0, 1]: the points spread over the plot instead of
-    crowding one corner of a 0-100% square."""
-    vals = pd.concat([pd.to_numeric(agg[c], errors="coerce") for c in (col, f"{col}_lo", f"{col}_hi") if c in agg])
-    vals = vals[np.isfinite(vals)]
-    if vals.empty:
-        return [0.0, 1.0]
-    lo = max(0.0, math.floor((float(vals.min()) - pad) / step) * step)
-    hi = min(1.0, math.ceil((float(vals.max()) + pad) / step) * step)
-    return [round(lo, 6), round(hi, 6)] if hi > lo else [0.0, 1.0]
-
-
-# ----------------------------------------------------------------------------- Figure 2 right
+# ----------------------------------------------------------------------------- violations per spec
 
 def violation_heatmap(rates: pd.DataFrame, *, labels: Mapping[str, str] | None = None,
                       by: Sequence[str] = ("model", "suite"), width: int = 520) -> alt.LayerChart:

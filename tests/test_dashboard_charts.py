@@ -9,6 +9,7 @@ import pytest
 alt = pytest.importorskip("altair")
 
 from dashboard import charts  # noqa: E402
+from scoring.report.paper_figure import sr_safety_scatter  # noqa: E402
 
 
 def _data(spec: dict, layer: dict | None = None) -> list[dict]:
@@ -30,29 +31,6 @@ def agg():
         "sr": [0.9, 0.5, 0.8, 0.4], "sr_lo": [0.6, 0.2, 0.5, 0.1], "sr_hi": [0.98, 0.8, 0.95, 0.7],
         "safety": [0.3, 0.9, 0.6, 0.5], "safety_lo": [0.1, 0.6, 0.3, 0.2], "safety_hi": [0.6, 0.98, 0.85, 0.8],
         "sbu": [0.6, 0.1, 0.3, 0.2]})
-
-
-def test_pareto_front_keeps_only_non_dominated_points():
-    pts = pd.DataFrame({"x": [0.9, 0.5, 0.8, 0.4, np.nan, 0.8], "y": [0.3, 0.9, 0.6, 0.5, 1.0, 0.6]})
-    front = charts.pareto_front(pts, "x", "y")
-    # (0.4, 0.5) is dominated by (0.8, 0.6); NaN never on the front; equal points both stay
-    assert front.tolist() == [True, True, True, False, False, True]
-
-
-def test_sr_safety_scatter_layers_encodings_and_data(agg):
-    spec = charts.sr_safety_scatter(agg).to_dict()
-    assert _marks(spec) == ["line", "line", "rule", "rule", "point"]
-    diag, front, xerr, yerr, points = spec["layer"]
-    assert points["encoding"]["x"]["field"] == "sr" and points["encoding"]["y"]["field"] == "safety"
-    assert points["encoding"]["color"]["field"] == "model" and points["encoding"]["shape"]["field"] == "suite"
-    assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
-    assert (xerr["encoding"]["x"]["field"], xerr["encoding"]["x2"]["field"]) == ("sr_lo", "sr_hi")
-    assert (yerr["encoding"]["y"]["field"], yerr["encoding"]["y2"]["field"]) == ("safety_lo", "safety_hi")
-    assert front["transform"] == [{"filter": "datum.frontier"}]
-    rows = _data(spec, points)
-    assert [r["cell"] for r in rows] == ["a · s1", "a · s2", "b · s1", "b · s2"]
-    assert [r["sr"] for r in rows] == agg["sr"].tolist()
-    assert [r["frontier"] for r in rows] == [True, True, True, False]
 
 
 def test_violation_heatmap_rates_text_and_inactive_cells():
@@ -218,14 +196,14 @@ def test_outcome_bar_counts():
 @pytest.mark.parametrize("fmt,magic", [("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<svg"), ("pdf", b"%PDF")])
 def test_chart_bytes_renders_offline(agg, fmt, magic):
     pytest.importorskip("vl_convert")
-    blob = charts.chart_bytes(charts.sr_safety_scatter(agg), fmt)
+    blob = charts.chart_bytes(sr_safety_scatter(agg), fmt)
     assert blob.lstrip()[:len(magic)] == magic
     assert len(blob) > 2000  # a real picture, not an empty canvas
 
 
 def test_chart_bytes_rejects_unknown_format(agg):
     with pytest.raises(ValueError, match="png, svg, pdf"):
-        charts.chart_bytes(charts.sr_safety_scatter(agg), "gif")
+        charts.chart_bytes(sr_safety_scatter(agg), "gif")
 
 
 def test_specs_keep_one_colour_across_charts(traces):
@@ -240,27 +218,6 @@ def test_specs_keep_one_colour_across_charts(traces):
     bars = charts.composition_bars(comp, pd.DataFrame({"model": ["a"], "suite": ["s"], "sbu": [0.5]}),
                                    labels={"max_contact_force": "max contact force"}, colors=colors).to_dict()
     assert bars["encoding"]["color"]["scale"]["range"][0] == colors["max contact force"]
-
-
-def test_scatter_axes_fit_the_data_and_models_get_distinct_hues(agg):
-    narrow = agg.assign(sr=[0.9, 0.85, 0.8, 0.95], sr_lo=[0.75, 0.7, 0.66, 0.8], sr_hi=[0.97, 0.93, 0.9, 0.99],
-                        safety=[0.0, 0.05, 0.1, 0.02], safety_lo=[0.0, 0.01, 0.03, 0.0],
-                        safety_hi=[0.07, 0.14, 0.2, 0.09])
-    spec = charts.sr_safety_scatter(narrow).to_dict()
-    points = spec["layer"][-1]
-    assert points["encoding"]["x"]["scale"]["domain"] == [0.6, 1.0]
-    assert points["encoding"]["y"]["scale"]["domain"] == [0.0, 0.3]
-    assert charts.rate_axis_domain(narrow.assign(sr=np.nan, sr_lo=np.nan, sr_hi=np.nan), "sr") == [0.0, 1.0]
-    rng = points["encoding"]["color"]["scale"]["range"]
-    assert rng == charts.MODEL_PALETTE and charts.VIOLATION_RED not in rng
-
-    def hue(c):
-        import colorsys
-        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
-        return colorsys.rgb_to_hls(r, g, b)[0] * 360
-    # neighbouring model colours differ in hue, not only in lightness (no dark blue next to light blue)
-    for a, b in zip(rng[:4], rng[1:5]):
-        assert min(abs(hue(a) - hue(b)), 360 - abs(hue(a) - hue(b))) > 30, (a, b)
 
 
 def _same_views(spec: dict) -> dict:
@@ -374,7 +331,7 @@ def test_charts_with_missing_and_infinite_values_are_strict_json_with_gaps():
     rates = pd.DataFrame({"model": ["a", "a"], "suite": ["s", "s"], "family": ["force", "tilt"], "rate": [np.inf, np.nan],
                           "n": [4, 4], "n_active": [4, 0], "n_violated": [2, 0]})
     curve = pd.DataFrame({"value": [100.0, np.inf], "metric": ["Safety", "SBU"], "rate": [-np.inf, np.nan]})
-    for chart, field in ((charts.sr_safety_scatter(agg), "sr_hi"), (charts.violation_heatmap(rates), "rate"),
+    for chart, field in ((sr_safety_scatter(agg), "sr_hi"), (charts.violation_heatmap(rates), "rate"),
                          (charts.sensitivity_chart(curve), "rate")):
         spec = chart.to_dict()
         json.dumps(spec, allow_nan=False)  # raises on NaN / Infinity

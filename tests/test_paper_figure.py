@@ -1,22 +1,105 @@
-"""Figure 2 (`safevla figure --paper fig2`): the chart spec and the exported files."""
+"""scoring.report.paper_figure: Figure 2 (`safevla figure --paper fig2`, the dashboard's
+Overview and Export): the scatter and its frontier, the chart spec, the exported files, and
+that scoring imports without Altair."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
+import pandas as pd
 import pytest
 
-from dashboard.paper_figure import figure2_from_store
 from scoring.cli.main import main
+from scoring.report.paper_figure import (MODEL_PALETTE, figure2_from_store, pareto_front, rate_axis_domain,
+                                         sr_safety_scatter)
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
+
+
+def _data(spec: dict, layer: dict | None = None) -> list[dict]:
+    """The embedded rows a (layer of a) chart draws."""
+    src = (layer or spec).get("data") or spec.get("data")
+    if src is None:  # the base data of a layered chart sits on its first data-carrying layer
+        src = next(lay["data"] for lay in spec["layer"] if "data" in lay)
+    return spec["datasets"][src["name"]]
+
+
+def _marks(spec: dict) -> list[str]:
+    return [lay["mark"]["type"] if isinstance(lay["mark"], dict) else lay["mark"] for lay in spec["layer"]]
+
+
+@pytest.fixture
+def agg():
+    return pd.DataFrame({
+        "model": ["a", "a", "b", "b"], "suite": ["s1", "s2", "s1", "s2"], "n": [10, 10, 10, 10],
+        "sr": [0.9, 0.5, 0.8, 0.4], "sr_lo": [0.6, 0.2, 0.5, 0.1], "sr_hi": [0.98, 0.8, 0.95, 0.7],
+        "safety": [0.3, 0.9, 0.6, 0.5], "safety_lo": [0.1, 0.6, 0.3, 0.2], "safety_hi": [0.6, 0.98, 0.85, 0.8],
+        "sbu": [0.6, 0.1, 0.3, 0.2]})
 
 
 @pytest.fixture(scope="module")
 def spec():
     return figure2_from_store(DEMO).to_dict()
+
+
+def test_scoring_imports_the_figure_without_altair_or_the_dashboard():
+    # scoring imports numpy/pandas/pyarrow/scipy only at module level: Altair is the dashboard extra's
+    code = ("import sys, scoring.report.paper_figure, replay.render.cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('altair', 'dashboard', 'streamlit', 'vl_convert')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_pareto_front_keeps_only_non_dominated_points():
+    pts = pd.DataFrame({"x": [0.9, 0.5, 0.8, 0.4, np.nan, 0.8], "y": [0.3, 0.9, 0.6, 0.5, 1.0, 0.6]})
+    front = pareto_front(pts, "x", "y")
+    # (0.4, 0.5) is dominated by (0.8, 0.6); NaN never on the front; equal points both stay
+    assert front.tolist() == [True, True, True, False, False, True]
+
+
+def test_sr_safety_scatter_layers_encodings_and_data(agg):
+    spec = sr_safety_scatter(agg).to_dict()
+    assert _marks(spec) == ["line", "line", "rule", "rule", "point"]
+    diag, front, xerr, yerr, points = spec["layer"]
+    assert points["encoding"]["x"]["field"] == "sr" and points["encoding"]["y"]["field"] == "safety"
+    assert points["encoding"]["color"]["field"] == "model" and points["encoding"]["shape"]["field"] == "suite"
+    assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
+    assert (xerr["encoding"]["x"]["field"], xerr["encoding"]["x2"]["field"]) == ("sr_lo", "sr_hi")
+    assert (yerr["encoding"]["y"]["field"], yerr["encoding"]["y2"]["field"]) == ("safety_lo", "safety_hi")
+    assert front["transform"] == [{"filter": "datum.frontier"}]
+    rows = _data(spec, points)
+    assert [r["cell"] for r in rows] == ["a · s1", "a · s2", "b · s1", "b · s2"]
+    assert [r["sr"] for r in rows] == agg["sr"].tolist()
+    assert [r["frontier"] for r in rows] == [True, True, True, False]
+
+
+def test_scatter_axes_fit_the_data_and_models_get_distinct_hues(agg):
+    from dashboard.charts import VIOLATION_RED
+
+    narrow = agg.assign(sr=[0.9, 0.85, 0.8, 0.95], sr_lo=[0.75, 0.7, 0.66, 0.8], sr_hi=[0.97, 0.93, 0.9, 0.99],
+                        safety=[0.0, 0.05, 0.1, 0.02], safety_lo=[0.0, 0.01, 0.03, 0.0],
+                        safety_hi=[0.07, 0.14, 0.2, 0.09])
+    spec = sr_safety_scatter(narrow).to_dict()
+    points = spec["layer"][-1]
+    assert points["encoding"]["x"]["scale"]["domain"] == [0.6, 1.0]
+    assert points["encoding"]["y"]["scale"]["domain"] == [0.0, 0.3]
+    assert rate_axis_domain(narrow.assign(sr=np.nan, sr_lo=np.nan, sr_hi=np.nan), "sr") == [0.0, 1.0]
+    rng = points["encoding"]["color"]["scale"]["range"]
+    assert rng == MODEL_PALETTE and VIOLATION_RED not in rng  # red marks violations on every page
+
+    def hue(c):
+        import colorsys
+        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        return colorsys.rgb_to_hls(r, g, b)[0] * 360
+    # neighbouring model colours differ in hue, not only in lightness (no dark blue next to light blue)
+    for a, b in zip(rng[:4], rng[1:5]):
+        assert min(abs(hue(a) - hue(b)), 360 - abs(hue(a) - hue(b))) > 30, (a, b)
+
+
 
 
 def test_both_panels_with_embedded_data(spec):

@@ -13,6 +13,7 @@ from dashboard import common as C
 from dashboard import state as S
 from dashboard import vocab
 from scoring.errors import SafeVLAError
+from scoring.report.paper_figure import figure2, sr_safety_scatter
 
 TABLES = {
     "table4_main": "Main results per cell (Tables 4/5)",
@@ -30,7 +31,7 @@ def chart_catalog(c: C.Ctx) -> dict:
     labels = {f: data.label(f) for f in data.families}
     tabs = lambda: cached.overview_tables(data, c.key, c.items)  # noqa: E731
     out = {
-        "sr_vs_safety": ("SR vs Safety per cell (Figure 2, left)", lambda: charts.sr_safety_scatter(tabs()["agg"])),
+        "sr_vs_safety": ("SR vs Safety per cell (Figure 2, left)", lambda: sr_safety_scatter(tabs()["agg"])),
         "violation_heatmap": ("Per-spec violation rate (Figure 2, right)",
                               lambda: charts.violation_heatmap(tabs()["rates"], labels=labels)),
         "figure2": ("Figure 2: SR vs Safety and violations by axis (paper layout)", lambda: _figure2(c)),
@@ -94,7 +95,6 @@ def _forest(c: C.Ctx, models: tuple, a: str, b: str):
 
 def _figure2(c: C.Ctx):
     """Figure 2 under the page's current verdicts (what-if thresholds included)."""
-    from dashboard.paper_figure import figure2
     from scoring.report.axis_rates import axis_rates
 
     v = cached.verdicts(c.data, c.key, c.items)

@@ -267,15 +267,15 @@ def run_figure2(args: argparse.Namespace) -> int:
     """`safevla figure --paper fig2`: Altair + vl-convert only (no MuJoCo)."""
     if args.episode_ids:
         return _fail("figure", SafeVLAError("--paper fig2 draws the whole store: drop the EPISODE_IDs"))
-    try:
-        from dashboard.paper_figure import figure2_from_store, save_figure2
-    except ImportError as exc:
-        return _fail("figure", SafeVLAError(f"Figure 2 needs Altair and vl-convert ({exc}): "
-                                            "pip install 'safevla-bench[dashboard]'"))
+    from scoring.report.paper_figure import figure2_from_store, save_figure2
+
     try:
         if not Path(args.store).is_dir():
             raise RecordError("no such run store directory", file=str(args.store))
         paths = save_figure2(figure2_from_store(args.store, applicability=args.applicability), args.out)
+    except ImportError as exc:  # the builders import Altair (and saving, vl-convert) when called
+        return _fail("figure", SafeVLAError(f"Figure 2 needs Altair and vl-convert ({exc}): "
+                                            "pip install 'safevla-bench[dashboard]'"))
     except (SafeVLAError, ValueError, OSError) as exc:
         return _fail("figure", exc)
     print(f"wrote {', '.join(map(str, paths))}")

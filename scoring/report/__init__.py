@@ -1,4 +1,4 @@
-"""From a run store to people: the paper's tables, metrics JSON, ambiguity readings, units and labels.
+"""From a run store to people: the paper's tables and Figure 2, metrics JSON, ambiguity readings, units and labels.
 
-May import: scoring.errors, records, registry, evaluate, stats.
+May import: scoring.errors, records, registry, evaluate, stats, store; Altair only inside a figure builder.
 """
