@@ -5,7 +5,8 @@ Streamlit's ASGI `st.App` serving the script dashboard/app.py, plus one middlewa
 cannot be: `link_open.OpenLinkedEpisode` starts opening an episode's scene the moment a
 browser asks for its detail page, while the browser is still starting Streamlit's frontend.
 At start, `link_open.warm_server` loads the store and imports the pages' modules before
-anyone asks.
+anyone asks, and with `--open-browser URL` (`safevla dashboard` on a machine with a display)
+the server opens the user's browser once it answers (`open_browser`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
 from dashboard.link_open import OpenLinkedEpisode, warm_server  # noqa: E402
+from dashboard.open_browser import open_when_answering, url_to_open  # noqa: E402
 
 
 @contextlib.asynccontextmanager
 async def _warm_at_start(_app):
     """Runs once the runtime has started: the server's store and the pages' imports are
-    readied in the background (`link_open.warm_server`) while nobody has asked yet."""
+    readied in the background (`link_open.warm_server`) while nobody has asked yet, and the
+    browser is opened once the server answers, if `--open-browser` asks for it."""
     threading.Thread(target=warm_server, name="safevla-warm-start", daemon=True).start()
+    if url := url_to_open():
+        threading.Thread(target=open_when_answering, args=(url,), name="safevla-open-browser", daemon=True).start()
     yield
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from scoring.cli.main import main
+from scoring.cli.main import dashboard_command, dashboard_url, display_available, main
 from scoring.records.synthetic import make_archive
 
 
@@ -29,6 +29,36 @@ def test_score_then_report(tmp_path, capsys):
 def test_dashboard_refuses_an_allow_list_entry_that_is_not_a_store(tmp_path):
     out = run("dashboard", str(tmp_path), "--stores", str(tmp_path / "nope"), "--headless")
     assert out.returncode == 2 and "--stores: run store" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_dashboard_runs_streamlit_headless_and_opens_the_browser_itself(tmp_path):
+    for open_browser in (False, True):
+        cmd = dashboard_command(tmp_path, host="127.0.0.1", port=8600, open_browser=open_browser)
+        value = {name: cmd[cmd.index(name) + 1] for name in cmd[:cmd.index("--")] if name.startswith("--")}
+        assert value["--server.headless"] == "true" and value["--server.showEmailPrompt"] == "false"
+        assert value["--browser.gatherUsageStats"] == "false"
+        assert ("--open-browser" in cmd) == open_browser
+    assert cmd[-2:] == ["--open-browser", "http://localhost:8600"]
+
+
+@pytest.mark.parametrize("environ, platform, expected", [
+    ({}, "linux", False),
+    ({"DISPLAY": ""}, "linux", False),
+    ({"DISPLAY": ":0"}, "linux", True),
+    ({"WAYLAND_DISPLAY": "wayland-0"}, "linux", True),
+    ({}, "darwin", True),
+    ({}, "win32", True),
+])
+def test_display_available(environ, platform, expected):
+    assert display_available(environ, platform) is expected
+
+
+@pytest.mark.parametrize("host, url", [
+    ("127.0.0.1", "http://localhost:8501"), ("::1", "http://localhost:8501"), ("0.0.0.0", "http://localhost:8501"),
+    ("::", "http://localhost:8501"), ("10.0.0.5", "http://10.0.0.5:8501"), ("fe80::1", "http://[fe80::1]:8501"),
+])
+def test_dashboard_url_is_where_a_local_browser_reaches_it(host, url):
+    assert dashboard_url(host, 8501) == url
 
 
 def test_bad_input_exits_non_zero_with_one_line(tmp_path):

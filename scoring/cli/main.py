@@ -133,16 +133,39 @@ def _dashboard_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network, without a login)")
-    p.add_argument("--headless", action="store_true", help="do not open a browser")
+    p.add_argument("--headless", action="store_true",
+                   help="do not open a browser (by default it opens one when the machine has a display)")
     p.set_defaults(func=run_dashboard)
 
 
-def dashboard_command(store: Path, *, host: str, port: int, headless: bool, stores=()) -> list[str]:
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def display_available(environ=None, platform: str | None = None) -> bool:
+    """A browser can be shown here: macOS or Windows, or an X11 or Wayland display."""
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    return platform in ("darwin", "win32") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
+def dashboard_url(host: str, port: int) -> str:
+    """Where a browser on this machine reaches a dashboard listening on `host`."""
+    if host in (*LOOPBACK, "0.0.0.0", "::", ""):
+        host = "localhost"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def dashboard_command(store: Path, *, host: str, port: int, open_browser: bool, stores=()) -> list[str]:
+    """`streamlit run dashboard/server.py ...`, always headless: a Streamlit that is not headless
+    asks for an e-mail address on its first run (no ~/.streamlit/credentials.toml), and a server
+    started without a terminal never gets past that question. The server opens the browser
+    itself (`--open-browser`, dashboard/open_browser.py)."""
     app = Path(__file__).resolve().parents[2] / "dashboard" / "server.py"  # the ASGI app over app.py
     return [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
-            "--browser.serverAddress", "localhost" if host in ("127.0.0.1", "localhost", "::1") else host,
-            "--browser.gatherUsageStats", "false", "--server.headless", "true" if headless else "false",
-            "--client.toolbarMode", "viewer", "--", "--store", str(store), *(["--stores", *stores] if stores else [])]
+            "--browser.serverAddress", "localhost" if host in LOOPBACK else host,
+            "--browser.gatherUsageStats", "false", "--server.headless", "true", "--server.showEmailPrompt", "false",
+            "--client.toolbarMode", "viewer", "--", "--store", str(store), *(["--stores", *stores] if stores else []),
+            *(["--open-browser", dashboard_url(host, port)] if open_browser else [])]
 
 
 def run_dashboard(args) -> int:
@@ -153,13 +176,14 @@ def run_dashboard(args) -> int:
         raise SafeVLAError(f"run store {str(store)!r} does not exist")
     if not 0 < args.port < 65536:
         raise SafeVLAError(f"--port expects 1-65535, got {args.port}")
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.host not in LOOPBACK:
         print(f"safevla dashboard: warning: listening on {args.host}: anyone who can reach this machine on port "
               f"{args.port} can read the store, and the dashboard has no login", file=sys.stderr)
     for other in args.stores:
         if not Path(other).is_dir():
             raise SafeVLAError(f"--stores: run store {other!r} does not exist")
-    cmd = dashboard_command(store, host=args.host, port=args.port, headless=args.headless, stores=args.stores)
+    cmd = dashboard_command(store, host=args.host, port=args.port, stores=args.stores,
+                            open_browser=not args.headless and display_available())
     sys.stdout.flush()
     sys.stderr.flush()
     # exec, not a child: Ctrl-C and SIGTERM reach the server itself, and nothing is left listening
