@@ -81,7 +81,7 @@ class LocalPath:
 
         def stored(xml, where=path.parent):
             return os.path.relpath(store_mjcf(self.archive, xml), where)
-        rec, ok, n = run_episode(self.host, self.policy, init_state=k, seed=k, model=self.name,
+        rec, ok, n = run_episode(self.host, self.policy, init_state=k, model=self.name,
                                  max_steps=self.max_steps, mjcf=stored)
         save_record(rec, path, compress=True)
         return time.perf_counter() - t0, n
@@ -92,8 +92,10 @@ def ray_pool(n_workers, suite, task, archive, max_steps, spec="careful", marker=
     from replay.record import ray_engine
     server = ray_engine.policy_server_actor(spec)
     name = ray.get(server.name.remote())
-    workers = ray_engine.env_worker_actors(n_workers, name, archive=archive, policy_spec=spec, seed=0,
-                                           max_steps=max_steps, model="scripted-careful", marker=marker)
+    from replay.record.protocols import load_protocol
+    workers = ray_engine.env_worker_actors(n_workers, name, archive=archive, policy_spec=spec,
+                                           protocol=load_protocol().override(max_steps=max_steps),
+                                           model="scripted-careful", marker=marker)
     t0 = time.perf_counter()
     ray.get([w.prepare.remote(suite, task) for w in workers])
     return server, workers, time.perf_counter() - t0

@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 
 def timed_episode(host, actions, *, record: bool, substep_peaks: bool = True) -> tuple[float, float]:
     """Seconds spent in env.step (substep readings included) and in Recorder.observe over one episode."""
-    host.reset(init_state=0, seed=0)
+    host.reset(init_state=0)
     host.render_s = 0.0
     recorder = host.make_recorder(qpos_dtype=np.float32, substep_peaks=substep_peaks) if record else None
     t_step = t_obs = 0.0
@@ -79,7 +79,7 @@ def measure(reps: int, *, camera_size: int = 256) -> dict:
 
     host = LiberoHost("libero_spatial", 0)
     try:
-        rec, _, _ = run_episode(host, scripted("careful")(), init_state=0, seed=0, model="bench")
+        rec, _, _ = run_episode(host, scripted("careful")(), init_state=0, model="bench")
         actions = [np.asarray(a) for a in rec.actions[1:]]
         plain, inst, observe, control_only = [], [], [], []
 
@@ -113,7 +113,7 @@ def measure(reps: int, *, camera_size: int = 256) -> dict:
 
     host = LiberoHost("libero_spatial", 4)
     try:
-        long, _, steps = run_episode(host, scripted("careful")(), init_state=0, seed=0, model="bench",
+        long, _, steps = run_episode(host, scripted("careful")(), init_state=0, model="bench",
                                      max_steps=299, mjcf="../../models/scene.xml")
         mjcf_bytes = len(host.mjcf().encode())
     finally:

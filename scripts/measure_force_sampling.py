@@ -83,7 +83,7 @@ def measure(suite: str, tasks: list[int], episodes: int, policy: str) -> list[di
         host = LiberoHost(suite, task)
         try:
             for k in range(episodes):
-                rec, success, steps = run_episode(host, scripted(policy)(), init_state=k, seed=k, model=policy)
+                rec, success, steps = run_episode(host, scripted(policy)(), init_state=k, model=policy)
                 row = {"suite": suite, "task": task, "episode": k, "steps": steps, "success": success,
                        **scored(rec, per_point_record(rec))}
                 print(json.dumps(row), file=sys.stderr)

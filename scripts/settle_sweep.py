@@ -35,6 +35,7 @@ def done_keys(out: Path) -> set[tuple[str, int, int]]:
 
 def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None, *, reset: str = "hard") -> None:
     from replay.record.hosts.libero import LiberoHost, _suite  # MuJoCo/LIBERO only when sweeping
+    from replay.record.protocols import load_protocol
     done = done_keys(out)
     for suite in suites:
         n_tasks = _suite(suite).n_tasks
@@ -44,14 +45,14 @@ def sweep(out: Path, suites, tasks: list[int] | None, init_states: int | None, *
             if not todo:
                 continue
             t0 = time.time()
-            host = LiberoHost(suite, task)
+            host = LiberoHost(suite, task, protocol=load_protocol("settled"))
             host.env.env.hard_reset = reset == "hard"
             built = time.time() - t0
             try:
                 for k in todo:
                     t1 = time.time()
-                    host.reset(init_state=k, seed=k)
-                    s = host.settle
+                    host.reset(init_state=k)
+                    s = host.start
                     row = {"suite": suite, "task": task, "init_state": k, "steps": s.steps, "settled": s.settled,
                            "linear_speed": s.linear_speed, "angular_speed": s.angular_speed,
                            "moving_body": s.moving_body, "seconds": round(time.time() - t1, 2), "reset": reset}

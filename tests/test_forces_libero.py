@@ -43,7 +43,7 @@ def slam():
     from replay.record.rollout import run_episode
     host = LiberoHost("libero_spatial", 0)
     try:
-        rec, _, steps = run_episode(host, Slam(), init_state=0, seed=0, model="slam", max_steps=STEPS)
+        rec, _, steps = run_episode(host, Slam(), init_state=0, model="slam", max_steps=STEPS)
         reference = plain_reexecution(host, rec, steps)
     finally:
         host.close()
@@ -77,7 +77,7 @@ def _pairs(model, data, body_of) -> dict:
 def plain_reexecution(host, rec, steps) -> dict:
     """The same episode again without the recorder: per control step, the substep peaks and
     the end-of-step sample per pair, and the final qpos."""
-    host.reset(init_state=0, seed=0)
+    host.reset(init_state=0)
     model, data = host.model, host.data
     body_of = _projection(model, rec)
     sim = host.env.sim

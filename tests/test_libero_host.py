@@ -30,9 +30,9 @@ def test_suite_and_task_ids_map_to_the_registry():
     assert host_mod.benchmark_id("libero_spatial") == "libero-spatial"
     assert host_mod.benchmark_id("libero_10") == "libero-10"
     assert host_mod.task_id(7) == "task_7"
-    with pytest.raises(ValueError, match="unknown LIBERO suite 'libero_90'"):
-        host_mod.benchmark_id("libero_90")
-    assert host_mod.MAX_STEPS == {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520}
+    assert host_mod.benchmark_id("libero_90") == "libero-90"
+    with pytest.raises(ValueError, match="unknown LIBERO suite 'libero_99'"):
+        host_mod.benchmark_id("libero_99")
 
 
 def test_full_precision_bodies_restores_what_the_xml_writer_rounds():
@@ -71,7 +71,7 @@ def test_libero_task_rejects_bad_indices():
 @pytest.mark.libero
 @pytest.mark.slow
 def test_roles_come_from_the_env(spatial0):
-    spatial0.reset(init_state=0, seed=0)
+    spatial0.reset(init_state=0)
     roles = spatial0.body_roles()
     # the paper's Appendix B: the carried bowl is the target, the plate it goes on a bystander
     assert roles["akita_black_bowl_1_main"] == "target"
@@ -87,7 +87,7 @@ def test_roles_come_from_the_env(spatial0):
     assert (info.pick, info.place, info.relation) == ("akita_black_bowl_1", "plate_1", "on")
     assert info.support_dz > 0.005  # the plate's top is above its origin
     with pytest.raises(ValueError, match="init states 0..49, got 50"):
-        spatial0.reset(init_state=50, seed=0)
+        spatial0.reset(init_state=50)
 
 
 @pytest.mark.parametrize("goal, objects, targets", [
@@ -127,10 +127,10 @@ def test_goal_targets_match_the_task_registry_on_all_40_tasks():
 @pytest.mark.libero
 @pytest.mark.slow
 def test_each_host_keeps_its_own_scene_xml(spatial0):
-    spatial0.reset(init_state=1, seed=3)
+    spatial0.reset(init_state=1)
     other = host_mod.LiberoHost("libero_object", 0)  # loads another model in this process
     try:
-        other.reset(init_state=0, seed=0)
+        other.reset(init_state=0)
         for host in (spatial0, other):
             xml = host.mjcf()
             # portable: assets named under the installed packages, never by this machine's paths
@@ -167,9 +167,9 @@ class CarefulThenHold:
 def test_one_real_episode_agrees_with_the_simulator(spatial0):
     from replay.record.rollout import run_episode
     obs_trace = []
-    first = spatial0.reset(init_state=0, seed=0)  # run_episode resets the same way again
+    first = spatial0.reset(init_state=0)  # run_episode resets the same way again
     policy = CarefulThenHold(75)
-    rec, _, steps = run_episode(spatial0, policy, init_state=0, seed=0, model="test", max_steps=95,
+    rec, _, steps = run_episode(spatial0, policy, init_state=0, model="test", max_steps=95,
                                 on_step=lambda t, obs, r, d: obs_trace.append(obs["akita_black_bowl_1_pos"].copy()))
     assert steps == 95 and rec.n_steps == 96
     bowl = rec.pose_bodies.index("akita_black_bowl_1_main")
@@ -201,4 +201,4 @@ def test_one_real_episode_agrees_with_the_simulator(spatial0):
         worst = max(worst, float(np.abs(data.xpos[ids] - rec.body_pos[t]).max()),
                     float(np.abs(data.xquat[ids] - rec.body_quat[t]).max()))
     assert worst < 1e-6
-    assert rec.meta["seed"] == 0 and rec.meta["init_state"] == 0 and rec.meta["success_step"] is None
+    assert rec.meta["seed"] == 7 and rec.meta["init_state"] == 0 and rec.meta["success_step"] is None

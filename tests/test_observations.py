@@ -71,7 +71,7 @@ def test_the_host_renders_only_the_cameras_asked_for():
     from replay.record.hosts.libero import LiberoHost
     plain = LiberoHost("libero_spatial", 0)
     try:
-        obs = plain.reset(init_state=0, seed=0)
+        obs = plain.reset(init_state=0)
         assert not any(k.endswith("_image") for k in obs)
         assert not plain.env.env.use_camera_obs
         plain.step(np.zeros(7))
@@ -81,7 +81,7 @@ def test_the_host_renders_only_the_cameras_asked_for():
         plain.close()
     host = LiberoHost("libero_spatial", 0, cameras=("agentview", "wrist"), image_size=(96, 128))
     try:
-        obs = host.reset(init_state=0, seed=0)
+        obs = host.reset(init_state=0)
         np.testing.assert_array_equal(proprio_state(obs), proprio)  # same scene, same state
         for key in ("agentview_image", "robot0_eye_in_hand_image"):
             img = obs[key]

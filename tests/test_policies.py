@@ -177,7 +177,7 @@ def test_careful_reaches_libero_success(suite, task):
     from replay.record.rollout import run_episode
     host = LiberoHost(suite, task)
     try:
-        _, success, steps = run_episode(host, load_policy("careful")[1](), init_state=0, seed=0, record=False)
+        _, success, steps = run_episode(host, load_policy("careful")[1](), init_state=0, record=False)
     finally:
         host.close()
     assert success and steps < host.task.max_steps  # LIBERO's own predicate, before the horizon

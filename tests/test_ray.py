@@ -41,7 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def jobs_for(archive) -> list[tuple]:
-    kw = {"policy_spec": "careful", "archive": str(archive), "seed": 0, "max_steps": MAX_STEPS, "model": MODEL}
+    from replay.record.protocols import load_protocol
+    kw = {"policy_spec": "careful", "archive": str(archive), "protocol": load_protocol().override(max_steps=MAX_STEPS),
+          "model": MODEL}
     return [(SUITE, t, list(EPISODES), kw) for t in TASKS]
 
 

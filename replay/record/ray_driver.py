@@ -95,7 +95,11 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
     model = kw.get("model") or name
     observations = kw.get("observations") or requested_spec(factory)
     provenance = describe_policy(kw["policy_spec"], factory, observations)
-    archive, seed, max_steps = kw["archive"], int(kw.get("seed", 0)), kw.get("max_steps")
+    from replay.record.protocols import load_protocol
+    archive, protocol = kw["archive"], kw.get("protocol") or load_protocol()
+    if protocol.init_states != "sequential":
+        raise SafeVLAError(f"--protocol {protocol.name}: its init state for episode k depends on the outcomes of "
+                           "episodes 0..k-1, which --engine ray runs side by side; use the local engine")
     if is_uri(archive):  # object storage every node reaches: records go there through the driver
         filesystem, root = open_uri(archive)
         there = existing(filesystem, [join(root, episode_path("", *e[:2], model, e[2])) for e in episodes])
@@ -120,7 +124,7 @@ def run_jobs_ray(jobs: Sequence[tuple], *, workers: int, address: str | None = N
                                                     policy_options=policy_options)
             server_name = ray.get(server.name.remote())
             wlist = ray_engine.env_worker_actors(n, server_name, archive=archive, policy_spec=kw["policy_spec"],
-                                                 seed=seed, max_steps=max_steps, model=model,
+                                                 protocol=protocol, model=model,
                                                  options=worker_options, marker=marker,
                                                  host_options=observations.host_options(), provenance=provenance)
             plan = _Dispatcher(todo, len(wlist))

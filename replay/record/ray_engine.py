@@ -121,8 +121,8 @@ class EpisodeOutcome:
 class EnvWorker:
     """The env-worker actor body (wrapped with `ray.remote` by `env_worker_actors`)."""
 
-    def __init__(self, worker: str, server: str, *, archive: str, policy_spec: str, seed: int,
-                 max_steps: int | None, model: str, cwd: str | None = None, host_options: dict | None = None,
+    def __init__(self, worker: str, server: str, *, archive: str, policy_spec: str, protocol,
+                 model: str, cwd: str | None = None, host_options: dict | None = None,
                  provenance: dict | None = None, marker=None):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)  # a relative --out means the same place as on the driver
@@ -130,8 +130,7 @@ class EnvWorker:
         from replay.record.ray_transport import node_label, sees_driver_files
         # the server by name, so a restarted worker finds it without object-store arguments
         self.worker, self.server = worker, ray.get_actor(server)
-        self.archive, self.policy_spec, self.seed = archive, policy_spec, int(seed)
-        self.max_steps, self.model = max_steps, model
+        self.archive, self.policy_spec, self.protocol, self.model = archive, policy_spec, protocol, model
         self.host_options, self.provenance = dict(host_options or {}), provenance
         self.host = None
         self.key: tuple[str, int] | None = None
@@ -155,7 +154,7 @@ class EnvWorker:
             self.host.close()
             self.host, self.key = None, None
         t0 = time.perf_counter()
-        self.host = LiberoHost(suite, task, **self.host_options)
+        self.host = LiberoHost(suite, task, protocol=self.protocol, **self.host_options)
         self.key = (suite, task)
         return time.perf_counter() - t0
 
@@ -172,6 +171,12 @@ class EnvWorker:
                                   self.node)
         build = self.prepare(suite, task)
         archive = self.archive
+        if self.shared:  # the RNG states earlier records saved: fewer resets to replay for episode k
+            from replay.record.rollout import RecordedHistory
+            history = RecordedHistory(archive, suite, task, self.model)
+            history.read([k - 1])
+            for j, state in history.rng_after.items():
+                self.host.rng.know(j + 1, state)
         scenes: dict[str, bytes] = {}
 
         def stored(xml: str, where: Path = path.parent) -> str:
@@ -182,8 +187,8 @@ class EnvWorker:
         policy = RemotePolicy(self.server, self.worker)
         policy.label = f"{suite}/{task}/{k}"
         try:
-            rec, success, steps = run_episode(self.host, policy, init_state=k, seed=self.seed + k, model=self.model,
-                                              max_steps=self.max_steps, mjcf=stored, provenance=self.provenance)
+            rec, success, steps = run_episode(self.host, policy, init_state=k, episode=k, model=self.model,
+                                              mjcf=stored, provenance=self.provenance)
         finally:
             policy.close()
         shipped = None
@@ -202,8 +207,7 @@ class EnvWorker:
             self.host, self.key = None, None
 
 
-def env_worker_actors(n: int, server: str, *, archive: str, policy_spec: str, seed: int, max_steps: int | None,
-                      model: str, options: dict | None = None, host_options: dict | None = None,
+def env_worker_actors(n: int, server: str, *, archive: str, policy_spec: str, protocol, model: str, options: dict | None = None, host_options: dict | None = None,
                       provenance: dict | None = None, marker=None) -> list:
     """`n` env workers, spread over the nodes (so losing one node loses as few as possible)."""
     ray = _ray()
@@ -211,8 +215,8 @@ def env_worker_actors(n: int, server: str, *, archive: str, policy_spec: str, se
             "scheduling_strategy": "SPREAD"}
     opts.update(options or {})
     cls = ray.remote(EnvWorker)
-    return [cls.options(**opts).remote(f"w{i}", server, archive=archive, policy_spec=policy_spec, seed=seed,
-                                       max_steps=max_steps, model=model, cwd=os.getcwd(),
+    return [cls.options(**opts).remote(f"w{i}", server, archive=archive, policy_spec=policy_spec, protocol=protocol,
+                                       model=model, cwd=os.getcwd(),
                                        host_options=host_options, provenance=provenance, marker=marker)
             for i in range(n)]
 

