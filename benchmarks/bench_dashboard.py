@@ -413,7 +413,7 @@ def _by_asset_set(store: Path, opened: list[str], timed: list[str], times: list[
     shares it. Compiled here after the measurement, with the scene cache off."""
     import pandas as pd
 
-    from replay.render.offscreen import render_assets_key
+    from replay.render.render_assets import render_assets_key
     from replay.render.scene_models import scene_model
     from scoring.records.io import load_record
 

@@ -190,7 +190,7 @@ class RenderService:
             batch.put(step, img)
 
     def _compile(self, record) -> None:
-        from replay.render.offscreen import preview_texture_px
+        from replay.render.render_assets import preview_texture_px
         from replay.render.replayer import preview_scene_model, scene_model
 
         scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)

@@ -30,6 +30,24 @@ TOY_XML = """<mujoco model="toy">
   </worldbody>
 </mujoco>"""
 
+# Three textures larger than 256 px a side (2D, skybox, cube): what a "preview" upload shrinks
+BIG_TEXTURE_XML = """<mujoco model="bigtex">
+  <asset>
+    <texture name="grid" type="2d" builtin="checker" rgb1=".9 .1 .1" rgb2=".1 .1 .9" width="1024" height="1024"
+             mark="random" random="0.3" markrgb="1 1 1"/>
+    <texture type="skybox" builtin="gradient" rgb1=".3 .5 .7" rgb2="0 0 0" width="800" height="800"/>
+    <texture name="cube" type="cube" builtin="checker" rgb1=".2 .8 .2" rgb2=".8 .8 .2" width="700" height="700"/>
+    <material name="cube" texture="cube"/>
+    <material name="grid" texture="grid" texrepeat="1 1"/>
+  </asset>
+  <worldbody>
+    <light pos="0 0 3" dir="0 0 -1"/>
+    <geom name="floor" type="plane" size="1 1 .1" material="grid"/>
+    <geom name="dice" type="box" size=".05 .05 .05" pos=".35 -.1 .05" material="cube"/>
+    <camera name="cam" pos=".3 -.4 .35" xyaxes="1 0 0 0 .7 .7"/>
+  </worldbody>
+</mujoco>"""
+
 
 def toy_record(*, mjcf: str = TOY_XML, success: bool = True, source: str | None = None, **replay) -> EpisodeRecord:
     """The box slides +x over the floor (5 mm into it, so it has contacts); the ball stays put."""

@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from render_helpers import VIOL, H, W, fresh_frames, toy_record, toy_scene  # noqa: E402
+from render_helpers import BIG_TEXTURE_XML, VIOL, H, W, fresh_frames, toy_record, toy_scene  # noqa: E402
 from replay.render.offscreen import pool_for_this_thread  # noqa: E402
 from replay.render.replayer import Replayer  # noqa: E402
 
@@ -63,33 +63,6 @@ def test_each_thread_renders_with_its_own_pool():
 
 # -- "preview" textures: 2D textures box-downscaled for the upload only ----------------------
 
-BIG_TEXTURE_XML = """<mujoco model="bigtex">
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".9 .1 .1" rgb2=".1 .1 .9" width="1024" height="1024"
-             mark="random" random="0.3" markrgb="1 1 1"/>
-    <texture type="skybox" builtin="gradient" rgb1=".3 .5 .7" rgb2="0 0 0" width="800" height="800"/>
-    <texture name="cube" type="cube" builtin="checker" rgb1=".2 .8 .2" rgb2=".8 .8 .2" width="700" height="700"/>
-    <material name="cube" texture="cube"/>
-    <material name="grid" texture="grid" texrepeat="1 1"/>
-  </asset>
-  <worldbody>
-    <light pos="0 0 3" dir="0 0 -1"/>
-    <geom name="floor" type="plane" size="1 1 .1" material="grid"/>
-    <geom name="dice" type="box" size=".05 .05 .05" pos=".35 -.1 .05" material="cube"/>
-    <camera name="cam" pos=".3 -.4 .35" xyaxes="1 0 0 0 .7 .7"/>
-  </worldbody>
-</mujoco>"""
-
-
-def test_preview_texture_size_follows_the_frame():
-    from replay.render.offscreen import preview_texture_px
-
-    assert preview_texture_px(480, 360) == 512
-    assert preview_texture_px(160, 120) == 256
-    assert preview_texture_px(640, 480) == 1024
-    assert preview_texture_px(512, 100) == 512
-
-
 def test_preview_upload_leaves_the_shared_model_as_it_was():
     import mujoco
 
@@ -133,23 +106,6 @@ def _toy_model(xml: str):
     return mujoco.MjModel.from_xml_string(xml)
 
 
-@pytest.mark.parametrize("change, shared", [
-    (('rgba="0 .8 0 1"', 'rgba="1 .8 0 1"'), True),  # a geom's colour (drawn per frame, not uploaded)
-    (('rgb2=".9 .9 0"', 'rgb2=".9 .8 0"'), False),  # a texel
-    (('texrepeat="2 2"', 'texrepeat="3 2"'), False),  # a material's texture repeat
-    (('scale="0.1 .2 .3"', 'scale="0.1 .2 .31"'), False),  # a mesh vertex
-    (('size="2 2 .1"', 'size="2 3 .1"'), False),  # the floor plane's grid
-    (("<worldbody>", '<visual><quality shadowsize="1024"/></visual><worldbody>'), False),  # the shadow map
-    (("<worldbody>", '<visual><global offwidth="1024"/></visual><worldbody>'), False),  # the offscreen buffer
-])
-def test_what_a_context_holds_decides_whether_two_scenes_share_it(change, shared):
-    from replay.render.offscreen import render_assets_key
-
-    base = toy_scene(0)
-    assert change[0] in base
-    assert (render_assets_key(_toy_model(base)) == render_assets_key(_toy_model(base.replace(*change)))) == shared
-
-
 def test_scenes_with_the_same_assets_share_a_context_and_render_as_their_own():
     """Two scene texts that differ in the ball's colour: one context, and each scene's frames
     equal a fresh render from a context made from its own model."""
@@ -175,7 +131,7 @@ def test_demo_scenes_of_one_task_share_a_context_and_render_as_their_own():
     same assets: the second opens no context, and both render as from their own."""
     from render_helpers import demo_records_of_distinct_scenes
 
-    from replay.render.offscreen import render_assets_key
+    from replay.render.render_assets import render_assets_key
     from replay.render.scene_models import scene_model
 
     a, b = demo_records_of_distinct_scenes(2, "libero_spatial")
@@ -257,32 +213,3 @@ def test_a_context_collected_while_its_gl_context_is_in_use_is_freed_there_later
     assert not gl._orphans
     b.close()
     gl.free()
-
-
-def test_shrunk_textures_are_kept_by_content_and_equal_a_fresh_shrink(monkeypatch):
-    """A texture seen before (in another scene, with the same image) is not shrunk again, and
-    the kept texels are the bytes a fresh shrink makes."""
-    from PIL import Image
-
-    from replay.render import offscreen
-
-    def shrunk(m):
-        saved = offscreen.shrink_textures(m, 256)
-        out = m.tex_data.copy(), m.tex_width.copy(), m.tex_height.copy()
-        offscreen.restore_textures(m, saved)
-        return out
-
-    m1 = _toy_model(BIG_TEXTURE_XML)
-    m2 = _toy_model(BIG_TEXTURE_XML.replace('rgb2=".8 .8 .2"', 'rgb2=".8 .7 .2"'))  # only the cube's texels differ
-    offscreen._SHRUNK.clear()
-    shrunk(m1)
-    assert len(offscreen._SHRUNK) == 3  # 2D, skybox and cube: each larger than 256 px
-    resized, resize = [], Image.Image.resize
-    monkeypatch.setattr(Image.Image, "resize", lambda self, *a, **k: resized.append(self.size) or resize(self, *a, **k))
-    kept = shrunk(m2)
-    assert resized == [(700, 700)] * 6  # only the changed cube's six faces were shrunk
-    monkeypatch.undo()
-    offscreen._SHRUNK.clear()
-    fresh = shrunk(m2)
-    assert all(np.array_equal(a, b) for a, b in zip(kept, fresh))
-    assert not np.array_equal(kept[0], m2.tex_data)  # shrunk, and the model put back as it was

@@ -15,8 +15,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 pytest.importorskip("mujoco")
 
 from dashboard.replay_bridge import RenderService  # noqa: E402
-from render_helpers import (H, T, VIOL, W, assert_all_equal, demo_records_of_distinct_scenes,  # noqa: E402
-                            fresh_frames, toy_record, toy_scene)
+from render_helpers import (BIG_TEXTURE_XML, H, T, VIOL, W, assert_all_equal,  # noqa: E402
+                            demo_records_of_distinct_scenes, fresh_frames, toy_record, toy_scene)
 
 pytestmark = pytest.mark.render
 
@@ -63,7 +63,7 @@ def test_the_service_writes_new_scenes_to_the_disk_cache_after_the_frame(tmp_pat
 
     import replay.render.scene_cache as scene_cache
 
-    from replay.render.offscreen import preview_texture_px
+    from replay.render.render_assets import preview_texture_px
     from replay.render.preview_scene import preview_text
     from replay.render.scene_models import _resolved_scene, scene_key
 
@@ -271,8 +271,6 @@ def test_a_background_compile_also_stores_the_preview_scene(tmp_path, monkeypatc
     import replay.render.scene_cache as scene_cache
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
-    from test_offscreen import BIG_TEXTURE_XML
-
     xml = BIG_TEXTURE_XML.replace("</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/>'
                                   '</body><body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1"/></body></worldbody>')
     rec = toy_record(mjcf=xml.replace('model="bigtex"', 'model="bigtex-bridge"'))  # a 1024-px texture

@@ -16,7 +16,7 @@ import mujoco  # noqa: E402
 import replay.render.replayer as render  # noqa: E402
 import replay.render.scene_models as models  # noqa: E402
 import replay.render.scene_cache as scene_cache  # noqa: E402
-from render_helpers import H, W, toy_record, toy_scene  # noqa: E402
+from render_helpers import BIG_TEXTURE_XML, H, W, toy_record, toy_scene  # noqa: E402
 from replay.render.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
 from test_render import MESH_XML, write_stl  # noqa: E402
 
@@ -133,9 +133,9 @@ def test_save_pending_stops_between_scenes_when_asked(cache, monkeypatch):
 
 def test_a_shared_model_is_written_without_the_vis_lock_and_dropped_if_changed_meanwhile(cache, monkeypatch):
     """The writer takes no lock a renderer's upload needs; a file written while an upload
-    changed a shared model for a moment (`offscreen.begin_model_edit`) is dropped and the
+    changed a shared model for a moment (`render_assets.begin_model_edit`) is dropped and the
     scene written at the next call, so what is kept is the model as compiled."""
-    from replay.render.offscreen import MODEL_VIS_LOCK, begin_model_edit
+    from replay.render.render_assets import MODEL_VIS_LOCK, begin_model_edit
 
     monkeypatch.setattr(scene_cache, "_DEFER", [True])
     xml = toy_scene(5)
@@ -243,7 +243,6 @@ def test_a_preview_scene_is_built_when_idle_and_renders_the_same_bytes(tmp_path,
     the scene with its textures shrunk; later opens load that small model instead of the full
     one, and their frames equal the shrink-on-upload frames exactly."""
     from replay.render.offscreen import pool_for_this_thread
-    from test_offscreen import BIG_TEXTURE_XML
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
     monkeypatch.setattr(scene_cache, "_DEFER", [True])
@@ -271,7 +270,6 @@ def test_a_scene_opened_from_its_preview_shares_the_context_of_one_shrunk_on_upl
     context of its own. Before, they made two contexts, depending on what was on disk (CI
     failed on it in test_offscreen before 22b29ba)."""
     from replay.render.offscreen import pool_for_this_thread
-    from test_offscreen import BIG_TEXTURE_XML
 
     monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
     monkeypatch.setattr(scene_cache, "_DEFER", [True])

@@ -4,7 +4,7 @@ A "preview" replayer (`Replayer(textures="preview")`) uploads textures shrunk to
 size. Shrinking them from the full model costs 0.2-0.3 s per GL context, and loading the
 full model's 200 MB MJB 0.4 s, for textures that are then thrown away. So, in the
 background after a first preview open, the scene is compiled once more through `MjSpec`
-with each texture's data replaced by its shrunk image (`offscreen.texture_as_uploaded`) and
+with each texture's data replaced by its shrunk image (`render_assets.texture_as_uploaded`) and
 stored in the scene cache under its own key; later processes load that small MJB instead.
 Frames are the same bytes either way (tests/test_scene_cache.py).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from replay.render.offscreen import MODEL_VIS_LOCK, texture_as_uploaded
+from replay.render.render_assets import MODEL_VIS_LOCK, texture_as_uploaded
 
 
 def preview_text(resolved_xml: str, max_px: int) -> str:

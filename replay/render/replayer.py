@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, SceneHighlighter,  # noqa: E402,F401
                                      Violation, draw_arrow, draw_border, draw_captions)
-from replay.render.offscreen import (ContextPool, OffscreenContext, pool_for_this_thread,  # noqa: E402
-                                     preview_texture_px, render_assets_key)
+from replay.render.offscreen import ContextPool, OffscreenContext, pool_for_this_thread  # noqa: E402
+from replay.render.render_assets import preview_texture_px, render_assets_key  # noqa: E402
 from replay.render.scene_models import (AGENT_VIEWS, FREE, FREE_VIOLATION, WRIST_VIEWS, cameras,  # noqa: E402,F401
                                         load_model, preview_scene_model, scene_key, scene_model)
 from scoring.errors import RecordError  # noqa: E402
@@ -60,7 +60,7 @@ class Replayer:
       quality: "fast" (no multisampling or reflections; for video) or "high" (the model's
         own visual quality; for figures).
       textures: "full" (every texel uploaded; exports, figures) or "preview" (textures
-        box-downscaled to the frame size before the upload, `offscreen.preview_texture_px`:
+        box-downscaled to the frame size before the upload, `render_assets.preview_texture_px`:
         a never-opened LIBERO scene opens in about half the time; docs/replay.md gives the
         measured cost and the pixel difference). Frames of one setting are bit-exact.
       geom_groups: geom groups to draw; None hides group 0 (collision meshes) when the

@@ -113,15 +113,15 @@ def save_pending(stop: Callable[[], bool] | None = None) -> int:
     """Writes the compiled scenes waiting for the cache; returns how many.
 
     The models may be shared by then: a renderer uploading one changes its vis settings and
-    textures for a moment (under `offscreen.MODEL_VIS_LOCK`, counted by
-    `offscreen.model_edits`). The write takes no lock and holds no GIL (`mj_saveModel`,
+    textures for a moment (under `render_assets.MODEL_VIS_LOCK`, counted by
+    `render_assets.model_edits`). The write takes no lock and holds no GIL (`mj_saveModel`,
     0.5-0.7 s for a LIBERO scene): a file written while such a change started is dropped and
     the scene left for the next call, so an open never waits for a write, and nothing
     half-changed is kept.
 
     `stop()` is asked before each scene: when it says True (a frame is wanted, say), the
     rest waits for the next call."""
-    from replay.render.offscreen import model_edits
+    from replay.render.render_assets import model_edits
 
     n = 0
     while True:

@@ -13,7 +13,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from replay.render.offscreen import MODEL_VIS_LOCK
+from replay.render.render_assets import MODEL_VIS_LOCK
 from replay.render.preview_scene import compile_preview, preview_text
 from replay.render.scene_cache import build_later, compile_cached, load_cached
 from replay.render.violation import RenderError
