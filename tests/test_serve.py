@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -198,3 +199,46 @@ def test_concurrent_clients_each_get_answers_from_their_own_observations(slow_qu
     crossed = sum(int(not (chunk[:, 0] == x).all()) for got in answers.values() for x, chunk in got)
     overlapping = max(int(chunk[:, 1].max()) for got in answers.values() for _, chunk in got)
     assert (crossed, overlapping) == (0, 1), f"{crossed} crossed answers, up to {overlapping} infer calls at once"
+
+
+# ----------------------------------------------------------------------------- first run
+
+ZERO_MODEL = '''
+import numpy as np
+
+class Zero:
+    def infer(self, obs):
+        return {"actions": np.zeros((5, 7))}
+'''
+
+
+def test_serves_from_a_fresh_home_without_a_terminal_and_closes_connections_cleanly(tmp_path):
+    """`python -m replay.record.serve` (which logs each connection) as on a new machine: an
+    empty HOME, stdin from /dev/null."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "zero_model.py").write_text(ZERO_MODEL)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("XDG_")}, "HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "replay.record.serve", "--policy", "zero_model:Zero",
+                             "--host", "127.0.0.1", "--port", "0"],
+                            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (port := re.findall(r"on ws://127\.0\.0\.1:(\d+)", "".join(lines))):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
+        for _ in range(3):  # how soon the server's socket goes after a client leaves varies
+            client = OpenPIPolicy(f"127.0.0.1:{port[0]}", replan_steps=5, timeout_s=30)
+            client.reset()
+            assert client.infer({"observation/state": np.zeros(8), "prompt": "x"}).shape == (5, 7)
+            client.close()
+        while "".join(lines).count(" closed") + "".join(lines).count("Traceback") < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        reader.join(timeout=5)
+    log = "".join(lines)
+    assert "connection from" in log and " closed" in log and "Traceback" not in log, log

@@ -72,7 +72,8 @@ class PolicyWebsocketServer:
         from websockets.exceptions import ConnectionClosed
         from websockets.frames import CloseCode
         from replay.record.adapters.msgpack_numpy import packb, unpackb
-        log.info("connection from %s opened", ws.remote_address)
+        peer = ws.remote_address  # the socket has no peer name any more once the connection is closed
+        log.info("connection from %s opened", peer)
         try:
             ws.send(packb(self.metadata))
             for message in ws:
@@ -91,7 +92,7 @@ class PolicyWebsocketServer:
                     return
         except ConnectionClosed:
             pass
-        log.info("connection from %s closed", ws.remote_address)
+        log.info("connection from %s closed", peer)
 
     def serve_forever(self) -> None:
         self.server.serve_forever()
