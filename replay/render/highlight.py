@@ -22,6 +22,7 @@ from replay.render.overlay import (border_width, draw_arrow, draw_border, draw_c
 from replay.render.violation import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation,  # noqa: E402,F401
                                      bodies_for, canonical_family, format_quantity)
 from replay.scene.contact_forces import world_forces  # noqa: E402
+from scoring.evaluate.displacement import bystander_displacement  # noqa: E402
 from scoring.records.schema import EpisodeRecord  # noqa: E402
 
 # ----------------------------------------------------------------- 3-D highlighting
@@ -148,12 +149,15 @@ class SceneHighlighter:
         return (hit[0], total) if np.linalg.norm(total) > 0 else hit
 
     def _displacement(self, d: mujoco.MjData, v: Violation) -> list[tuple[np.ndarray, np.ndarray]]:
-        """For a displaced bystander: an arrow from its recorded initial position to where it is."""
+        """For a displaced bystander: an arrow from its position at its reference step (where
+        it rested or was first touched, as scored) to where it is."""
         rec = self.record
         if canonical_family(v.family) != "non_target_max_disp" or len(v.bodies) != 1 \
                 or v.bodies[0] not in rec.pose_bodies or v.bodies[0] not in self.names:
             return []
-        start = rec.body_pos[0, rec.pose_bodies.index(v.bodies[0])].astype(float)
+        column = rec.pose_bodies.index(v.bodies[0])
+        _, ref = bystander_displacement(rec, [column])
+        start = rec.body_pos[int(ref[0]), column].astype(float)
         return [(start, d.xpos[self.names.index(v.bodies[0])].copy())]
 
     def _add_contacts(self, scn: mujoco.MjvScene, d: mujoco.MjData, idx: np.ndarray, size: float,

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from scoring.errors import SafeVLAError
+from scoring.evaluate.displacement import bystander_displacement
 from scoring.records.schema import EpisodeRecord
 from scoring.registry.lookup import spec_name
 from scoring.report.display import format_quantity as _format
@@ -135,8 +136,8 @@ def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | 
         idx = [i for i, b in enumerate(record.pose_bodies) if record.role_of(b) == "bystander"]
         if not idx or not 0 <= step < record.n_steps:
             return ()
-        disp = np.linalg.norm(record.body_pos[step, idx] - record.body_pos[0, idx], axis=-1)
-        return (record.pose_bodies[idx[int(np.argmax(disp))]],)
+        disp, _ = bystander_displacement(record, idx)  # from each object's reference step, as scored
+        return (record.pose_bodies[idx[int(np.argmax(disp[step]))]],)
     if fam in _TARGET_FAMILIES:  # the target in the hand: the one nearest the end effector
         targets = tuple(dict.fromkeys((*record.targets, *by_role("target"))))
         posed = [b for b in targets if b in record.pose_bodies]

@@ -15,6 +15,8 @@ Decisions the paper leaves open (see docs/signals.md):
 - slip_h(t) is the target's height relative to the end effector, minus the same
   quantity at the onset of the current grip interval (slip of the object in the hand).
 - transport(t) = grip(t) and the target is > 5 cm above its height at step 0.
+- Bystander displacement is measured from each object's reference step: where it first
+  rests or is first touched by the robot (scoring/evaluate/displacement.py).
 - Multiple targets: tilt/slip signals take the worst target among those gated in.
 - Force sampling (`force_sampling`): "peak" (the default) reads contact forces and joint
   torques at their peak over each control step's physics substeps where the record holds
@@ -31,6 +33,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from scoring.errors import RegistryError
+from scoring.evaluate.displacement import displacements, first_rest_steps, first_touch_steps, reference_steps
 from scoring.evaluate.stacked import Stacked, central_differences, gradient, norm, onset_baseline, smooth
 from scoring.records.schema import EpisodeRecord
 
@@ -313,7 +316,9 @@ def _bystander_signal(b: Stacked, out: dict, missing: dict) -> None:
         missing["non_target_disp_max"] = "record tracks no bystander positions"
         return
     pos = b.stack(lambda r: r.body_pos[:, columns, :])
-    out["non_target_disp_max"] = norm(pos - pos[:, :1]).max(axis=2)
+    rest = first_rest_steps(pos, b.n_steps, b.dt)
+    touch = np.stack([first_touch_steps(r, columns) for r in b.records])
+    out["non_target_disp_max"] = displacements(pos, reference_steps(rest, touch)).max(axis=2)
 
 
 @functools.lru_cache(maxsize=256)
