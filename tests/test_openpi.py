@@ -97,9 +97,10 @@ class OpenPIServer:
     `short` answers a (2, 7) chunk; `crash` sends a traceback as text, as OpenPI's server does.
     """
 
-    def __init__(self, mode: str = "ok", delay: float = 0.0):
+    def __init__(self, mode: str = "ok", delay: float = 0.0, metadata: dict | None = None):
         from websockets.sync.server import serve
         self.mode, self.delay = mode, delay
+        self.metadata = metadata or {"model": "tiny-test", "action_horizon": CHUNK}
         self.received: list[dict] = []
         self.connections = 0
         self.server = serve(self.handle, "127.0.0.1", 0, compression=None, max_size=None)
@@ -114,7 +115,7 @@ class OpenPIServer:
     def handle(self, ws) -> None:
         from websockets.exceptions import ConnectionClosed
         self.connections += 1
-        ws.send(server_pack({"model": "tiny-test", "action_horizon": CHUNK}))
+        ws.send(server_pack(self.metadata))
         try:
             for message in ws:
                 obs = server_unpack(message)
@@ -186,6 +187,40 @@ def test_the_client_sends_openpis_libero_keys_and_executes_replan_steps_of_each_
     policy(obs, "x")
     assert len(server.received) == 4 and server.connections == 1  # one connection for every episode
     policy.close()
+
+
+def test_the_client_sends_the_extra_observations_a_server_asks_for():
+    from replay.record.observations import EEF_MAT
+    asked = ["observation/eef_mat", "observation/joint_pos"]
+    server = OpenPIServer(metadata={"model": "lerobot-like", "extra_observations": asked})
+    obs = {**fake_obs(), EEF_MAT: np.eye(3)[[1, 0, 2]], "robot0_joint_pos": np.linspace(-1, 1, 7)}
+    policy = OpenPIPolicy(f"127.0.0.1:{server.port}", replan_steps=3, timeout_s=10)
+    try:
+        policy.reset()
+        policy(obs, "x")
+        got = server.received[0]
+        assert sorted(got) == sorted(["observation/image", "observation/state", "observation/wrist_image", "prompt",
+                                      *asked])
+        assert got["observation/eef_mat"].dtype == np.float64 and np.array_equal(got["observation/eef_mat"], obs[EEF_MAT])
+        assert np.array_equal(got["observation/joint_pos"], obs["robot0_joint_pos"])
+        policy.reset()
+        policy({**fake_obs(), "robot0_joint_pos": np.zeros(7)}, "x")  # a host without the matrix
+        assert "observation/eef_mat" not in server.received[1] and "observation/joint_pos" in server.received[1]
+    finally:
+        policy.close()
+        server.close()
+
+
+def test_a_server_asking_for_what_the_client_cannot_send_is_refused_at_connect():
+    server = OpenPIServer(metadata={"extra_observations": ["observation/eef_vel"]})
+    policy = OpenPIPolicy(f"127.0.0.1:{server.port}", timeout_s=10)
+    try:
+        with pytest.raises(PolicyServerError, match="asks for observation 'observation/eef_vel', which this client "
+                                                    "cannot send; it can send observation/eef_quat, observation/eef_mat"):
+            policy.reset()
+    finally:
+        policy.close()
+        server.close()
 
 
 def test_the_spec_validates_address_and_options():

@@ -1,7 +1,11 @@
 """What a vision-language-action policy sees: camera images, proprioception, the instruction.
 
 LIBERO's observation dict (robosuite's) already carries proprioception in every mode:
-`robot0_eef_pos` (3), `robot0_eef_quat` (4, xyzw) and `robot0_gripper_qpos` (2). Camera
+`robot0_eef_pos` (3), `robot0_eef_quat` (4, xyzw), `robot0_gripper_qpos` (2) and
+`robot0_gripper_qvel`, `robot0_joint_pos`, `robot0_joint_vel`. LeRobot's LIBERO env also
+gives its policies the arm controller's end-effector rotation (`robot_state.eef.mat`, which
+XVLA reads), which robosuite's observation lacks: a host gives it as `EEF_MAT`, from
+`controller_eef_mat(env)`. Camera
 images are there only when the env renders them (`use_camera_obs=True`), which costs
 tens of milliseconds per frame on CPU, so a host renders only the cameras its policy
 asks for (`ObservationSpec`); scripted profiles ask for none and run at full speed.
@@ -24,6 +28,7 @@ import numpy as np
 # short name -> robosuite camera; the image arrives as obs[f"{robosuite name}_image"]
 CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}
 DEFAULT_IMAGE_SIZE = (256, 256)  # LIBERO's standard evaluation resolution (height, width)
+EEF_MAT = "robot0_eef_mat"  # the host's key for `controller_eef_mat`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +119,18 @@ def proprio_state(obs: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(obs["robot0_eef_pos"], dtype=np.float64),
                            quat_to_axis_angle(obs["robot0_eef_quat"]),
                            np.asarray(obs["robot0_gripper_qpos"], dtype=np.float64)])
+
+
+def controller_eef_mat(env: Any) -> np.ndarray:
+    """LeRobot's `robot_state.eef.mat` of a robosuite env: its arm controller's `ee_ori_mat` (3, 3).
+
+    That is the grip site's rotation at the controller's last update, which LeRobot's
+    `LiberoEnv` reads. It is not `robot0_eef_quat` as a matrix: that quaternion is the hand
+    body's, turned 90 degrees about z from the grip site, and after LIBERO's
+    `set_init_state` robosuite's observation of it lags the simulator's state (by up to 2e-3
+    in the matrix entries, besides the turn).
+    """
+    return np.array(env.robots[0].controller.ee_ori_mat, dtype=np.float64)
 
 
 def rotate_180(image: np.ndarray) -> np.ndarray:

@@ -14,6 +14,11 @@ qpos: 8 float64) and `prompt`. The first `replan_steps` actions of a chunk are e
 before the next request (default 5, as in that example). The images go at the host's
 camera size (256x256 by default, LIBERO's evaluation resolution); OpenPI's LIBERO
 policies resize to their model's input on the server.
+
+A server may ask for more of the robot's state in its metadata (`extra_observations`, a
+list of keys of `EXTRA_OBSERVATIONS`): `safevla serve --policy lerobot:` asks for what
+LeRobot's LIBERO env gives its processors besides OpenPI's 8 floats. OpenPI's servers ask
+for nothing, and get exactly what OpenPI's example sends.
 """
 
 from __future__ import annotations
@@ -26,22 +31,35 @@ from typing import Any
 import numpy as np
 
 from replay.record.adapters import PolicyServerError
-from replay.record.observations import camera_image, proprio_state, rotate_180
+from replay.record.observations import EEF_MAT, camera_image, proprio_state, rotate_180
 
 DEFAULT_REPLAN_STEPS = 5
 DEFAULT_TIMEOUT_S = 60.0
 ACTION_DIM = 7
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})/?$")
+# request key -> the LIBERO observation it carries (float64, as robosuite gives it)
+EXTRA_OBSERVATIONS = {"observation/eef_quat": "robot0_eef_quat", "observation/eef_mat": EEF_MAT,
+                      "observation/gripper_qvel": "robot0_gripper_qvel",
+                      "observation/joint_pos": "robot0_joint_pos", "observation/joint_vel": "robot0_joint_vel"}
 
 
-def openpi_request(obs: Mapping[str, np.ndarray], language: str) -> dict:
-    """The observation map of OpenPI's LIBERO example, from a LIBERO observation with both cameras."""
-    return {
+def openpi_request(obs: Mapping[str, np.ndarray], language: str, extra: tuple[str, ...] = ()) -> dict:
+    """The observation map of OpenPI's LIBERO example, from a LIBERO observation with both cameras,
+    plus each of the `extra` keys (of `EXTRA_OBSERVATIONS`) whose value the observation has.
+
+    One the host does not give is left out: the server knows which of its model's inputs
+    need it, and says so (a LeRobot ACT reads no rotation matrix; XVLA's processor does).
+    """
+    request = {
         "observation/image": rotate_180(camera_image(obs, "agentview")),
         "observation/wrist_image": rotate_180(camera_image(obs, "wrist")),
         "observation/state": proprio_state(obs),
         "prompt": str(language),
     }
+    for key in extra:
+        if EXTRA_OBSERVATIONS[key] in obs:
+            request[key] = np.asarray(obs[EXTRA_OBSERVATIONS[key]], dtype=np.float64)
+    return request
 
 
 class OpenPIPolicy:
@@ -61,6 +79,7 @@ class OpenPIPolicy:
         self.replan_steps = int(replan_steps)
         self.timeout_s = float(timeout_s)
         self.server_metadata: dict | None = None
+        self.extra_observations: tuple[str, ...] = ()  # what the server's metadata asks for
         self.requests = 0
         self._ws = None
         self._plan: collections.deque = collections.deque()
@@ -80,7 +99,14 @@ class OpenPIPolicy:
             self.close()
             raise PolicyServerError(f"policy server {self.uri} sent {type(metadata).__name__} as its metadata; "
                                     "expected a msgpack map (is it an OpenPI websocket policy server?)")
+        asked = metadata.get("extra_observations", ())
+        unknown = [k for k in asked if k not in EXTRA_OBSERVATIONS] if isinstance(asked, (list, tuple)) else [asked]
+        if unknown:
+            self.close()
+            raise PolicyServerError(f"policy server {self.uri} asks for observation {unknown[0]!r}, which this client "
+                                    f"cannot send; it can send {', '.join(EXTRA_OBSERVATIONS)}")
         self.server_metadata = metadata
+        self.extra_observations = tuple(asked)
 
     def _receive(self, what: str) -> Any:
         from websockets.exceptions import ConnectionClosed
@@ -123,7 +149,9 @@ class OpenPIPolicy:
 
     def __call__(self, obs: Mapping[str, np.ndarray], language: str) -> np.ndarray:
         if not self._plan:
-            self._plan.extend(self.infer(openpi_request(obs, language)))
+            if self._ws is None:
+                self._connect()  # its metadata says what to send
+            self._plan.extend(self.infer(openpi_request(obs, language, self.extra_observations)))
         return self._plan.popleft()
 
     def infer(self, request: dict) -> np.ndarray:
