@@ -1,10 +1,12 @@
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from scoring.cli.main import dashboard_command, dashboard_url, display_available, main
+from scoring.cli.main import (dashboard_command, dashboard_url, display_available, main,
+                               streamlit_credentials_problem)
 from scoring.records.synthetic import make_archive
 
 
@@ -59,6 +61,35 @@ def test_display_available(environ, platform, expected):
 ])
 def test_dashboard_url_is_where_a_local_browser_reaches_it(host, url):
     assert dashboard_url(host, 8501) == url
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, None),
+    ('[general]\nemail = ""\n', None),
+    ('[general]\nemail = "someone@example.org"\n', None),
+    ("", "no [general] email"),
+    ("[general]\n", "no [general] email"),
+    ('general = "x"\n', "no [general] email"),
+    ("[general]\nemail = 5\n", "no [general] email"),
+    ('[general]\nemail = "someone"\n', "is not an address"),
+    ('[general]\nemail = "a@b@c"\n', "is not an address"),
+    ("[[general\n", "cannot be read"),
+])
+def test_streamlit_credentials_that_streamlit_would_not_accept(tmp_path, content, problem):
+    path = tmp_path / "credentials.toml"
+    if content is not None:
+        path.write_text(content)
+    found = streamlit_credentials_problem(path)
+    assert found is None if problem is None else problem in found
+
+
+def test_dashboard_refuses_credentials_that_would_make_streamlit_ask(tmp_path):
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "credentials.toml").write_text("[general]\n")
+    out = subprocess.run([sys.executable, "-m", "scoring.cli", "dashboard", "--port", "9"], capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp_path)}, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "remove the file" in out.stderr
+    assert "Email" not in out.stdout + out.stderr
 
 
 def test_bad_input_exits_non_zero_with_one_line(tmp_path):

@@ -168,9 +168,35 @@ def dashboard_command(store: Path, *, host: str, port: int, open_browser: bool, 
             *(["--open-browser", dashboard_url(host, port)] if open_browser else [])]
 
 
+def streamlit_credentials_problem(path: Path) -> str | None:
+    """Why Streamlit would not accept its credentials file `path`, or None if it would (or
+    there is none). Even headless, Streamlit reads an existing file, and one it cannot use
+    sends it to its e-mail prompt (unreadable, no [general] email) or stops it (an address
+    with other than one "@"), the checks of `streamlit.runtime.credentials`."""
+    import tomllib  # Python 3.11+, as Streamlit itself needs
+
+    try:
+        with path.open("rb") as f:
+            general = tomllib.load(f).get("general")
+    except FileNotFoundError:
+        return None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return f"it cannot be read ({exc})"
+    email = general.get("email") if isinstance(general, dict) else None
+    if not isinstance(email, str):
+        return "it has no [general] email"
+    if email.strip() and email.strip().count("@") != 1:
+        return f"its email {email!r} is not an address"
+    return None
+
+
 def run_dashboard(args) -> int:
     if importlib.util.find_spec("streamlit") is None:
         raise SafeVLAError("the dashboard needs Streamlit: pip install 'safevla-bench[dashboard]'")
+    credentials = Path.home() / ".streamlit" / "credentials.toml"
+    if problem := streamlit_credentials_problem(credentials):
+        raise SafeVLAError(f"Streamlit cannot use {credentials} ({problem}): it would ask for an e-mail address or "
+                           "refuse to start; remove the file (Streamlit runs without it) and run again")
     store = Path(args.store) if args.store else DEMO_STORE
     if not store.is_dir():
         raise SafeVLAError(f"run store {str(store)!r} does not exist")
