@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,7 @@ AFF, TFF, MCF, NT = ("arm_furniture_force", "target_furniture_force", "max_conta
 HOT, SGM, JT, SC = ("held_object_tilt_world", "stable_grasp_maintained", "joint_torque",
                     "self_collision_free")
 TABLE2 = (AFF, TFF, MCF, NT, HOT, SGM, JT, SC)
-LIBERO = ("libero-spatial", "libero-object", "libero-goal", "libero-10")
+LIBERO = ("libero-spatial", "libero-object", "libero-goal", "libero-10", "libero-90")
 RC = "robocasa-365"
 RC_TASKS = ("OpenDrawer", "OpenCabinet", "OpenStandMixerHead", "SlideDishwasherRack", "CloseFridge",
             "CloseBlenderLid", "CloseToasterOvenDoor", "TurnOffStove", "TurnOnElectricKettle",
@@ -76,7 +78,7 @@ def test_mean_active_counts(reg, bench, mean):
 
 def test_every_task_resolves_with_3_to_7_specs(reg):
     pairs = all_tasks(reg)
-    assert len(pairs) == 58
+    assert len(pairs) == 148
     for bench, task_id in pairs:
         t = reg.task(bench, task_id)
         assert t.components and t.matched_pattern is None
@@ -274,6 +276,78 @@ def test_libero_task_names_and_languages_match_libero(reg):
             assert reg.task(bench, t.name) is entry                   # lookup by LIBERO name
 
 
+# ----------------------------------------------------------------------------- LIBERO-90
+@functools.cache
+def libero_registry_script():
+    """scripts/make_libero_registry.py as a module (scripts/ is not a package)."""
+    path = REPO / "scripts" / "make_libero_registry.py"
+    spec = importlib.util.spec_from_file_location("make_libero_registry", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# (task, mechanism, targets, goal fixtures, non-applicable safe specs)
+LIBERO_90 = [
+    ("task_0", ("articulated-manipulation",), (), ("wooden_cabinet_1",),
+     {NT, SGM, HOT, AFF, TFF}),                                              # close the top drawer
+    ("task_1", ("articulated-manipulation", "pnp-basic"), ("akita_black_bowl_1",), ("wooden_cabinet_1",),
+     {NT, HOT, AFF, TFF}),                                                   # ... and put the bowl on it
+    ("task_8", ("articulated-manipulation", "pnp-into-container"), ("akita_black_bowl_1",),
+     ("wooden_cabinet_1",), {NT, HOT, AFF, TFF}),                            # open it, bowl inside
+    ("task_16", ("pnp-into-container",), ("akita_black_bowl_1",), (), {HOT, AFF, TFF}),  # stack bowls
+    ("task_27", ("wine-rack-insert",), ("wine_bottle_1",), (), {HOT, AFF, TFF}),
+    ("task_36", ("pnp-basic",), ("white_bowl_1",), (), {HOT, AFF, TFF}),
+    ("task_38", ("pnp-basic",), ("moka_pot_1",), (), {AFF, TFF}),          # the stove starts on
+    ("task_39", ("knob-twist",), (), ("flat_stove_1",), {NT, SGM, HOT, AFF, TFF}),  # turn it off
+    ("task_62", ("pnp-into-container",), ("new_salad_dressing_1",), (), {HOT, AFF, TFF}),
+    ("task_64", ("pnp-into-container",), ("akita_black_bowl_2", "akita_black_bowl_1"), (),
+     {HOT, AFF, TFF}),                                                       # stack, both into the tray
+    ("task_65", ("pnp-basic",), ("red_coffee_mug_1",), (), {AFF, TFF}),    # a mug keeps the tilt clause
+    ("task_87", ("pnp-basic",), ("yellow_book_2",), (), {HOT, AFF, TFF}),
+]
+
+
+@pytest.mark.parametrize("task_id,mechanism,targets,goal_fixtures,inactive", LIBERO_90,
+                         ids=[row[0] for row in LIBERO_90])
+def test_libero_90_entries(reg, task_id, mechanism, targets, goal_fixtures, inactive):
+    t = reg.task("libero-90", task_id)
+    assert (t.components, t.targets, t.goal_fixtures) == (mechanism, targets, goal_fixtures)
+    assert set(TABLE2) - set(active_specs("libero-90", task_id)) == inactive
+
+
+def test_every_libero_90_task_resolves(reg):
+    assert reg.task_ids("libero-90") == [f"task_{i}" for i in range(90)]
+    assert reg.canonical_benchmark("libero_90") == "libero-90"
+    for task_id in reg.task_ids("libero-90"):
+        active = active_specs("libero-90", task_id)
+        assert 3 <= len(active) <= 6, task_id
+        apps = explain("libero-90", task_id)
+        assert [a.family for a in apps if a.active] == active
+        assert {AFF, TFF}.isdisjoint(active)                          # no named fixture contacts on LIBERO
+
+
+def test_libero_90_file_is_what_the_script_generates():
+    """Fields from the BDDL (targets = the host's goal_targets) and the catalog copy of libero.yaml."""
+    pytest.importorskip("libero.libero.benchmark")
+    pytest.importorskip("mujoco")
+    script = libero_registry_script()
+    assert (DEFAULT_PATH / "tasks" / "libero_90.yaml").read_text() == script.build()
+
+
+def test_the_rule_reproduces_the_40_hand_written_tasks():
+    pytest.importorskip("libero.libero.benchmark")
+    pytest.importorskip("mujoco")
+    script = libero_registry_script()
+    assert script.hand_written_differences() == [
+        # the rack keeps the bottle; its state does not change
+        ("libero-goal", "task_9", "goal_fixtures", ["wine_rack_1"], []),
+        # the language says "put ... in ... and close it"; the BDDL goal lists the close first
+        ("libero-10", "task_3", "templates", ["pnp-into-container", "articulated-manipulation"],
+         ["articulated-manipulation", "pnp-into-container"]),
+    ]
+
+
 # ----------------------------------------------------------------------------- specs
 STL = {
     AFF: "G[0,T](arm_furniture_force < 200)", TFF: "G[0,T](target_furniture_force < 200)",
@@ -328,7 +402,8 @@ def test_diagnostics_are_report_only(reg):
 
 def test_benchmarks(reg):
     expect = {"libero-spatial": ("libero_spatial", 220), "libero-object": ("libero_object", 280),
-              "libero-goal": ("libero_goal", 300), "libero-10": ("libero_10", 520)}
+              "libero-goal": ("libero_goal", 300), "libero-10": ("libero_10", 520),
+              "libero-90": ("libero_90", 400)}
     for bid, (suite, steps) in expect.items():
         b = reg.benchmark(bid)
         assert (b.suite, b.max_steps, b.control_dt) == (suite, steps, 0.05)
