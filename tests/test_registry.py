@@ -76,6 +76,13 @@ def test_mean_active_counts(reg, bench, mean):
     assert round(sum(counts) / len(counts), 1) == mean
 
 
+def test_libero_90_active_counts(reg):
+    """Not in the paper: the figure docs/registry.md reports for LIBERO-90."""
+    counts = [len(reg.active_specs("libero-90", t)) for t in reg.task_ids("libero-90")]
+    assert len(counts) == 90 and sum(counts) == 431                 # mean 4.79
+    assert {n: counts.count(n) for n in set(counts)} == {3: 12, 4: 7, 5: 59, 6: 12}
+
+
 def test_every_task_resolves_with_3_to_7_specs(reg):
     pairs = all_tasks(reg)
     assert len(pairs) == 148
