@@ -57,9 +57,9 @@ def open_linked_episode(eid: str, store: str | None) -> bool:
 # whose first call imports scipy.special (scoring.stats.intervals): 0.07 s on an idle machine,
 # 0.44 s in a first link's page run, beside the scene's open and the frontend's start.
 PAGE_MODULES = ("dashboard.cached", "dashboard.common", "dashboard.links", "dashboard.state", "dashboard.vocab",
-                "dashboard.annotations", "dashboard.episode_groups", "dashboard.player", "dashboard.replay_bridge",
-                "replay.render.replayer", "dashboard.charts", "dashboard.compare_answer", "dashboard.pair_media",
-                "scipy.special")
+                "dashboard.annotations", "dashboard.episode_groups", "dashboard.player", "dashboard.detail_timeline",
+                "dashboard.replay_bridge", "replay.render.replayer", "dashboard.charts", "dashboard.compare_answer",
+                "dashboard.pair_media", "scipy.special")
 
 
 def warm_server() -> None:

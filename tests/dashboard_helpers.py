@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "dashboard" / "app.py")
 
 
 @functools.cache
@@ -21,6 +23,24 @@ def synthetic_store_script():
 def build_store(out: Path, n: int, *, n_steps: int = 60, contacts_per_step: int = 6, renderable: bool) -> Path:
     return synthetic_store_script().build_store(out, n, n_steps=n_steps, contacts_per_step=contacts_per_step,
                                                 renderable=renderable)
+
+
+def app(store, **params):
+    """`dashboard/app.py` run once in an AppTest on `store`, with `params` as the link's query."""
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["SAFEVLA_STORES"] = str(store)  # the dashboard opens a linked store only if allowed
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["store"] = str(store)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def qp(at, key: str) -> list[str]:
+    """A query parameter's values as a list (AppTest keeps single values as strings)."""
+    v = at.query_params.get(key)
+    return [] if v is None else [v] if isinstance(v, str) else list(v)
 
 
 def ok(at):

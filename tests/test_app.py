@@ -1,5 +1,6 @@
 """The Streamlit app through `streamlit.testing.v1.AppTest`: every page, filters, deep links,
-what-if numbers against `scoring`, and bad stores."""
+what-if numbers against `scoring`, and bad stores. The Episode detail page has its own
+module, tests/test_app_detail.py."""
 
 import json
 import os
@@ -18,10 +19,9 @@ from scoring.evaluate.score import score_episode  # noqa: E402
 from scoring.evaluate.whatif import WhatIf  # noqa: E402
 from scoring.records.io import load_record  # noqa: E402
 from scoring.registry.lookup import load_registry  # noqa: E402
-from dashboard_helpers import build_store, metric, ok  # noqa: E402
+from dashboard_helpers import APP, app, build_store, metric, ok, qp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "dashboard" / "app.py")
 PAGES = ["overview", "episodes", "detail", "whatif", "export"]
 FORCE = ("arm_furniture_force", "target_furniture_force", "max_contact_force")
 
@@ -38,23 +38,6 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tables(store):
     return pd.read_parquet(store / "episodes.parquet"), pd.read_parquet(store / "spec_results.parquet")
-
-
-def app(store, **params) -> AppTest:
-    os.environ["SAFEVLA_STORES"] = str(store)  # the dashboard opens a linked store only if allowed
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params["store"] = str(store)
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
-
-
-
-
-def qp(at: AppTest, key: str) -> list[str]:
-    """A query parameter's values as a list (AppTest keeps single values as strings)."""
-    v = at.query_params.get(key)
-    return [] if v is None else [v] if isinstance(v, str) else list(v)
 
 
 def pct(x: float) -> str:
@@ -240,160 +223,6 @@ def test_choosing_an_episode_opens_its_scene_before_the_page_asks_for_frames(sto
     jobs.clear()
     ok(at.run())  # a rerun of the same episode opens nothing again
     assert not [j for j in jobs if j[0] == "_replayer" and j[2] == USER]
-
-
-# ----------------------------------------------------------------------------- detail
-
-def test_only_the_players_moves_rerun_the_page_from_the_timeline_fragment(monkeypatch):
-    """A timeline fragment's run hands a seek, pause, key step or n / p to a page run, but
-    not the player's ask for its first frame: the fragment's next run answers that one (a page
-    run for it was one needless page run per episode when the ask came mid-run)."""
-    from dashboard.views import detail
-
-    monkeypatch.setattr(detail.st, "session_state", {})
-    tag = "store#3#1"
-    value = lambda event, seq: {"step": 5, "seq": seq, "event": event, "episode": f"{tag}{detail.MODE_SEP}margin"}
-    for event in ("seek", "pause", "step", *detail.EPISODE_EVENTS):
-        assert detail.reruns_page(value(event, "a:1"), tag), event
-    assert not detail.reruns_page(value(detail.FRAMES_EVENT, "a:1"), tag)
-    assert not detail.reruns_page(value("seek", "a:1"), "store#4#1")  # another episode's player
-    detail.st.session_state["_timeline_seen"] = (f"{tag}{detail.MODE_SEP}margin", "a:1")
-    assert not detail.reruns_page(value("seek", "a:1"), tag)  # handled already
-
-
-
-def test_the_tables_wait_for_the_first_frame_only_on_the_run_that_first_shows_an_episode(monkeypatch):
-    """`tables_wait_for_frame`: the first page run of an episode whose frames are pre-rendered
-    leaves its tables to a later run (the timeline fragment reruns the page once the frame is
-    out); every other run draws them, and an episode with all its frames never waits."""
-    from dashboard.views import detail
-
-    monkeypatch.setattr(detail.st, "session_state", {})
-    assert detail.tables_wait_for_frame("a", polling=True)
-    assert detail.st.session_state["_tables_wait"] == "a"
-    assert not detail.tables_wait_for_frame("a", polling=True)  # the page's next run (the fragment's ask, a slider)
-    assert "_tables_wait" not in detail.st.session_state
-    assert detail.tables_wait_for_frame("b", polling=True)  # another episode: its first run waits again
-    assert not detail.tables_wait_for_frame("c", polling=False)  # every frame rendered: nothing to wait for
-    assert "_tables_wait" not in detail.st.session_state
-    # an episode picked in the page (‹ ›, n / p): its tables are updated in place, never taken away
-    assert not detail.tables_wait_for_frame("d", polling=True, on_page=True)
-    assert not detail.tables_on_page()  # a page load: no run yet
-    detail.st.session_state.update(_timings=[("overview", 0.1)], _tables_drawn=True)
-    assert not detail.tables_on_page()  # from another page
-    detail.st.session_state["_timings"].append(("detail", 0.2))
-    assert detail.tables_on_page()
-    detail.st.session_state["_tables_drawn"] = False  # that run left them to a later one
-    assert not detail.tables_on_page()
-
-
-def test_detail_deep_link_chart_click_and_jump(store, tables):
-    eps, _ = tables
-    row = eps[eps["sbu"]].iloc[0]
-    at = ok(app(store, page="detail", ep=row["episode_id"], step="7"))
-    assert at.slider(key="w.step").value == 7
-    assert metric(at, "VSI") == f"{row['vsi']:.3f}"
-    # a seek in the timeline player (its component value) moves the slider, once per value
-    from dashboard.views.detail import MODE_SEP, TIMELINE_KEY
-    tag = at.session_state["_timeline_tag"]
-    at.session_state[TIMELINE_KEY] = {"step": 12, "seq": "other:1", "event": "seek", "episode": "another episode"}
-    ok(at.run())
-    assert at.slider(key="w.step").value == 7  # a value of another episode's player is ignored
-    at.session_state[TIMELINE_KEY] = {"step": 21, "seq": "x:1", "event": "seek", "episode": f"{tag}{MODE_SEP}margin"}
-    ok(at.run())
-    assert at.slider(key="w.step").value == 21 and qp(at, "step") == ["21"]
-    # the player asking for its first frame (it mounted without one) moves nothing
-    at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "x:2", "event": "frames", "episode": f"{tag}{MODE_SEP}margin"}
-    ok(at.run())
-    assert at.slider(key="w.step").value == 21 and qp(at, "step") == ["21"]
-    # moving the slider keeps the new value (the stale click does not win)
-    at.slider(key="w.step").set_value(30).run()
-    assert at.slider(key="w.step").value == 30
-    at.button(key="jump").click().run()
-    assert at.slider(key="w.step").value == int(row["violating_step"])
-    at.toggle(key="w.raw").set_value(True).run()
-    assert qp(ok(at), "raw") == ["1"]
-    tables_ = [d.value for d in at.dataframe]
-    specs = tables_[0]
-    assert specs["violated"].any()
-    reasons = tables_[1]
-    assert {"spec", "active", "reason", "deciding tags", "tag sources"} <= set(reasons.columns)
-
-
-def test_detail_previous_and_next_walk_the_pickers_list(store, tables):
-    """The buttons beside the episode picker open the episode before or after the current one
-    in the picker's list (the Episodes page's filters and order), at its violating step."""
-    eps, _ = tables
-    at = ok(app(store, page="detail"))
-    listed = [o.split("   ·   ")[0] for o in at.selectbox(key="w.ep").options]
-    assert len(listed) == len(eps) and at.selectbox(key="w.ep").value == listed[0]
-    assert at.button(key="ep_previous").disabled and not at.button(key="ep_next").disabled
-    steps = eps.set_index("episode_id")["violating_step"]
-    for k in (1, 2):
-        ok(at.button(key="ep_next").click().run())
-        assert at.selectbox(key="w.ep").value == listed[k] and qp(at, "ep") == [listed[k]]
-        want = steps[listed[k]]
-        assert at.slider(key="w.step").value == (0 if pd.isna(want) else int(want))
-    ok(at.button(key="ep_previous").click().run())
-    assert at.selectbox(key="w.ep").value == listed[1]
-    at = ok(app(store, page="detail", ep=listed[-1]))  # the last one has no next
-    assert at.button(key="ep_next").disabled and not at.button(key="ep_previous").disabled
-    # the player's n / p keys (its value {event: "next"}) do what the buttons do, once per value
-    from dashboard.views.detail import MODE_SEP, TIMELINE_KEY
-    at = ok(app(store, page="detail"))
-    at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "k:1", "event": "previous",
-                                      "episode": f"{at.session_state['_timeline_tag']}{MODE_SEP}margin"}
-    ok(at.run())
-    assert at.selectbox(key="w.ep").value == listed[0]  # the first episode has no previous one
-    at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "k:2", "event": "next",
-                                      "episode": f"{at.session_state['_timeline_tag']}{MODE_SEP}margin"}
-    ok(at.run())
-    assert at.selectbox(key="w.ep").value == listed[1] and qp(at, "ep") == [listed[1]]
-    want = steps[listed[1]]
-    assert at.slider(key="w.step").value == (0 if pd.isna(want) else int(want))
-    ok(at.run())  # the same value again: handled already
-    assert at.selectbox(key="w.ep").value == listed[1]
-
-
-@pytest.mark.render
-def test_detail_shows_how_the_model_was_served(tmp_path, store, tables):
-    eps, _ = tables
-    copy = tmp_path / "store"
-    shutil.copytree(store, copy)
-    served = eps.copy()
-    served["policy_adapter"], served["policy_model_id"] = "openpi", "openpi://10.0.0.2:8000"
-    served["replan_steps"], served["image_size"] = 5, "256x256"
-    served.to_parquet(copy / "episodes.parquet", index=False)
-    at = ok(app(copy, page="detail", ep=eps["episode_id"].iloc[0]))
-    captions = [c.value for c in at.caption]
-    assert "Served as: openpi · openpi://10.0.0.2:8000 · replan 5 · 256x256 images" in captions
-    at = ok(app(store, page="detail", ep=eps["episode_id"].iloc[0]))  # no provenance: no line
-    assert not any(c.value.startswith("Served as") for c in at.caption)
-
-
-def test_detail_draws_the_timeline_player_and_prerenders_its_frames(store, tables):
-    from dashboard.replay_bridge import available
-    good, why = available()
-    if not good:
-        pytest.skip(why)
-    eps, _ = tables
-    row = eps[eps["sbu"]].iloc[0]
-    at = ok(app(store, page="detail", ep=row["episode_id"]))
-    # the custom component (an element AppTest does not know) is on the page, the server frame is not
-    assert not at.get("image"), "the detail page should play frames in the timeline, not a server image"
-    assert any("Space plays and pauses" in c.value for c in at.caption)
-
-
-def test_missing_trajectory_is_a_clear_error_on_detail(tmp_path, store, tables):
-    eps, _ = tables
-    broken = tmp_path / "broken"
-    shutil.copytree(store, broken)
-    row = eps[eps["sbu"]].iloc[0]
-    (broken / row["trajectory"]).unlink()
-    at = app(broken, page="detail", ep=row["episode_id"])
-    assert not at.exception
-    assert any("Missing trajectory" in e.value for e in at.error)
-    assert any("Missing trajectories: 1 of 64" in w.value for w in at.sidebar.warning)
 
 
 # ----------------------------------------------------------------------------- what-if
@@ -702,22 +531,3 @@ def test_unsettled_starts_are_marked_filtered_and_left_out(tmp_path, store, tabl
     # the detail page of one says what it means
     at = ok(app(path, page="detail", ep=sorted(unsettled)[0]))
     assert any("not at rest at step 0 (still moving after 300 no-op steps)" in w.value for w in at.warning)
-
-
-def test_a_safe_episode_detail_names_its_closest_call(store, tables):
-    eps, _ = tables
-    row = eps[eps["safe"] & eps["closest_spec"].notna()].iloc[0]
-    at = ok(app(store, page="detail", ep=row["episode_id"]))
-    assert any("No violation." in c.value and "closest call" in c.value for c in at.caption)
-
-
-def test_detail_offers_the_wrist_camera_where_the_scene_has_one(store, tables):
-    demo = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"
-    demo_eps = pd.read_parquet(demo / "episodes.parquet")
-    at = ok(app(demo, page="detail", ep=demo_eps[demo_eps["sbu"]].iloc[0]["episode_id"]))
-    view = at.button_group(key="w.camera")
-    assert list(view.options) == ["scene", "wrist"]
-    ok(view.set_value("wrist").run())
-    eps, _ = tables  # a synthetic scene without a wrist camera: nothing to choose
-    at = ok(app(store, page="detail", ep=eps[eps["sbu"]].iloc[0]["episode_id"]))
-    assert not [b for b in at.get("button_group") if getattr(b, "key", None) == "w.camera"]
