@@ -1,11 +1,12 @@
 """Regenerates the bundled demo: real LIBERO rollouts of the scripted profiles, then scoring.
 
-    python scripts/make_demo_store.py [--fresh] [--workers 2] [--episodes 5]
+    python scripts/make_demo_store.py [--fresh] [--workers 2] [--episodes 5] [--protocol openpi]
 
 Records 3 profiles (careful, hasty, sloppy; scripted, not VLAs) x LIBERO-Spatial and
 LIBERO-Object x 10 tasks x 5 episodes (300 episodes) into assets/demo/archive, plus the
 feasible LIBERO-Goal pick-and-place tasks, then scores the archive into assets/demo/store
-with `safevla score`. On 2 CPU cores with 2 workers this takes about 15 minutes (360
+with `safevla score`. Episodes follow a rollout protocol (OpenPI's LIBERO loop by default,
+as `safevla rollout`). On 2 CPU cores with 2 workers this takes about 15 minutes (360
 episodes: about 9 s to build each env, 1-2.5 s per LIBERO reset, 1.5-4 s per episode).
 Re-running resumes: recorded episodes are skipped. Fails if assets/demo grows past 40 MB.
 """
@@ -39,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-goal", action="store_true", help="skip the LIBERO-Goal tasks")
     p.add_argument("--no-score", action="store_true", help="record only")
     p.add_argument("--fresh", action="store_true", help="delete the archive and store first")
+    p.add_argument("--protocol", default=None, help="rollout protocol (default: openpi, as safevla rollout)")
     args = p.parse_args(argv)
 
     from replay.record.policies import load_policy
+    from replay.record.protocols import load_protocol
     from replay.record.rollout import run_jobs
 
     out = Path(args.out)
@@ -56,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = []
     for profile in PROFILES:
         model, _ = load_policy(profile)
-        kwargs = {"policy_spec": profile, "archive": str(archive), "seed": 0, "model": model}
+        kwargs = {"policy_spec": profile, "archive": str(archive), "protocol": load_protocol(args.protocol),
+                  "model": model}
         jobs += [(suite, task, episodes, kwargs) for suite, task in plan]
     run_jobs(jobs, workers=args.workers)
 

@@ -265,6 +265,9 @@ def test_provenance_text_says_how_the_model_was_served():
                             "image_size": None}) == "scripted · careful · no camera images"
     assert provenance_text({"policy_adapter": None, "policy_model_id": float("nan")}) is None  # older stores
     assert provenance_text({}) is None
+    assert provenance_text({**row, "protocol": "openpi", "protocol_native": True}) == \
+        "openpi · openpi://10.0.0.2:8000 · replan 5 · 256x256 images · protocol openpi"
+    assert provenance_text({"protocol": "openpi", "protocol_native": False}) == "protocol openpi (overridden: not native)"
 
 
 @pytest.fixture(scope="module")

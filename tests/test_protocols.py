@@ -274,3 +274,25 @@ def test_episodes_split_over_two_worker_processes_equal_openpis(tmp_path, reach_
     run_jobs([(SUITE, TASK, [1, 2], kwargs), (SUITE, TASK, [0], kwargs)], workers=2, progress=False)
     for k in range(EPISODES):
         _assert_is_openpis(tmp_path, k, reference)
+
+
+def test_the_store_keeps_each_episodes_protocol(tmp_path):
+    import dataclasses
+
+    import pandas as pd
+
+    from scoring.records.io import save_record
+    from scoring.records.synthetic import make_record
+    from scoring.store.write import score_archive
+    protocols = [load_protocol("openpi").meta("libero_spatial", 0),
+                 load_protocol("lerobot").override(max_steps=9).meta("libero_spatial", 1), None]
+    for i, protocol in enumerate(protocols):
+        rec = make_record(np.random.default_rng(i), episode_id=f"ep{i}", n_steps=40)
+        meta = {k: v for k, v in rec.meta.items() if k != "protocol"}
+        if protocol is not None:
+            meta["protocol"] = protocol
+        save_record(dataclasses.replace(rec, meta=meta), tmp_path / "in" / f"ep{i}.npz")
+    score_archive([tmp_path / "in"], out=tmp_path / "store")
+    eps = pd.read_parquet(tmp_path / "store" / "episodes.parquet").sort_values("episode_id")
+    assert eps["protocol"].tolist()[:2] == ["openpi", "lerobot"] and eps["protocol"].isna().tolist()[2]
+    assert eps["protocol_native"].tolist()[:2] == [True, False]

@@ -250,18 +250,25 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
 
 
 def provenance_text(episode: Mapping[str, Any]) -> str | None:
-    """How the episode's model was served, as one line ("openpi · openpi://h:8000 · replan 5 ·
-    256x256 images"), or None for stores and records without provenance."""
+    """How the episode's model was served and under which rollout protocol, as one line
+    ("openpi · openpi://h:8000 · replan 5 · 256x256 images · protocol openpi"), or None for
+    stores and records that say neither."""
     def present(key):
         v = episode.get(key)
         return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
     adapter, model_id = present("policy_adapter"), present("policy_model_id")
-    if adapter is None and model_id is None:
+    protocol = present("protocol")
+    if adapter is None and model_id is None and protocol is None:
         return None
-    parts = [str(adapter or "unknown adapter"), str(model_id or "unknown model")]
-    if present("replan_steps") is not None:
-        parts.append(f"replan {int(episode['replan_steps'])}")
-    parts.append(f"{episode['image_size']} images" if present("image_size") else "no camera images")
+    parts = []
+    if adapter is not None or model_id is not None:
+        parts = [str(adapter or "unknown adapter"), str(model_id or "unknown model")]
+        if present("replan_steps") is not None:
+            parts.append(f"replan {int(episode['replan_steps'])}")
+        parts.append(f"{episode['image_size']} images" if present("image_size") else "no camera images")
+    if protocol is not None:
+        native = present("protocol_native")
+        parts.append(f"protocol {protocol}" + ("" if native is None or bool(native) else " (overridden: not native)"))
     return " · ".join(parts)
 
 

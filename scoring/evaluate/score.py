@@ -143,7 +143,8 @@ MAX_BATCH = 32  # episodes per signal batch: numpy overhead is amortised well be
 #: episodes scored by another version, as they do for another registry.
 #: 2: force and torque signals read substep peaks where records hold them (force sampling).
 #: 3: closest call for safe episodes; worst_spec only for violations.
-SCORER_VERSION = 3
+#: 4: bystander displacement from each object's rest or first touch (evaluate/displacement.py).
+SCORER_VERSION = 4
 
 
 def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | None = None,

@@ -57,6 +57,9 @@ EPISODE_COLUMNS = {
     "closest_spec": pa.string(), "closest_margin": pa.float64(), "closest_step": pa.int64(),
     # settled start (replay.record.settle): null when the record does not say (older or other hosts)
     "settled": pa.bool_(), "settle_steps": pa.int64(),
+    # the rollout protocol (record meta.protocol): its name, and whether the run was that
+    # harness's own (no preset value overridden); null for records that do not say
+    "protocol": pa.string(), "protocol_native": pa.bool_(),
 }
 SPEC_COLUMNS = {
     "episode_id": pa.string(), "family": pa.string(), "spec_id": pa.string(), "report_only": pa.bool_(),
@@ -95,7 +98,7 @@ class _Columns:
                rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION,
                scored_sampling(rec, self.force_sampling), self.force_sampling, *_provenance(meta.get("policy")),
                out.closest_spec, out.closest_margin, out.closest_step, _bool_or_none(meta.get("settled")),
-               _int_or_none(meta.get("settle_steps")))
+               _int_or_none(meta.get("settle_steps")), *_protocol(meta.get("protocol")))
         for column, value in zip(self.episode.values(), row):
             column.append(value)
         for name, column in self.clause.items():
@@ -135,6 +138,13 @@ def _provenance(policy) -> tuple:
     size = f"{int(size[0])}x{int(size[1])}" if isinstance(size, (list, tuple)) and len(size) == 2 else None
     text = [v if isinstance(v, str) else None for v in (policy.get("adapter"), policy.get("model_id"))]
     return text[0], text[1], _int_or_none(policy.get("replan_steps")), size
+
+
+def _protocol(protocol) -> tuple:
+    """(name, native) from a record's `meta.protocol`; nulls if absent or odd."""
+    if not isinstance(protocol, dict) or not isinstance(protocol.get("name"), str):
+        return None, None
+    return protocol["name"], _bool_or_none(protocol.get("native"))
 
 
 def _bool_or_none(x) -> bool | None:
