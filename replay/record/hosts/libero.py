@@ -40,7 +40,7 @@ import mujoco
 import numpy as np
 
 from replay.record.hosts.scene_boxes import body_box, surface_under, world_box
-from replay.record.observations import CAMERAS, DEFAULT_IMAGE_SIZE, ObservationSpec
+from replay.record.observations import CAMERAS, DEFAULT_IMAGE_SIZE, EEF_MAT, ObservationSpec, controller_eef_mat
 from replay.record.policy_api import Obstacle, TaskInfo
 from replay.record.protocols import Protocol, ResetRng, load_protocol
 from replay.record.recorder import Recorder
@@ -210,7 +210,7 @@ class LiberoHost:
         wait = np.array(self.protocol.wait_action)
         self.start, last = settle(lambda: self.env.step(wait.copy()), self.model, self.data, criterion=criterion)
         self._ready = True
-        return last[0] if last is not None else obs
+        return self._observed(last[0] if last is not None else obs)
 
     def start_meta(self) -> dict:
         """The record's meta fields on how the last episode started."""
@@ -225,7 +225,13 @@ class LiberoHost:
         return np.array(self.protocol.wait_action)
 
     def step(self, action: np.ndarray):
-        return self.env.step(action)
+        obs, reward, done, info = self.env.step(action)
+        return self._observed(obs), reward, done, info
+
+    def _observed(self, obs: dict) -> dict:
+        """robosuite's observation plus the controller's end-effector matrix, which LeRobot's env gives."""
+        obs[EEF_MAT] = controller_eef_mat(self.env)
+        return obs
 
     def check_success(self) -> bool:
         """LIBERO's own success predicate for the task's goal."""
