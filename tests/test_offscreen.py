@@ -1,4 +1,6 @@
-"""GL context pool (replay/render/offscreen.py): contexts handed back across threads, never left current."""
+"""GL contexts (replay/render/offscreen.py): the pool, contexts handed back across threads and
+never left current, one GL context per pool, and closing one replayer (or a foreign renderer)
+never touching another's GL objects."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from render_helpers import BIG_TEXTURE_XML, VIOL, H, W, fresh_frames, toy_record, toy_scene  # noqa: E402
-from replay.render.offscreen import pool_for_this_thread  # noqa: E402
+import mujoco  # noqa: E402
+
+from render_helpers import (BIG_TEXTURE_XML, VIOL, H, T, W, assert_all_equal, churn, fresh_frames,  # noqa: E402
+                            toy_record, toy_scene)
+from replay.render.offscreen import IDLE_CONTEXTS, pool_for_this_thread  # noqa: E402
 from replay.render.replayer import Replayer  # noqa: E402
 
 pytestmark = pytest.mark.render
@@ -64,8 +69,6 @@ def test_each_thread_renders_with_its_own_pool():
 # -- "preview" textures: 2D textures box-downscaled for the upload only ----------------------
 
 def test_preview_upload_leaves_the_shared_model_as_it_was():
-    import mujoco
-
     from replay.render.offscreen import OffscreenContext
 
     m = mujoco.MjModel.from_xml_string(BIG_TEXTURE_XML)
@@ -101,8 +104,6 @@ def test_unknown_texture_setting_is_refused():
 # -- one context for the scenes that share their assets (LIBERO: a scene file per episode) --
 
 def _toy_model(xml: str):
-    import mujoco
-
     return mujoco.MjModel.from_xml_string(xml)
 
 
@@ -151,8 +152,6 @@ def test_demo_scenes_of_one_task_share_a_context_and_render_as_their_own():
 # -- one GL context per pool: the offscreen contexts of other asset sets live beside each other --
 
 def _toy_frame(ctx, model) -> np.ndarray:
-    import mujoco
-
     data = mujoco.MjData(model)
     mujoco.mj_forward(model, data)
     scene, cam = mujoco.MjvScene(model, maxgeom=1000), mujoco.MjvCamera()
@@ -213,3 +212,68 @@ def test_a_context_collected_while_its_gl_context_is_in_use_is_freed_there_later
     assert not gl._orphans
     b.close()
     gl.free()
+
+
+# -- the life cycle across replayers: closing one never touches another's GL objects ----------
+# Frames must equal fresh renders exactly: render_helpers.py says why.
+
+def test_three_open_one_closed_then_a_fourth_opened_render_like_fresh_ones():
+    # the sequence that turned frames to noise while closing a renderer freed GL objects by
+    # name in whichever context was current: the others' textures and framebuffers
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(4)}
+    ref = fresh_frames(recs, [0, 6])
+    rps = [Replayer(recs[i], width=W, height=H) for i in range(3)]
+    for r in rps:
+        r.frame(0)
+    rps[0].close()
+    with Replayer(recs[3], width=W, height=H) as fourth:
+        assert np.array_equal(fourth.frame(0), ref[3, 0])
+        for i in (1, 2):
+            assert np.array_equal(rps[i].frame(0), ref[i, 0]), f"replayer {i} after another closed"
+            assert np.array_equal(rps[i].frame(6, violation=VIOL), ref[i, 6])
+    for r in rps[1:]:
+        r.close()
+
+
+def test_more_replayers_than_the_cache_holds_render_like_fresh_ones():
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(5)}
+    recs["0b"] = toy_record(mjcf=toy_scene(0))  # a second episode of scene 0: shares its context
+    steps = [0, 6, T - 1]
+    ref = fresh_frames(recs, steps)
+    ref.update({("0b", s): ref[0, s] for s in steps})
+    got = churn(recs, [0, 1, 2, 3, 0, "0b", 4, 1, 2, 3, "0b", 4, 0, 1], steps)
+    assert len(got) > 100
+    assert_all_equal(got, ref)
+    assert len({ref[i, 0].tobytes() for i in range(5)}) == 5  # the scenes really differ
+
+
+def test_a_foreign_renderer_closing_leaves_replayers_intact():
+    """A plain mujoco.Renderer frees its GL objects in whatever context is current: with our
+    contexts released after every frame, that is none of ours."""
+    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(2)}
+    ref = fresh_frames(recs, [0])
+    with Replayer(recs[0], width=W, height=H) as a, Replayer(recs[1], width=W, height=H) as b:
+        a.frame(0)
+        foreign = mujoco.Renderer(a.model, H, W)
+        foreign.update_scene(a.data)
+        foreign.render()
+        b.frame(0)  # b's context was current last
+        foreign.close()
+        assert np.array_equal(a.frame(0), ref[0, 0]) and np.array_equal(b.frame(0), ref[1, 0])
+
+
+def test_replayers_of_one_scene_share_a_context_and_it_is_kept_for_reuse():
+    pool = pool_for_this_thread()
+    pool.close()
+    rec = toy_record(mjcf=toy_scene(1))
+    with Replayer(rec, width=W, height=H) as a, Replayer(rec, width=W, height=H) as b:
+        assert a._ctx is b._ctx and pool.n_open == 1
+        with Replayer(rec, width=W // 2, height=H // 2) as small:
+            assert small._ctx is not a._ctx and pool.n_open == 2  # one context per frame size
+    kept = a._ctx_key
+    assert pool.n_open == 2  # unused now, kept for a re-opened scene
+    with Replayer(rec, width=W, height=H):
+        assert pool.n_open == 2
+    for i in range(2, 3 + IDLE_CONTEXTS):
+        Replayer(toy_record(mjcf=toy_scene(i)), width=W, height=H).close()
+    assert pool.n_open == IDLE_CONTEXTS and kept not in [k[0] for k in pool._idle]

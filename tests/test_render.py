@@ -3,15 +3,15 @@
 No golden images: frames must not be blank, the violating body's own pixels (found with
 MuJoCo's segmentation render) must turn red on the violating frame and its window and
 only there, borders must have the right colours, and the same qpos must give the same
-image twice. Two tests render a real LIBERO scene.
+image twice. Some tests render a real LIBERO scene. Bad input has its own module
+(tests/test_replayer_bad_input.py), and so has the GL context life cycle
+(tests/test_offscreen.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,8 +25,6 @@ from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Vi
 from render_helpers import (DEMO_ARCHIVE, H, T, TOY_XML, VIOL, W, assert_all_equal, churn,  # noqa: E402
                             demo_records_of_distinct_scenes, fresh_frames, toy_record, toy_scene)
 from replay.render.replayer import Replayer  # noqa: E402
-from scoring.errors import RecordError  # noqa: E402
-from scoring.records.io import save_record  # noqa: E402
 from scoring.records.schema import EpisodeRecord  # noqa: E402
 
 pytestmark = pytest.mark.render
@@ -235,167 +233,11 @@ def test_default_camera_order():
         assert r.camera_name == "side"
 
 
-# ----------------------------------------------------------------- bad input
-
-def test_unknown_camera_lists_the_choices():
-    with pytest.raises(RenderError, match="unknown camera 'top'.*cam, side, free, free:violation"):
-        Replayer(toy_record(), width=W, height=H, camera="top")
-
-
-def test_no_replay_state():
-    rec = toy_record()
-    bare = EpisodeRecord.build(episode_id="bare", benchmark="toy", task_id="t", success=True, dt=0.05,
-                               body_roles={"box": "target"}, eef_pos=np.zeros((3, 3)))
-    with pytest.raises(RecordError, match="no replay state") as e:
-        Replayer(bare)
-    assert e.value.field == "replay" and e.value.episode == "bare"
-    assert rec.replay is not None
-
-
-def test_missing_mjcf_file(tmp_path):
-    rec = toy_record(mjcf="scenes/gone.xml", source=str(tmp_path / "ep.npz"))
-    with pytest.raises(RecordError, match="MJCF file not found") as e:
-        Replayer(rec)
-    assert str(tmp_path / "scenes" / "gone.xml") in str(e.value) and e.value.field == "replay.mjcf"
-
-
-def write_stl(path: Path) -> None:
-    tris = [((0, 0, 0), (1, 0, 0), (0, 1, 0)), ((0, 0, 0), (0, 1, 0), (0, 0, 1)),
-            ((0, 0, 0), (0, 0, 1), (1, 0, 0)), ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
-        f.write(b"\0" * 80 + struct.pack("<I", len(tris)))
-        for tri in tris:
-            f.write(struct.pack("<3f", 0, 0, 0))
-            for v in tri:
-                f.write(struct.pack("<3f", *(0.2 * c for c in v)))
-            f.write(b"\0\0")
-
-
-MESH_XML = TOY_XML.replace("<worldbody>", '<compiler meshdir="meshes" texturedir="tex"/><asset>'
-                           '<mesh name="tet" file="tet.stl"/>{tex}</asset><worldbody>'
-                           '<geom type="mesh" mesh="tet" pos="0 .3 0" rgba="1 1 0 1"/>')
-
-
-def test_relative_mesh_resolves_against_the_record(tmp_path):
-    write_stl(tmp_path / "meshes" / "tet.stl")
-    rec = toy_record(mjcf=MESH_XML.format(tex=""), source=str(tmp_path / "ep.npz"))
-    with Replayer(rec, width=W, height=H) as r:
-        assert r.model.nmesh == 1 and r.frame(0).std() > 10
-    (tmp_path / "scene.xml").write_text(MESH_XML.format(tex=""))  # MJCF as a file next to the record
-    save_record(toy_record(mjcf="scene.xml"), tmp_path / "ep.npz")
-    with Replayer(tmp_path / "ep.npz", width=W, height=H) as r:
-        assert r.model.nmesh == 1
-
-
-def test_missing_mesh_names_the_file_and_where_it_looked(tmp_path):
-    rec = toy_record(mjcf=MESH_XML.format(tex=""), source=str(tmp_path / "ep.npz"))
-    with pytest.raises(RenderError) as e:
-        Replayer(rec)
-    msg = str(e.value)
-    assert "'tet.stl'" in msg and str(tmp_path / "meshes" / "tet.stl") in msg and "meshdir='meshes'" in msg
-
-
-def test_missing_texture_names_the_file_and_where_it_looked(tmp_path):
-    write_stl(tmp_path / "meshes" / "tet.stl")
-    xml = MESH_XML.format(tex='<texture name="wood" type="2d" file="wood.png"/>')
-    with pytest.raises(RenderError) as e:
-        Replayer(toy_record(mjcf=xml, source=str(tmp_path / "ep.npz")))
-    assert "texture file 'wood.png'" in str(e.value) and str(tmp_path / "tex" / "wood.png") in str(e.value)
-
-
-def test_replay_state_must_match_the_model():
-    rec = toy_record()
-    bad = EpisodeRecord.build(episode_id="x", benchmark="toy", task_id="t", success=True, dt=0.05,
-                              body_roles={"box": "target"}, eef_pos=np.zeros((T, 3)),
-                              replay={"mjcf": TOY_XML, "qpos": rec.replay.qpos[:, :7], "qvel": rec.replay.qvel})
-    with pytest.raises(RecordError, match="expected 14 columns") as e:
-        Replayer(bad)
-    assert e.value.field == "replay.qpos"
-
-
-def test_bad_arguments(rp):
-    with pytest.raises(RenderError, match="out of range"):
-        rp.frame(T)
-    assert np.array_equal(rp.frame(-1), rp.frame(T - 1))
-    with pytest.raises(RenderError, match="quality"):
-        Replayer(toy_record(), quality="ultra")
-    with pytest.raises(RenderError, match="width"):
-        Replayer(toy_record(), width=0)
-    with pytest.raises(RenderError, match="Violation"):
-        rp.frame(1, violation="max_contact_force")
-
-
 def test_closing_another_replayer_leaves_this_one_intact(rp):
     before = rp.frame(4, violation=VIOL)
     with Replayer(toy_record(), width=W // 2, height=H // 2, camera="free") as other:
         other.frame(2)
     assert np.array_equal(before, rp.frame(4, violation=VIOL))
-
-
-# -------------------------------------------------------------------- GL context life cycle
-# Frames must equal fresh renders exactly: render_helpers.py says why.
-
-def test_the_issue_sequence_three_open_close_one_open_a_fourth():
-    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(4)}
-    ref = fresh_frames(recs, [0, 6])
-    rps = [Replayer(recs[i], width=W, height=H) for i in range(3)]
-    for r in rps:
-        r.frame(0)
-    rps[0].close()
-    with Replayer(recs[3], width=W, height=H) as fourth:
-        assert np.array_equal(fourth.frame(0), ref[3, 0])
-        for i in (1, 2):
-            assert np.array_equal(rps[i].frame(0), ref[i, 0]), f"replayer {i} after another closed"
-            assert np.array_equal(rps[i].frame(6, violation=VIOL), ref[i, 6])
-    for r in rps[1:]:
-        r.close()
-
-
-def test_more_replayers_than_the_cache_holds_render_like_fresh_ones():
-    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(5)}
-    recs["0b"] = toy_record(mjcf=toy_scene(0))  # a second episode of scene 0: shares its context
-    steps = [0, 6, T - 1]
-    ref = fresh_frames(recs, steps)
-    ref.update({("0b", s): ref[0, s] for s in steps})
-    got = churn(recs, [0, 1, 2, 3, 0, "0b", 4, 1, 2, 3, "0b", 4, 0, 1], steps)
-    assert len(got) > 100
-    assert_all_equal(got, ref)
-    assert len({ref[i, 0].tobytes() for i in range(5)}) == 5  # the scenes really differ
-
-
-def test_a_foreign_renderer_closing_leaves_replayers_intact():
-    """A plain mujoco.Renderer frees its GL objects in whatever context is current: with our
-    contexts released after every frame, that is none of ours."""
-    recs = {i: toy_record(mjcf=toy_scene(i)) for i in range(2)}
-    ref = fresh_frames(recs, [0])
-    with Replayer(recs[0], width=W, height=H) as a, Replayer(recs[1], width=W, height=H) as b:
-        a.frame(0)
-        foreign = mujoco.Renderer(a.model, H, W)
-        foreign.update_scene(a.data)
-        foreign.render()
-        b.frame(0)  # b's context was current last
-        foreign.close()
-        assert np.array_equal(a.frame(0), ref[0, 0]) and np.array_equal(b.frame(0), ref[1, 0])
-
-
-def test_replayers_of_one_scene_share_a_context_and_it_is_kept_for_reuse():
-    from replay.render.offscreen import IDLE_CONTEXTS, pool_for_this_thread
-
-    pool = pool_for_this_thread()
-    pool.close()
-    rec = toy_record(mjcf=toy_scene(1))
-    with Replayer(rec, width=W, height=H) as a, Replayer(rec, width=W, height=H) as b:
-        assert a._ctx is b._ctx and pool.n_open == 1
-        with Replayer(rec, width=W // 2, height=H // 2) as small:
-            assert small._ctx is not a._ctx and pool.n_open == 2  # one context per frame size
-    kept = a._ctx_key
-    assert pool.n_open == 2  # unused now, kept for a re-opened scene
-    with Replayer(rec, width=W, height=H):
-        assert pool.n_open == 2
-    for i in range(2, 3 + IDLE_CONTEXTS):
-        Replayer(toy_record(mjcf=toy_scene(i)), width=W, height=H).close()
-    assert pool.n_open == IDLE_CONTEXTS and kept not in [k[0] for k in pool._idle]
 
 
 def test_close_frees_the_context():
