@@ -76,7 +76,7 @@ def baseline_tree(rev: str, into: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", default="5ce9484", help="git revision to compare against (default: before issue 15)")
+    ap.add_argument("--baseline", default="5ce9484", help="git revision to compare against (default: 5ce9484, before the ingestion guards)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-guards"))
     args = ap.parse_args()
