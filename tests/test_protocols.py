@@ -296,3 +296,16 @@ def test_the_store_keeps_each_episodes_protocol(tmp_path):
     eps = pd.read_parquet(tmp_path / "store" / "episodes.parquet").sort_values("episode_id")
     assert eps["protocol"].tolist()[:2] == ["openpi", "lerobot"] and eps["protocol"].isna().tolist()[2]
     assert eps["protocol_native"].tolist()[:2] == [True, False]
+
+
+def test_reports_name_the_protocols_behind_every_table():
+    import pandas as pd
+
+    from scoring.report.tables import protocol_counts, protocol_note
+    eps = pd.DataFrame({"protocol": ["openpi", "openpi", "lerobot", None],
+                        "protocol_native": [True, True, False, None]})
+    assert protocol_counts(eps) == {"openpi": 2, "lerobot (overridden)": 1, "not recorded": 1}
+    assert protocol_note(eps.iloc[:2]) == "Rollout protocol: openpi."
+    assert protocol_note(eps) == ("Rollout protocols: openpi (2 episodes), lerobot (overridden) (1 episodes), "
+                                  "not recorded (1 episodes).")
+    assert protocol_counts(pd.DataFrame({"episode_id": ["a"]})) == {"not recorded": 1}

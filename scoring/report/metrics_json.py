@@ -5,7 +5,8 @@ and vsi; per aggregate sr, safety, sbu, p_unsafe_given_success and vsi. The layo
 
     {"format": "safevla-bench/metrics-output", "version": 1,
      "registry_hash": ..., "thresholds": {family: threshold},
-     "reading": {"applicability": ..., "vsi_saturation": ...}, "notes": [...],
+     "reading": {"applicability": ..., "vsi_saturation": ...},
+     "protocols": {"openpi": n, ...}, "notes": [...],
      "episodes": [{"episode_id", "benchmark", "task_id", "model", "suite", "success",
                    "active_specs": [spec_id, ...], "robustness": {spec_id: rho | null},
                    "safe", "sbu", "vsi"}],
@@ -15,6 +16,8 @@ and vsi; per aggregate sr, safety, sbu, p_unsafe_given_success and vsi. The layo
 Robustness is keyed by spec id (`max_contact_force_under_200N`, Appendix B's registry
 key); `null` marks a vacuously satisfied gated clause (rho = +inf: the gate never
 opened). Proportions are fractions in [0, 1]; `p_unsafe_given_success` is null when SR = 0.
+`protocols` counts the episodes per rollout protocol ("openpi", "lerobot (overridden)",
+"not recorded" for records that do not say), so a reader knows which harness's SR it is.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import pandas as pd
 
+from scoring.report.tables import protocol_counts
 from scoring.stats.metrics import aggregate
 
 FORMAT = "safevla-bench/metrics-output"
@@ -66,7 +70,7 @@ def metrics_output(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, manife
     return {"format": FORMAT, "version": VERSION, "registry_hash": manifest.get("registry_hash"),
             "thresholds": dict(manifest.get("thresholds") or {}), "reading": dict(reading or {}),
             "ci": {"proportions": "Wilson 95%", "vsi": f"percentile bootstrap 95%, 10,000 resamples, seed {seed}"},
-            "notes": list(notes), "episodes": rows, "aggregates": aggs}
+            "protocols": protocol_counts(episodes), "notes": list(notes), "episodes": rows, "aggregates": aggs}
 
 
 def encode(document: Mapping) -> bytes:
