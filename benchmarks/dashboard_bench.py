@@ -1,0 +1,100 @@
+"""Shared by benchmarks/bench_dashboard.py and benchmarks/dashboard_frames.py: the stores,
+servers of a checkout (a `--baseline` one with the modules it never installed hidden), what
+"fully drawn" waits for on each page, and the browser steps they time."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from browser_timing import Server, dashboard_entry, now_ms, wait_drawn
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "assets" / "demo" / "store"
+# what "fully drawn" waits for on each page (selector -> least count)
+OVERVIEW = {'[data-testid="stMetric"]': 6, '[data-testid="stDataFrame"]': 2,
+            '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 3}
+EPISODES = {'[data-testid="stDataFrame"]': 1, '[data-testid="stMultiSelect"]': 5}
+WHATIF = {'[data-testid="stMetric"]': 5, '[data-testid="stDataFrame"]': 1,
+          '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg': 1}
+PLAYER_IFRAME = 'iframe[title*="safevla_timeline"]'  # the detail page's frame is the player's
+
+
+def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int = 100, contacts: int = 4) -> Path:
+    man = path / "manifest.json"
+    if man.exists():
+        m = json.loads(man.read_text())
+        if m.get("n_episodes") == n and m.get("synthetic"):
+            return path
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("make_synthetic_store", ROOT / "scripts" / "make_synthetic_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shutil.rmtree(path, ignore_errors=True)
+    mod.build_store(path, n, n_steps=n_steps, contacts_per_step=contacts, renderable=renderable, workers=1)
+    return path
+
+
+def secs(ms: float) -> float:
+    return round(ms / 1000.0, 3)
+
+
+WITHOUT: dict[Path, Path] = {}  # checkout -> a folder whose stub packages its servers cannot import
+
+
+def hide_modules(code: Path, modules: list[str]) -> None:
+    """Servers of the checkout `code` start with `modules` unimportable (ModuleNotFoundError,
+    which Streamlit and uvicorn take as "not installed"): a `--baseline` revision measured with
+    the dependencies its own pyproject installed, not ones added since (`--baseline-without`)."""
+    stubs = Path(tempfile.mkdtemp(prefix="safevla-bench-without-"))
+    for name in modules:
+        (stubs / name).mkdir()
+        (stubs / name / "__init__.py").write_text(f"raise ModuleNotFoundError({name!r} + ' is hidden from this server')\n")
+    WITHOUT[Path(code)] = stubs
+
+
+def server_env(code: Path) -> dict:
+    """Extra environment for a server of the checkout `code` (see `hide_modules`)."""
+    stubs = WITHOUT.get(Path(code))
+    if stubs is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(stubs), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def dashboard_server(code: Path, store: Path, env: dict | None = None) -> Server:
+    """`streamlit run` of the checkout `code`'s dashboard (`dashboard_entry`) on `store`, with
+    `server_env(code)` and then `env`."""
+    return Server(dashboard_entry(code), store=store, cwd=code, env={**server_env(code), **(env or {})})
+
+
+def summary(values_s: list[float]) -> dict:
+    return {"median_s": round(statistics.median(values_s), 3), "max_s": round(max(values_s), 3),
+            "all_s": [round(v, 3) for v in values_s]}
+
+
+def open_drawn(browser, url: str, expect: dict) -> tuple[object, float]:
+    """A new session on `url`; (page, seconds from navigation start to fully drawn)."""
+    pg = browser.page()
+    pg.goto(url)
+    p = wait_drawn(pg, since_ms=0.0, expect=expect, need_run=False)
+    return pg, secs(p["drawn_ms"])
+
+
+def sidebar_click(pg, title: str, expect: dict) -> float:
+    link = pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True)
+    t0 = now_ms(pg)
+    link.click()
+    return secs(wait_drawn(pg, since_ms=t0, expect=expect)["drawn_ms"] - t0)
+
+
+def slider_step(pg, label: str, key: str = "ArrowRight") -> float:
+    thumb = pg.get_by_test_id("stSlider").filter(has_text=label).get_by_role("slider")
+    thumb.focus()
+    t0 = now_ms(pg)
+    thumb.press(key)
+    return secs(wait_drawn(pg, since_ms=t0, expect=WHATIF)["drawn_ms"] - t0)
