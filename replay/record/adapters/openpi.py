@@ -15,6 +15,12 @@ before the next request (default 5, as in that example). The images go at the ho
 camera size (256x256 by default, LIBERO's evaluation resolution); OpenPI's LIBERO
 policies resize to their model's input on the server.
 
+Connecting follows OpenPI's client: a server that refuses the connection may still be
+loading its model, and the client retries (every `RETRY_S`; OpenPI's every 5 s) for up to
+`wait_s` seconds (`--policy-wait`; OpenPI's waits forever). Answers may take `timeout_s`
+(`--policy-timeout`); OpenPI's client has no receive timeout, and its server compiles the
+model at its first request, so the default leaves minutes for that.
+
 A server may ask for more of the robot's state in its metadata (`extra_observations`, a
 list of keys of `EXTRA_OBSERVATIONS`): `safevla serve --policy lerobot:` asks for what
 LeRobot's LIBERO env gives its processors besides OpenPI's 8 floats. OpenPI's servers ask
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 import collections
 import re
+import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,7 +42,9 @@ from replay.record.adapters import PolicyServerError
 from replay.record.observations import EEF_MAT, camera_image, proprio_state, rotate_180
 
 DEFAULT_REPLAN_STEPS = 5
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 600.0  # a first request may include the model's JIT compile, several minutes
+DEFAULT_WAIT_S = 0.0  # fail at once when nothing listens: a mistyped port is found before any wait
+RETRY_S = 1.0
 ACTION_DIM = 7
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})/?$")
 # request key -> the LIBERO observation it carries (float64, as robosuite gives it)
@@ -74,10 +84,11 @@ class OpenPIPolicy:
     cameras = ("agentview", "wrist")
 
     def __init__(self, address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+                 timeout_s: float = DEFAULT_TIMEOUT_S, wait_s: float = DEFAULT_WAIT_S):
         self.uri = f"ws://{address}"
         self.replan_steps = int(replan_steps)
         self.timeout_s = float(timeout_s)
+        self.wait_s = float(wait_s)
         self.server_metadata: dict | None = None
         self.extra_observations: tuple[str, ...] = ()  # what the server's metadata asks for
         self.requests = 0
@@ -89,10 +100,24 @@ class OpenPIPolicy:
     def _connect(self) -> None:
         from websockets.exceptions import InvalidHandshake, InvalidURI
         from websockets.sync.client import connect
-        try:
-            ws = connect(self.uri, compression=None, max_size=None, open_timeout=self.timeout_s, close_timeout=1)
-        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
-            raise PolicyServerError(f"policy server {self.uri} is not reachable: {_why(exc)}") from None
+        deadline, told = time.monotonic() + self.wait_s, False
+        while True:
+            try:
+                ws = connect(self.uri, compression=None, max_size=None, open_timeout=self.timeout_s, close_timeout=1)
+                break
+            except (ConnectionRefusedError, ConnectionResetError) as exc:  # nothing listens yet: maybe loading
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waited = (f"after waiting {self.wait_s:g} s (--policy-wait)" if self.wait_s > 0 else
+                              "(--policy-wait SECONDS waits for a server that is still starting)")
+                    raise PolicyServerError(f"policy server {self.uri} is not reachable {waited}: {_why(exc)}") from None
+                if not told:
+                    print(f"waiting up to {self.wait_s:g} s for policy server {self.uri} ({_why(exc)})",
+                          file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(min(RETRY_S, left))
+            except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+                raise PolicyServerError(f"policy server {self.uri} is not reachable: {_why(exc)}") from None
         self._ws = ws
         metadata = self._receive("its metadata")
         if not isinstance(metadata, dict):
@@ -192,8 +217,8 @@ def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def openpi_factory(address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS,
-                   timeout_s: float = DEFAULT_TIMEOUT_S, **_other: Any) -> tuple[str, Callable[[], OpenPIPolicy]]:
+def openpi_factory(address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS, timeout_s: float = DEFAULT_TIMEOUT_S,
+                   wait_s: float = DEFAULT_WAIT_S, **_other: Any) -> tuple[str, Callable[[], OpenPIPolicy]]:
     """(model name, factory) for `openpi://HOST:PORT`; validates the address and options."""
     m = _ADDRESS.match(address)
     if m is None or not 0 < int(m["port"]) < 65536:
@@ -202,10 +227,12 @@ def openpi_factory(address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS,
         raise ValueError(f"--replan-steps expects a positive integer, got {replan_steps}")
     if not float(timeout_s) > 0:
         raise ValueError(f"--policy-timeout expects a positive number of seconds, got {timeout_s}")
+    if not float(wait_s) >= 0:
+        raise ValueError(f"--policy-wait expects a number of seconds, 0 or more, got {wait_s}")
     host, port = m["host"], int(m["port"])
 
     def make() -> OpenPIPolicy:
-        return OpenPIPolicy(f"{host}:{port}", replan_steps=replan_steps, timeout_s=timeout_s)
+        return OpenPIPolicy(f"{host}:{port}", replan_steps=replan_steps, timeout_s=timeout_s, wait_s=wait_s)
     make.cameras = OpenPIPolicy.cameras
     make.provenance = {"adapter": "openpi", "model_id": f"openpi://{host}:{port}", "replan_steps": int(replan_steps)}
     return f"openpi-{host.strip('[]').replace(':', '_')}-{port}", make
