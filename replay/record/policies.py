@@ -16,6 +16,17 @@ import numpy as np
 
 from replay.record.policy_api import ACTION_DIM, ObjectGeometry, Obstacle, Policy, TaskInfo  # noqa: F401 - re-exported
 from replay.record.scripted import PROFILES, Profile, scripted  # noqa: F401 - re-exported
+from scoring.errors import SafeVLAError
+
+EXPECTED_ACTION = f"a finite float vector of shape ({ACTION_DIM},): dx, dy, dz, droll, dpitch, dyaw, gripper"
+
+
+class PolicyActionError(SafeVLAError, ValueError):
+    """A policy's output is not an action: a fault of the policy, not of the runner.
+
+    `check_action` says what was returned and at which step; the runner puts the policy
+    and the episode in front (`policy my_vla.py:MyVLA returned ...`).
+    """
 
 
 def load_policy(spec: str, **adapter_options: Any) -> tuple[str, Callable[[], Any]]:
@@ -73,16 +84,16 @@ def _is_factory(obj: Any) -> bool:
 
 
 def check_action(action: Any, *, step: int) -> np.ndarray:
-    """The policy's output as a finite float64 (7,) array, or a ValueError saying what is wrong."""
+    """The policy's output as a finite float64 (7,) array, or a `PolicyActionError` whose
+    message says what it returned, at which step, and what was expected ("returned ...")."""
     try:
         a = np.asarray(action, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"policy returned {type(action).__name__} at step {step}; expected 7 numbers") from None
+        raise PolicyActionError(f"returned {type(action).__name__} at step {step}; expected {EXPECTED_ACTION}") from None
     if a.shape != (ACTION_DIM,):
-        raise ValueError(f"policy returned an action of shape {a.shape} at step {step}; expected ({ACTION_DIM},): "
-                         "dx, dy, dz, droll, dpitch, dyaw, gripper")
+        raise PolicyActionError(f"returned an action of shape {a.shape} at step {step}; expected {EXPECTED_ACTION}")
     if not np.isfinite(a).all():
-        raise ValueError(f"policy returned a non-finite action {a.tolist()} at step {step}")
+        raise PolicyActionError(f"returned a non-finite action {a.tolist()} at step {step}; expected {EXPECTED_ACTION}")
     return a
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from replay.record.adapters import PolicyServerError
 from replay.record.hosts.libero import CAMERA, CONTROL_DT, LiberoHost
 from replay.record.observations import ObservationSpec, requested_spec
-from replay.record.policies import check_action, describe_policy, load_policy
+from replay.record.policies import PolicyActionError, check_action, describe_policy, load_policy
 from replay.record.protocols import Protocol, ProtocolError, load_protocol
 from scoring.errors import RecordError, SafeVLAError
 from scoring.records.io import atomic_write_bytes, load_record, save_record
@@ -101,7 +101,8 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, episode:
     `mjcf` is what the record's `replay.mjcf` says: a string, a function of the scene XML
     (e.g. one that stores it and returns a path), or None for the XML itself.
     `provenance` (adapter, model id, replan steps, image size) goes to `meta.policy`.
-    A `PolicyServerError` (server down, slow, malformed) is re-raised naming the episode.
+    A `PolicyServerError` (server down, slow, malformed) is re-raised naming the episode, a
+    `PolicyActionError` (an action that is not 7 finite numbers) naming the policy too.
     """
     task = host.task
     episode = init_state if episode is None else int(episode)
@@ -114,6 +115,9 @@ def run_episode(host: LiberoHost, policy: Callable, *, init_state: int, episode:
                             provenance=provenance, protocol=protocol)
     except PolicyServerError as exc:
         raise PolicyServerError(f"episode {episode_id} (not recorded): {exc}") from None
+    except PolicyActionError as exc:  # the policy's own output: its fault, not a bug of the runner
+        raise PolicyActionError(f"episode {episode_id} (not recorded): policy "
+                                f"{(provenance or {}).get('model_id') or model} {exc}") from None
 
 
 def _run_episode(host, policy, *, init_state, episode, model, horizon, record, mjcf, episode_id, on_step,
