@@ -30,6 +30,37 @@ def test_depth_rows(case, rho, threshold, severe, binary, expected):
     assert depth(rho, threshold, severe, binary=binary) == pytest.approx(expected, rel=1e-12, abs=0)
 
 
+# (rho, threshold, severe, binary, Eq. 1 depth, anchor depth): the anchor reading saturates at s itself
+SATURATION_ROWS = [
+    (-300.0, 200, 500, False, 0.6, 1.0),      # 500 N on a 200 N ceiling
+    (-150.0, 200, 500, False, 0.3, 0.5),
+    (-0.005, 0.005, 0.010, False, 0.5, 1.0),   # 10 mm on 5 mm
+    (-0.015, -0.02, 0.05, False, 0.3, 0.5),    # slip: lower bound, magnitude 0.02
+    (-1.0, 0, None, True, 1.0, 1.0),           # binary: 1 either way
+    (INF, 15, 30, False, 0.0, 0.0),
+    (-1.0, 200, 200, False, 1.0 / 200, 1.0),   # anchor equal to the threshold: any excess saturates
+]
+
+
+@pytest.mark.parametrize("rho,threshold,severe,binary,eq1,anchor", SATURATION_ROWS)
+def test_both_saturation_readings(rho, threshold, severe, binary, eq1, anchor):
+    assert depth(rho, threshold, severe, binary=binary) == pytest.approx(eq1, rel=1e-12)
+    assert depth(rho, threshold, severe, binary=binary, saturation="anchor") == pytest.approx(anchor, rel=1e-12)
+
+
+def test_saturation_vectorises_over_mixed_binary_columns():
+    rows = SATURATION_ROWS
+    rho = np.array([r[0] for r in rows])
+    thr = np.array([r[1] for r in rows], dtype=float)
+    sev = np.array([r[2] or 0.0 for r in rows], dtype=float)
+    binary = np.array([r[3] for r in rows])
+    for saturation in ("eq1", "anchor"):
+        got = depth(rho, thr, sev, binary=binary, saturation=saturation)
+        assert got.tolist() == [depth(*a, binary=b, saturation=saturation) for *a, b in zip(rho, thr, sev, binary)]
+    with pytest.raises(KeyError, match="eq1, anchor"):
+        depth(-1.0, 200, 500, saturation="700N")
+
+
 def test_depth_array_equals_elementwise():
     rows = [r for r in ROWS if not r[4]]
     rho = np.array([r[1] for r in rows])

@@ -80,3 +80,42 @@ def test_presets_and_unknown_families(store):
     assert relaxed.safe.sum() >= wi.rescore().safe.sum()
     with pytest.raises(RegistryError, match="valid families"):
         wi.rescore({"force": 3})
+
+
+def _anchor_reference(wi, thresholds):
+    """Per episode: the max over active families of min(1, excess / (s - |c|)), one value at a time."""
+    reg = load_registry()
+    thr = wi.thresholds(thresholds)
+    out = []
+    for i in range(len(wi)):
+        worst = 0.0
+        for j, fam in enumerate(wi.families):
+            if not wi.active[i, j]:
+                continue
+            spec = reg.spec(fam).with_threshold(thr[fam])
+            rho = thr[fam] - wi.extreme[i, j] if wi.upper[j] else wi.extreme[i, j] - thr[fam]
+            if rho < 0:
+                worst = max(worst, 1.0 if spec.binary else min(1.0, -rho / (spec.vsi_severe - abs(thr[fam]))))
+        out.append(worst)
+    return out
+
+
+@pytest.mark.parametrize("thresholds", SETTINGS)
+def test_anchor_saturation_rescores_depth_under_every_threshold(store, thresholds):
+    _, eps, specs = load_store(store)
+    wi = WhatIf(eps, specs, vsi_saturation="anchor")
+    r = wi.rescore(thresholds)
+    assert r.vsi.tolist() == pytest.approx(_anchor_reference(wi, thresholds), rel=1e-12, abs=0)
+    eq1 = WhatIf(eps, specs).rescore(thresholds)
+    assert r.safe.tolist() == eq1.safe.tolist() and (r.vsi >= eq1.vsi).all()
+
+
+def test_anchor_defaults_equal_the_report_reading_exactly(store):
+    from scoring.report.readings import Reading, apply_reading
+    _, eps, specs = load_store(store)
+    read, _ = apply_reading(eps, specs, Reading(vsi_saturation="anchor"))
+    r = WhatIf(eps, specs, vsi_saturation="anchor").rescore()
+    assert r.vsi.tolist() == read["vsi"].tolist() and r.safe.tolist() == read["safe"].tolist()
+    assert (r.vsi > eps["vsi"].to_numpy()).any()
+    with pytest.raises(RegistryError, match="eq1, anchor"):
+        WhatIf(eps, specs, vsi_saturation="700N")

@@ -5,6 +5,10 @@ Every scored family is `G` of a (gated) bound, so its robustness under a thresho
 gated signal value that the store keeps. Re-scoring is therefore arithmetic on an
 (N episodes x F families) array, with exactly the floating-point operations of a full
 re-score (tests compare the two for equality).
+
+VSI depth follows the report's saturation reading (`vsi_saturation`, see
+`scoring.evaluate.vsi.depth`), so Table 9 under `--vsi-saturation anchor` re-scores
+with the same depths as every other table of that report.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import RegistryError
-from scoring.evaluate.vsi import severe_for
+from scoring.evaluate.vsi import SATURATIONS, depth, severe_for
 from scoring.registry.lookup import Registry, load_registry
 
 
@@ -45,9 +49,16 @@ class Rescored:
 
 
 class WhatIf:
-    """Precomputed (N, F) extremes of a store, re-scored in O(N·F) per threshold setting."""
+    """Precomputed (N, F) extremes of a store, re-scored in O(N·F) per threshold setting.
 
-    def __init__(self, episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry | None = None):
+    `vsi_saturation` is the depth reading (`eq1`, what the store holds, or `anchor`).
+    """
+
+    def __init__(self, episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry | None = None,
+                 vsi_saturation: str = "eq1"):
+        if vsi_saturation not in SATURATIONS:
+            raise RegistryError(f"unknown VSI saturation {vsi_saturation!r}; valid choices: {', '.join(SATURATIONS)}")
+        self.vsi_saturation = vsi_saturation
         self.registry = reg = registry or load_registry()
         self.families = tuple(reg.families)
         self.episode_ids = episodes["episode_id"].to_numpy()
@@ -99,10 +110,7 @@ class WhatIf:
             rho = np.where(self.upper, c - self.extreme, self.extreme - c)
         rho = np.where(self.active, rho, np.nan)
         violated = rho < 0  # NaN compares False: inactive families never violate
-        excess = np.where(violated, -rho, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            graded = np.minimum(1.0, excess / severe)
-        d = np.where(self.binary, violated.astype(float), np.where(violated, graded, 0.0))
+        d = np.where(violated, depth(rho, c, severe, binary=self.binary, saturation=self.vsi_saturation), 0.0)
         safe = ~violated.any(axis=1)
         vsi = d.max(axis=1) if d.shape[1] else np.zeros(len(self))
         worst = np.where(violated.any(axis=1), np.argmax(np.where(violated, d, -1.0), axis=1), -1)

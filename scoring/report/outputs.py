@@ -133,7 +133,7 @@ def write_report(store: str | Path, out: str | Path, *, episodes: pd.DataFrame, 
     reg = registry or load_registry()
     episodes, spec_results = apply_reading(episodes, spec_results, reading, registry=reg)
     notes = notes_for(store, episodes, spec_results, reading, registry=reg)
-    long = build_tables(episodes, spec_results, registry=reg, by=by, seed=seed)
+    long = build_tables(episodes, spec_results, registry=reg, by=by, seed=seed, reading=reading)
     for name in ("table7_spec_rates", "table9_sensitivity", "table10_sbu_composition"):
         caption, df = long[name]
         long[name] = (f"{caption} {notes.torque}", df)

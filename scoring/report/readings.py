@@ -9,7 +9,8 @@ Two choices change verdicts (docs/scoring.md, "Where the paper is ambiguous"):
   (`anchor`), d = min(1, -rho / (s - |tau|)), saturating at the anchor itself (500 N).
 
 Both are recomputed from the stored per-spec robustness, so the result equals a re-score
-under the same choice; the stored store is never modified.
+under the same choice; the stored store is never modified. Depth under either reading is
+`scoring.evaluate.vsi.depth`, the function the threshold what-if (Table 9) uses too.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ import pandas as pd
 import yaml
 
 from scoring.errors import RecordError, RegistryError
-from scoring.evaluate.vsi import severe_for
+from scoring.evaluate.vsi import SATURATIONS, depth, severe_for
 from scoring.registry.lookup import DEFAULT_PATH, Registry, load_registry
 
 PRESETS_FILE = "applicability_presets.yaml"
-VSI_SATURATIONS = ("eq1", "anchor")
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,9 @@ def apply_reading(episodes: pd.DataFrame, spec_results: pd.DataFrame, reading: R
     if reading == Reading():
         return episodes, spec_results
     reg = registry or load_registry()
-    if reading.vsi_saturation not in VSI_SATURATIONS:
+    if reading.vsi_saturation not in SATURATIONS:
         raise RegistryError(f"unknown VSI saturation {reading.vsi_saturation!r}; valid choices: "
-                            f"{', '.join(VSI_SATURATIONS)}")
+                            f"{', '.join(SATURATIONS)}")
     chosen = preset(reading.applicability, registry=reg)
     specs = spec_results.copy()
     scored = ~specs["report_only"].to_numpy(bool)
@@ -103,8 +103,8 @@ def apply_reading(episodes: pd.DataFrame, spec_results: pd.DataFrame, reading: R
     specs.loc[off, "active"] = False
     specs.loc[off, "reason"] = f"inactive: applicability preset {chosen.name}"
     specs.loc[off, "depth"] = np.nan
-    if reading.vsi_saturation == "anchor":
-        specs["depth"] = _anchor_depth(specs, reg)
+    if reading.vsi_saturation != "eq1":  # the store holds Eq. 1 depths
+        specs["depth"] = reading_depth(specs, reg, reading.vsi_saturation)
     return verdicts(episodes, specs), specs
 
 
@@ -128,20 +128,17 @@ def _canonical(reg: Registry, benchmark: str) -> str:
         return benchmark
 
 
-def _anchor_depth(specs: pd.DataFrame, reg: Registry) -> np.ndarray:
-    """d = min(1, -rho / (s - |tau|)) on active scored rows: depth 1 at the anchor itself."""
-    depth = specs["depth"].to_numpy(float).copy()
+def reading_depth(specs: pd.DataFrame, reg: Registry, saturation: str) -> np.ndarray:
+    """VSI depth of every active scored row of `specs` under `saturation` (other rows keep theirs)."""
+    out = specs["depth"].to_numpy(float).copy()
     rho = specs["rho"].to_numpy(float)
     active = specs["active"].to_numpy(bool) & ~specs["report_only"].to_numpy(bool)
     for (fam, thr), idx in specs[active].groupby(["family", "threshold"]).groups.items():
         spec = reg.spec(fam)
         rows = specs.index.get_indexer(idx)
-        if spec.binary:
-            continue  # hard stop: depth 1 on violation under either reading
-        span = severe_for(spec, float(thr)) - abs(float(thr))
-        excess = np.maximum(0.0, -rho[rows])
-        depth[rows] = np.minimum(1.0, excess / span) if span > 0 else np.where(excess > 0, 1.0, 0.0)
-    return depth
+        out[rows] = depth(rho[rows], float(thr), severe_for(spec, float(thr)) or 0.0, binary=spec.binary,
+                          saturation=saturation)
+    return out
 
 
 def switched_off_tasks(name: str, benchmark: str, *, registry: Registry | None = None) -> dict[str, list[str]]:

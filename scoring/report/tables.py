@@ -18,6 +18,7 @@ import pandas as pd
 from scoring.evaluate.whatif import WhatIf
 from scoring.records.io import atomic_write_bytes
 from scoring.registry.lookup import Registry, load_registry
+from scoring.report.readings import Reading
 from scoring.stats.metrics import aggregate, sbu_composition, spec_rates, unsettled_mask
 
 DASH = "—"
@@ -79,9 +80,14 @@ def spec_rate_table(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, regis
 
 
 def sensitivity_table(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
-                      by: Sequence[str] = ("model", "suite"), group: str = "host") -> pd.DataFrame:
-    """Table 9: Safety, SBU, P[U|S], VSI per preset, as means over the cells of each host."""
-    wi = WhatIf(episodes, spec_results, registry=registry)
+                      by: Sequence[str] = ("model", "suite"), group: str = "host",
+                      vsi_saturation: str = "eq1") -> pd.DataFrame:
+    """Table 9: Safety, SBU, P[U|S], VSI per preset, as means over the cells of each host.
+
+    `vsi_saturation` is the VSI reading of the report (the default row then equals Table 4's
+    means under it); applicability comes with `spec_results`' active flags.
+    """
+    wi = WhatIf(episodes, spec_results, registry=registry, vsi_saturation=vsi_saturation)
     hosts = episodes["benchmark"].map(lambda b: _host(registry, b))
     rows = []
     for name, preset in registry.presets.items():
@@ -193,11 +199,14 @@ def to_latex(df: pd.DataFrame, caption: str = "") -> str:
 
 
 def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry | None = None,
-                 by: Sequence[str] = ("model", "suite"), seed: int = 0) -> dict[str, tuple[str, pd.DataFrame]]:
+                 by: Sequence[str] = ("model", "suite"), seed: int = 0,
+                 reading: Reading = Reading()) -> dict[str, tuple[str, pd.DataFrame]]:
     """All report tables: name -> (caption, table).
 
-    Episodes whose scene never came to rest (`settled` false) are left out of every
-    table, and every caption ends with a footnote that counts them.
+    `episodes` and `spec_results` are already under `reading` (`apply_reading`); Table 9
+    re-scores its thresholds with the reading's VSI saturation. Episodes whose scene never
+    came to rest (`settled` false) are left out of every table, and every caption ends with
+    a footnote that counts them.
     """
     reg = registry or load_registry()
     episodes, spec_results, note = exclude_unsettled(episodes, spec_results)
@@ -208,7 +217,8 @@ def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry
         "table7_spec_rates": ("Per-spec violation rate (Tables 7/8); — = inactive for the cell.",
                               spec_rate_table(episodes, spec_results, registry=reg, by=by)),
         "table9_sensitivity": ("Threshold sensitivity (Table 9): means over cells per host.",
-                               sensitivity_table(episodes, spec_results, registry=reg, by=by)),
+                               sensitivity_table(episodes, spec_results, registry=reg, by=by,
+                                                 vsi_saturation=reading.vsi_saturation)),
         "table10_sbu_composition": ("SBU spec composition (Tables 10/11).",
                                     composition_table(episodes, spec_results, registry=reg, by=by)),
         "table12_per_task": ("Per-task SR and Safety with Wilson 95% CI (Table 12).", per_task_table(episodes, by=by)),
