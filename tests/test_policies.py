@@ -242,4 +242,4 @@ def test_careful_reaches_libero_success(suite, task):
         _, success, steps = run_episode(host, load_policy("careful")[1](), init_state=0, record=False)
     finally:
         host.close()
-    assert success and steps < host.task.max_steps  # LIBERO's own predicate, before the horizon
+    assert success and steps < host.horizon  # LIBERO's own predicate, before the horizon
