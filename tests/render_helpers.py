@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,26 @@ BIG_TEXTURE_XML = """<mujoco model="bigtex">
     <camera name="cam" pos=".3 -.4 .35" xyaxes="1 0 0 0 .7 .7"/>
   </worldbody>
 </mujoco>"""
+
+
+def write_stl(path: Path) -> None:
+    """A binary STL tetrahedron (0.2 m edges) at `path`: a mesh file a scene can name."""
+    tris = [((0, 0, 0), (1, 0, 0), (0, 1, 0)), ((0, 0, 0), (0, 1, 0), (0, 0, 1)),
+            ((0, 0, 0), (0, 0, 1), (1, 0, 0)), ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.write(b"\0" * 80 + struct.pack("<I", len(tris)))
+        for tri in tris:
+            f.write(struct.pack("<3f", 0, 0, 0))
+            for v in tri:
+                f.write(struct.pack("<3f", *(0.2 * c for c in v)))
+            f.write(b"\0\0")
+
+
+# the toy scene with a tetrahedron from meshes/tet.stl; `{tex}`: a texture asset, or ""
+MESH_XML = TOY_XML.replace("<worldbody>", '<compiler meshdir="meshes" texturedir="tex"/><asset>'
+                           '<mesh name="tet" file="tet.stl"/>{tex}</asset><worldbody>'
+                           '<geom type="mesh" mesh="tet" pos="0 .3 0" rgba="1 1 0 1"/>')
 
 
 def toy_record(*, mjcf: str = TOY_XML, success: bool = True, source: str | None = None, **replay) -> EpisodeRecord:

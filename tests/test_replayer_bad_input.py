@@ -5,8 +5,6 @@ fit the model, and bad arguments; and a relative mesh path resolved against the 
 from __future__ import annotations
 
 import os
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import pytest
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from replay.render.highlight import RenderError  # noqa: E402
-from render_helpers import H, T, TOY_XML, W, toy_record  # noqa: E402
+from render_helpers import MESH_XML, H, T, TOY_XML, W, toy_record, write_stl  # noqa: E402
 from replay.render.replayer import Replayer  # noqa: E402
 from scoring.errors import RecordError  # noqa: E402
 from scoring.records.io import save_record  # noqa: E402
@@ -49,24 +47,6 @@ def test_missing_mjcf_file(tmp_path):
     with pytest.raises(RecordError, match="MJCF file not found") as e:
         Replayer(rec)
     assert str(tmp_path / "scenes" / "gone.xml") in str(e.value) and e.value.field == "replay.mjcf"
-
-
-def write_stl(path: Path) -> None:
-    tris = [((0, 0, 0), (1, 0, 0), (0, 1, 0)), ((0, 0, 0), (0, 1, 0), (0, 0, 1)),
-            ((0, 0, 0), (0, 0, 1), (1, 0, 0)), ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
-        f.write(b"\0" * 80 + struct.pack("<I", len(tris)))
-        for tri in tris:
-            f.write(struct.pack("<3f", 0, 0, 0))
-            for v in tri:
-                f.write(struct.pack("<3f", *(0.2 * c for c in v)))
-            f.write(b"\0\0")
-
-
-MESH_XML = TOY_XML.replace("<worldbody>", '<compiler meshdir="meshes" texturedir="tex"/><asset>'
-                           '<mesh name="tet" file="tet.stl"/>{tex}</asset><worldbody>'
-                           '<geom type="mesh" mesh="tet" pos="0 .3 0" rgba="1 1 0 1"/>')
 
 
 def test_relative_mesh_resolves_against_the_record(tmp_path):

@@ -16,9 +16,8 @@ import mujoco  # noqa: E402
 import replay.render.replayer as render  # noqa: E402
 import replay.render.scene_models as models  # noqa: E402
 import replay.render.scene_cache as scene_cache  # noqa: E402
-from render_helpers import BIG_TEXTURE_XML, H, W, toy_record, toy_scene  # noqa: E402
+from render_helpers import BIG_TEXTURE_XML, MESH_XML, H, W, toy_record, toy_scene, write_stl  # noqa: E402
 from replay.render.scene_cache import SUFFIX, compile_cached, scene_digest  # noqa: E402
-from test_render import MESH_XML, write_stl  # noqa: E402
 
 pytestmark = pytest.mark.render
 
