@@ -153,6 +153,14 @@ def test_metrics_json_is_the_reference(report):
         want = by_id.loc[e["episode_id"]]
         assert (e["safe"], e["sbu"]) == (bool(want["safe"]), bool(want["sbu"]))
         assert e["vsi"] == pytest.approx(want["vsi"], abs=1e-12)
+    per = cells(ref).set_index(["model", "suite"])
+    for c in doc["cells"]:
+        want = per.loc[(c["model"], c["suite"])]
+        assert (c["safety"], c["sbu"], c["vsi"]) == pytest.approx((want["safety"], want["sbu"], want["vsi"]))
+    whole = doc["aggregate"]
+    assert whole["n"] == len(ref)
+    assert (whole["safety"], whole["sbu"], whole["vsi"]) == pytest.approx(
+        (ref["safe"].mean(), ref["sbu"].mean(), ref["vsi"].mean()))
 
 
 def test_figure2_is_the_reference(store):
