@@ -190,6 +190,25 @@ def test_the_client_sends_openpis_libero_keys_and_executes_replan_steps_of_each_
     policy.close()
 
 
+@pytest.mark.parametrize("metadata, per_request", [
+    ({"model": "lerobot-like", "n_action_steps": 4}, 4),  # the checkpoint's own n_action_steps
+    ({"model": "openpi-like", "action_horizon": CHUNK}, CHUNK),  # a server that does not say: the whole chunk
+])
+def test_without_replan_steps_the_client_executes_what_the_checkpoint_says(metadata, per_request):
+    """`--protocol lerobot` replans as LeRobot's eval does: every n_action_steps of the checkpoint."""
+    server = OpenPIServer(metadata=metadata)
+    policy = OpenPIPolicy(f"127.0.0.1:{server.port}", replan_steps=None, timeout_s=10)
+    try:
+        policy.reset()
+        actions = [policy(fake_obs(), "x") for _ in range(2 * per_request + 1)]
+        assert len(server.received) == 3  # steps 0, n and 2n ask
+        for t, a in enumerate(actions):
+            np.testing.assert_allclose(a, chunk_for(t // per_request + 1)[t % per_request])
+    finally:
+        policy.close()
+        server.close()
+
+
 def test_the_client_sends_the_extra_observations_a_server_asks_for():
     from replay.record.observations import EEF_MAT
     asked = ["observation/eef_mat", "observation/joint_pos"]

@@ -83,10 +83,11 @@ class OpenPIPolicy:
     adapter = "openpi"
     cameras = ("agentview", "wrist")
 
-    def __init__(self, address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS,
+    def __init__(self, address: str, *, replan_steps: int | None = DEFAULT_REPLAN_STEPS,
                  timeout_s: float = DEFAULT_TIMEOUT_S, wait_s: float = DEFAULT_WAIT_S):
         self.uri = f"ws://{address}"
-        self.replan_steps = int(replan_steps)
+        # None: the served checkpoint's own `n_action_steps` (its metadata), else the whole chunk
+        self.replan_steps = None if replan_steps is None else int(replan_steps)
         self.timeout_s = float(timeout_s)
         self.wait_s = float(wait_s)
         self.server_metadata: dict | None = None
@@ -94,6 +95,7 @@ class OpenPIPolicy:
         self.requests = 0
         self._ws = None
         self._plan: collections.deque = collections.deque()
+        self._served_replan: int | None = None  # the server's n_action_steps, when its metadata says
 
     # ------------------------------------------------------------------ connection
 
@@ -132,6 +134,8 @@ class OpenPIPolicy:
                                     f"cannot send; it can send {', '.join(EXTRA_OBSERVATIONS)}")
         self.server_metadata = metadata
         self.extra_observations = tuple(asked)
+        served = metadata.get("n_action_steps")
+        self._served_replan = served if isinstance(served, int) and not isinstance(served, bool) and served > 0 else None
 
     def _receive(self, what: str) -> Any:
         from websockets.exceptions import ConnectionClosed
@@ -205,25 +209,27 @@ class OpenPIPolicy:
             raise PolicyServerError(f"{where}: 'actions' is not numeric") from None
         if chunk.ndim != 2 or chunk.shape[1] != ACTION_DIM:
             raise PolicyServerError(f"{where}: 'actions' has shape {chunk.shape}; expected (chunk, {ACTION_DIM})")
-        if chunk.shape[0] < self.replan_steps:
-            raise PolicyServerError(f"{where}: a chunk of {chunk.shape[0]} actions is shorter than "
-                                    f"--replan-steps {self.replan_steps}")
+        replan = self.replan_steps or self._served_replan or chunk.shape[0]
+        if chunk.shape[0] < replan:
+            said = (f"--replan-steps {replan}" if self.replan_steps else f"the checkpoint's n_action_steps {replan}")
+            raise PolicyServerError(f"{where}: a chunk of {chunk.shape[0]} actions is shorter than {said}")
         if not np.isfinite(chunk).all():
             raise PolicyServerError(f"{where}: 'actions' holds non-finite values")
-        return chunk[:self.replan_steps]
+        return chunk[:replan]
 
 
 def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def openpi_factory(address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS, timeout_s: float = DEFAULT_TIMEOUT_S,
+def openpi_factory(address: str, *, replan_steps: int | None = DEFAULT_REPLAN_STEPS,
+                   timeout_s: float = DEFAULT_TIMEOUT_S,
                    wait_s: float = DEFAULT_WAIT_S, **_other: Any) -> tuple[str, Callable[[], OpenPIPolicy]]:
     """(model name, factory) for `openpi://HOST:PORT`; validates the address and options."""
     m = _ADDRESS.match(address)
     if m is None or not 0 < int(m["port"]) < 65536:
         raise ValueError(f"openpi://{address}: expected openpi://HOST:PORT, e.g. openpi://127.0.0.1:8000")
-    if int(replan_steps) < 1:
+    if replan_steps is not None and int(replan_steps) < 1:
         raise ValueError(f"--replan-steps expects a positive integer, got {replan_steps}")
     if not float(timeout_s) > 0:
         raise ValueError(f"--policy-timeout expects a positive number of seconds, got {timeout_s}")
@@ -234,5 +240,6 @@ def openpi_factory(address: str, *, replan_steps: int = DEFAULT_REPLAN_STEPS, ti
     def make() -> OpenPIPolicy:
         return OpenPIPolicy(f"{host}:{port}", replan_steps=replan_steps, timeout_s=timeout_s, wait_s=wait_s)
     make.cameras = OpenPIPolicy.cameras
-    make.provenance = {"adapter": "openpi", "model_id": f"openpi://{host}:{port}", "replan_steps": int(replan_steps)}
+    make.provenance = {"adapter": "openpi", "model_id": f"openpi://{host}:{port}",
+                       "replan_steps": None if replan_steps is None else int(replan_steps)}
     return f"openpi-{host.strip('[]').replace(':', '_')}-{port}", make
