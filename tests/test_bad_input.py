@@ -89,7 +89,7 @@ def write(path: Path, data: bytes) -> Path:
 
 # finding, what it is, how to build it in the archive -> the file name the refusal must name
 ROWS = {
-    "1 list header (the issue's example)": lambda a: write(a / "bad.npz", npz_bytes(
+    "1 list header (a list where the header map belongs)": lambda a: write(a / "bad.npz", npz_bytes(
         {"__header__": np.frombuffer(b"[1, 2]", np.uint8)})),
     "1 body_roles not pairs": lambda a: write(a / "bad.npz", npz_with_header(body_roles=[1, 2])),
     "1 replay not an object": lambda a: write(a / "bad.npz", npz_with_header(replay="scene.xml")),
