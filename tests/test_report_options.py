@@ -67,7 +67,8 @@ def reference(store, reading: Reading) -> pd.DataFrame:
     bench = dict(zip(eps["episode_id"], eps["benchmark"]))
     safe, vsi = {e: True for e in eps["episode_id"]}, {e: 0.0 for e in eps["episode_id"]}
     for row in specs.itertuples():
-        if row.report_only or not row.active or row.family in off.get(reg.canonical_benchmark(bench[row.episode_id]), ()):
+        switched_off = off.get(reg.canonical_benchmark(bench[row.episode_id]), ())
+        if row.report_only or not row.active or row.family in switched_off:
             continue
         spec = reg.spec(row.family).with_threshold(row.threshold)
         safe[row.episode_id] &= bool(row.rho >= 0)
@@ -161,6 +162,22 @@ def test_metrics_json_is_the_reference(report):
     assert whole["n"] == len(ref)
     assert (whole["safety"], whole["sbu"], whole["vsi"]) == pytest.approx(
         (ref["safe"].mean(), ref["sbu"].mean(), ref["vsi"].mean()))
+
+
+def test_every_caption_names_its_sampling_and_reading(report):
+    reading, out, _ = report
+    sentence = (f"Applicability preset: {reading.applicability}; VSI saturation: {reading.vsi_saturation}.")
+    # the fixture's synthetic records hold no substep peaks: scored under the default option
+    sampling = "Force and torque sampling: control-step samples (the records hold no substep peaks)."
+    captions = sorted(out.glob("*.md")) + sorted((out / "paper").glob("*.md"))
+    assert len(captions) >= 13
+    for path in captions:
+        caption = path.read_text().split("\n", 1)[0]
+        assert sampling in caption and sentence in caption and "Rollout protocol" in caption, path.name
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["force_sampling"] == {"control (no peaks recorded)": len(doc["episodes"])}
+    assert doc["reading"]["applicability"].startswith(reading.applicability + ":")
+    assert doc["reading"]["vsi_saturation"].startswith(reading.vsi_saturation + ":")
 
 
 def test_figure2_is_the_reference(store):

@@ -6,7 +6,7 @@ and vsi; one `aggregate` with sr, safety, sbu, p_unsafe_given_success and vsi. T
     {"format": "safevla-bench/metrics-output", "version": 2,
      "registry_hash": ..., "thresholds": {family: threshold},
      "reading": {"applicability": ..., "vsi_saturation": ...},
-     "protocols": {"openpi": n, ...}, "notes": [...],
+     "protocols": {"openpi": n, ...}, "force_sampling": {"substep_peak": n, ...}, "notes": [...],
      "episodes": [{"episode_id", "benchmark", "task_id", "model", "suite", "success",
                    "active_specs": [spec_id, ...], "robustness": {spec_id: rho | null},
                    "vacuous_specs": [spec_id, ...], "safe", "sbu", "vsi"}],
@@ -25,7 +25,9 @@ gated clause whose gate never opened (rho = +inf: satisfied, with no margin) is 
 the minimum over the numbers still gets the verdict. Proportions are fractions in
 [0, 1]; `p_unsafe_given_success` is null when SR = 0. `protocols` counts the episodes per
 rollout protocol ("openpi", "lerobot (overridden)", "not recorded" for records that do
-not say), so a reader knows which harness's SR it is. `excluded` lists the episodes left
+not say), so a reader knows which harness's SR it is; `force_sampling` counts them per
+force and torque sampling (`scoring.report.provenance.sampling_counts`: "substep_peak",
+"control", "control (no peaks recorded)", "not recorded"). `excluded` lists the episodes left
 out of `aggregate` and `cells`, as of every table (the scene was not at rest at step 0).
 """
 
@@ -37,6 +39,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import pandas as pd
 
+from scoring.report.provenance import sampling_counts
 from scoring.report.tables import protocol_counts
 from scoring.stats.metrics import aggregate, unsettled_mask
 
@@ -80,7 +83,8 @@ def metrics_output(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, manife
     return {"format": FORMAT, "version": VERSION, "registry_hash": manifest.get("registry_hash"),
             "thresholds": dict(manifest.get("thresholds") or {}), "reading": dict(reading or {}),
             "ci": {"proportions": "Wilson 95%", "vsi": f"percentile bootstrap 95%, 10,000 resamples, seed {seed}"},
-            "protocols": protocol_counts(episodes), "notes": list(notes), "episodes": rows,
+            "protocols": protocol_counts(episodes), "force_sampling": sampling_counts(episodes),
+            "notes": list(notes), "episodes": rows,
             "aggregate": _metrics(aggregate(counted, by=(), seed=seed).iloc[0]) if len(counted) else None,
             "cells": [{**{k: a[k] for k in by}, **_metrics(a)}
                       for a in aggregate(counted, by=by, seed=seed).to_dict("records")],

@@ -11,7 +11,7 @@ VSI saturation) and, next to every torque figure, which joint the violations com
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +23,8 @@ from scoring.report.paper_grids import composition_tables, per_task_table
 from scoring.report.paper_layout import main_tables, spec_rate_tables, table_name, with_canonical_benchmark
 from scoring.report.readings import Reading, apply_reading, describe, preset, switched_off_tasks
 from scoring.report.table_render import PaperTable, to_latex, to_markdown
-from scoring.report.tables import build_tables, write_tables
+from scoring.report.provenance import made_with
+from scoring.report.tables import build_tables, exclude_unsettled, protocol_note, write_tables
 from scoring.report.torque_joints import attribution_of, violation_joints
 
 PAPER_BY = ("model", "suite")
@@ -94,24 +95,39 @@ def train_labels(store: str | Path, episodes: pd.DataFrame) -> dict[str, str]:
 
 
 def paper_tables(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
-                 notes: Notes) -> list[PaperTable]:
-    """Every paper-layout table, with the footnotes that apply to it."""
+                 notes: Notes, reading: Reading = Reading()) -> list[PaperTable]:
+    """Every paper-layout table, with the footnotes that apply to it.
+
+    `episodes` and `spec_results` are already under `reading`. Each caption ends with the
+    protocol, the force and torque sampling and the reading of its own episodes; episodes
+    whose scene never came to rest are left out, as in the long tables.
+    """
+    episodes, spec_results, unsettled = exclude_unsettled(episodes, spec_results)
     hosts = with_canonical_benchmark(episodes, registry)
     goal = [notes.goal] if (hosts["benchmark"] == "libero-goal").any() else []
-    tables = main_tables(episodes, registry=registry, train=train_labels(store, episodes), notes=[notes.vsi])
+    train = train_labels(store, episodes)
+    tables: list[PaperTable] = []
     for host, g in hosts.groupby("host", sort=True):
         rows = spec_results[spec_results["episode_id"].isin(g["episode_id"])]
         torque = {"joint_torque": [notes.torque_by_host[host]]}
         eps = episodes[episodes["episode_id"].isin(g["episode_id"])]
-        tables += spec_rate_tables(eps, rows, registry=registry, notes_for=torque)
-        tables += composition_tables(eps, rows, registry=registry, notes_for=torque)
-    tables.append(per_task_table(episodes, registry=registry, notes=goal))
+        made = _made_with(eps, reading) + unsettled
+        tables += [replace(t, caption=f"{t.caption} {made}") for t in
+                   [*main_tables(eps, registry=registry, train=train, notes=[notes.vsi]),
+                    *spec_rate_tables(eps, rows, registry=registry, notes_for=torque),
+                    *composition_tables(eps, rows, registry=registry, notes_for=torque)]]
+    t12 = per_task_table(episodes, registry=registry, notes=goal)
+    tables.append(replace(t12, caption=f"{t12.caption} {_made_with(episodes, reading)}{unsettled}"))
     # Goal's cells are where the two applicability readings differ
     goal_tables = {table_name("libero", kind) for kind in ("main", "spec_rates", "composition")}
     for t in tables:
         if t.name in goal_tables:
             t.notes.extend(goal)
     return tables
+
+
+def _made_with(episodes: pd.DataFrame, reading: Reading) -> str:
+    return " ".join(s for s in (protocol_note(episodes), made_with(episodes, reading)) if s)
 
 
 def write_paper_tables(tables: Sequence[PaperTable], out_dir: str | Path) -> list[Path]:
@@ -141,8 +157,8 @@ def write_report(store: str | Path, out: str | Path, *, episodes: pd.DataFrame, 
     long["table4_main"] = (f"{caption} {notes.vsi}", df)
     paths = write_tables(long, out)
     if tuple(by) == PAPER_BY:
-        paths += write_paper_tables(paper_tables(store, episodes, spec_results, registry=reg, notes=notes),
-                                    Path(out) / "paper")
+        paths += write_paper_tables(paper_tables(store, episodes, spec_results, registry=reg, notes=notes,
+                                                 reading=reading), Path(out) / "paper")
     doc = metrics_output(episodes, spec_results, manifest=manifest, reading=describe(reading, registry=reg),
                          notes=[notes.goal, notes.vsi, notes.torque], by=by, seed=seed)
     path = Path(out) / "metrics.json"

@@ -18,6 +18,7 @@ import pandas as pd
 from scoring.evaluate.whatif import WhatIf
 from scoring.records.io import atomic_write_bytes
 from scoring.registry.lookup import Registry, load_registry
+from scoring.report.provenance import made_with
 from scoring.report.readings import Reading
 from scoring.stats.metrics import aggregate, sbu_composition, spec_rates, unsettled_mask
 
@@ -204,13 +205,14 @@ def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry
     """All report tables: name -> (caption, table).
 
     `episodes` and `spec_results` are already under `reading` (`apply_reading`); Table 9
-    re-scores its thresholds with the reading's VSI saturation. Episodes whose scene never
-    came to rest (`settled` false) are left out of every table, and every caption ends with
-    a footnote that counts them.
+    re-scores its thresholds with the reading's VSI saturation. Every caption names the
+    rollout protocol, the force and torque sampling and the reading. Episodes whose scene
+    never came to rest (`settled` false) are left out of every table, and every caption
+    ends with a footnote that counts them.
     """
     reg = registry or load_registry()
     episodes, spec_results, note = exclude_unsettled(episodes, spec_results)
-    note = f" {protocol_note(episodes)}{note}"
+    note = "".join(f" {s}" for s in (protocol_note(episodes), made_with(episodes, reading)) if s) + note
     tables = {
         "table4_main": ("Main results per cell (Tables 4/5): SR, Safety, SBU, P[U|S] with Wilson 95% CI; VSI with "
                         "10,000-resample bootstrap 95% CI.", main_table(episodes, by=by, seed=seed)),

@@ -1,0 +1,65 @@
+"""What a report's numbers were made with, beyond the rollout protocol (`tables.protocol_note`):
+the force and torque sampling of the scored signals and the readings of the paper's ambiguities.
+
+Each is a short caption sentence and a metrics.json field. Sampling comes from the run
+store's `force_sampling` (what the signals held) and `force_sampling_option` (the
+`safevla score --force-sampling` option) columns (docs/scoring.md, "Force sampling").
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from scoring.report.readings import Reading
+
+NOT_RECORDED = "not recorded"
+# store key -> words in a caption
+SAMPLING_WORDS = {
+    "substep_peak": "substep peaks",
+    "control": "control-step samples",
+    "control (no peaks recorded)": "control-step samples (the records hold no substep peaks)",
+    NOT_RECORDED: "not recorded",
+}
+
+
+def sampling_counts(episodes: pd.DataFrame) -> dict[str, int]:
+    """Episodes per force/torque sampling: "substep_peak", "control" (scored under
+    `--force-sampling control`), "control (no peaks recorded)" (scored under the peak
+    option from records that hold only samples) or "not recorded" (a store without the columns)."""
+    if episodes.empty:
+        return {}
+    if "force_sampling" not in episodes.columns:
+        return {NOT_RECORDED: int(len(episodes))}
+    option = (episodes["force_sampling_option"] if "force_sampling_option" in episodes.columns
+              else pd.Series([None] * len(episodes), index=episodes.index))
+    counts: dict[str, int] = {}
+    for held, chosen in zip(episodes["force_sampling"].to_numpy(object), option.to_numpy(object)):
+        if not isinstance(held, str):
+            key = NOT_RECORDED
+        elif held == "control" and chosen == "peak":
+            key = "control (no peaks recorded)"
+        else:
+            key = held
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def sampling_note(episodes: pd.DataFrame) -> str:
+    """The caption's sentence on the force and torque sampling behind the table."""
+    counts = sampling_counts(episodes)
+    if not counts:
+        return ""
+    words = {k: SAMPLING_WORDS.get(k, k) for k in counts}
+    if len(counts) == 1:
+        return f"Force and torque sampling: {words[next(iter(counts))]}."
+    return "Force and torque sampling: " + ", ".join(f"{words[k]} ({v} episodes)" for k, v in counts.items()) + "."
+
+
+def reading_note(reading: Reading) -> str:
+    """The caption's sentence on the readings of the paper's ambiguities in force."""
+    return f"Applicability preset: {reading.applicability}; VSI saturation: {reading.vsi_saturation}."
+
+
+def made_with(episodes: pd.DataFrame, reading: Reading) -> str:
+    """Sampling and reading sentences, space-separated (the protocol sentence is `tables.protocol_note`)."""
+    return " ".join(s for s in (sampling_note(episodes), reading_note(reading)) if s)
