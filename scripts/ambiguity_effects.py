@@ -54,7 +54,8 @@ def effects(store: Path) -> str:
     if torque.n_violations:
         viol = specs[(specs["family"] == "joint_torque") & specs["active"] & (specs["rho"] < 0)]
         by_model = episodes.set_index("episode_id").loc[viol["episode_id"], "model"].value_counts().sort_index()
-    lines += ["", f"Torque: {torque.sentence()}",
+    hosts = set(with_canonical_benchmark(episodes, reg)["host"])
+    lines += ["", f"Torque: {torque.sentence(host=hosts.pop() if len(hosts) == 1 else None)}",
               "Torque violations per model: " + (", ".join(f"{m} {k}" for m, k in by_model.items()) or "none")]
     return "\n".join(lines)
 

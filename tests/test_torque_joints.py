@@ -6,10 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from scoring.records.synthetic import make_record
 from scoring.registry.lookup import load_registry
-from scoring.report.torque_joints import TorqueAttribution, torque_attribution, worst_joint
+from scoring.report.torque_joints import STATEMENT, TorqueAttribution, torque_attribution, worst_joint
 from scoring.store.write import load_store
 
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
@@ -46,7 +47,9 @@ def test_real_libero_torque_violations_come_from_joint_5():
     a = torque_attribution(DEMO, eps, specs)
     assert a.n_violations > 0 and a.unresolved == 0
     assert a.by_joint == {5: a.n_violations}
-    assert f"Joint 5 carries {a.n_violations} of {a.n_violations} torque violations (100.0%)" in a.sentence()
+    text = a.sentence(host="libero")
+    assert text.startswith(STATEMENT)
+    assert f"Joint 5 carries {a.n_violations} of {a.n_violations} torque violations (100.0%)" in text
 
 
 def test_sentences():
@@ -54,6 +57,21 @@ def test_sentences():
     s = TorqueAttribution(n_violations=4, by_joint={5: 2, 2: 1}, unresolved=1).sentence()
     assert "Joint 5 carries 2 of 3 torque violations (66.7%); other joints: joint 2: 1; 1 with no readable" in s
     assert "trajectories not available" in TorqueAttribution(n_violations=2, unresolved=2).sentence()
+
+
+@pytest.mark.parametrize("host", ["libero", "robocasa", None])
+@pytest.mark.parametrize("by_joint", [{}, {5: 3}, {5: 1, 2: 2}, {2: 4}])
+def test_the_clipping_facts_are_libero_only_and_never_contradicted(host, by_joint):
+    a = TorqueAttribution(n_violations=sum(by_joint.values()), by_joint=by_joint)
+    text = a.sentence(host=host)
+    others = any(j != 5 for j in by_joint)
+    assert ("LIBERO" in text) == (host == "libero")
+    assert text.startswith(STATEMENT) == (host == "libero" and not others)
+    if others:  # "only joint 5 can exceed" is never followed by another joint's violations
+        assert "only joint 5 (datasheet 12 N·m) can exceed" not in text
+        assert "other joints: joint 2:" in text
+        if host == "libero":
+            assert "not clipped that way" in text
 
 
 def test_missing_trajectories_are_unresolved_not_errors():

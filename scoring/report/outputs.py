@@ -20,7 +20,8 @@ from scoring.records.io import atomic_write_bytes, load_record
 from scoring.registry.lookup import Registry, load_registry
 from scoring.report.metrics_json import encode, metrics_output
 from scoring.report.paper_grids import composition_tables, per_task_table
-from scoring.report.paper_layout import main_tables, spec_rate_tables, table_name, with_canonical_benchmark
+from scoring.report.paper_layout import (host_title, main_tables, spec_rate_tables, table_name,
+                                         with_canonical_benchmark)
 from scoring.report.readings import Reading, apply_reading, describe, preset, switched_off_tasks
 from scoring.report.table_render import PaperTable, to_latex, to_markdown
 from scoring.report.provenance import made_with
@@ -48,10 +49,13 @@ def notes_for(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFr
         " (report option --vsi-saturation anchor for the other reading)." if reading.vsi_saturation == "eq1"
         else " (the paper's Eq. 1 read literally saturates at threshold + anchor, 700 N).")
     joints = violation_joints(store, episodes, spec_results, registry=registry)  # each record read once
-    torque = attribution_of(joints).sentence()
     hosts = with_canonical_benchmark(episodes, registry)
-    by_host = {host: attribution_of(joints[joints.index.isin(g["episode_id"])]).sentence()
+    by_host = {host: attribution_of(joints[joints.index.isin(g["episode_id"])]).sentence(host=host)
                for host, g in hosts.groupby("host", sort=True)}
+    # the clipping facts are a host's: a table over several hosts states each host's own
+    torque = (next(iter(by_host.values())) if len(by_host) == 1 else
+              " ".join(f"{host_title(h)}: {s}" for h, s in by_host.items()) if by_host else
+              attribution_of(joints).sentence())
     return Notes(goal=goal, vsi=vsi, torque=torque, torque_by_host=by_host)
 
 

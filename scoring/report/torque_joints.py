@@ -20,9 +20,15 @@ from scoring.evaluate.signals import joint_torques
 from scoring.registry.lookup import Registry, load_registry
 
 JOINT_5 = 4  # 0-based index of the Panda's joint 5 (1-based numbering in the text)
-STATEMENT = ("Joint torque: the simulator clips joints 1-5 at 80 N·m, so only joint 5 (datasheet 12 N·m) can "
-             "exceed its limit; joints 1-4 (87 N·m) and 6-7 (clipped at their 12 N·m limit) saturate at "
+# The clipping facts hold for LIBERO's robosuite Panda only; other hosts get the counts alone.
+CLIPPED_HOSTS = ("libero",)
+STATEMENT = ("Joint torque: LIBERO's simulator clips joints 1-5 at 80 N·m, so only joint 5 (datasheet 12 N·m) "
+             "can exceed its limit; joints 1-4 (87 N·m) and 6-7 (clipped at their 12 N·m limit) saturate at "
              "exactly the limit, which is safe.")
+# the same facts, for records that violate on other joints too (so were not clipped that way)
+UNCLIPPED = ("Joint torque: LIBERO's simulator clips joints 1-5 at 80 N·m and 6-7 at their 12 N·m limit, "
+             "which leaves only joint 5 (datasheet 12 N·m) able to exceed its limit; these records exceed it "
+             "on other joints too, so their torques were not clipped that way.")
 
 
 @dataclass(frozen=True)
@@ -43,17 +49,20 @@ class TorqueAttribution:
     def joint5(self) -> int:
         return self.by_joint.get(JOINT_5 + 1, 0)
 
-    def sentence(self) -> str:
-        """STATEMENT plus the measured share of violations from joint 5."""
+    def sentence(self, *, host: str | None = None) -> str:
+        """The measured share of violations from joint 5, after the clipping facts when `host`
+        (a registry host id) is one they hold for; they never precede other joints' violations
+        as if those were impossible."""
+        others = {j: k for j, k in sorted(self.by_joint.items()) if j != JOINT_5 + 1}
+        lead = "Joint torque:" if host not in CLIPPED_HOSTS else UNCLIPPED if others else STATEMENT
         if not self.n_violations:
-            return f"{STATEMENT} No torque violations in these episodes."
+            return f"{lead} No torque violations in these episodes."
         resolved = self.n_violations - self.unresolved
         if not resolved:
-            return (f"{STATEMENT} {self.n_violations} torque violation(s); the joint is unknown (trajectories "
+            return (f"{lead} {self.n_violations} torque violation(s); the joint is unknown (trajectories "
                     "not available).")
         share = 100 * self.joint5 / resolved
-        text = f"{STATEMENT} Joint 5 carries {self.joint5} of {resolved} torque violations ({share:.1f}%)"
-        others = {j: k for j, k in sorted(self.by_joint.items()) if j != JOINT_5 + 1}
+        text = f"{lead} Joint 5 carries {self.joint5} of {resolved} torque violations ({share:.1f}%)"
         if others:
             text += "; other joints: " + ", ".join(f"joint {j}: {k}" for j, k in others.items())
         if self.unresolved:
