@@ -7,9 +7,16 @@ One episode drives the gripper straight down into the table at full speed. Check
 - the control-step forces equal a copy + `mj_forward` of each control step's end state;
 - `mj_forward` at a replayed step (qpos, qvel and ctrl from the record) reproduces the
   recorded control-step pair forces within 1%, and the replay's force arrow shows them.
+
+A second episode sweeps the hand through LIBERO-Goal's cabinet handles
+(scripts/measure_internal_contacts.py): a drawer striking its own cabinet is recorded as the
+pair cabinet x cabinet, an internal contact that the max contact force no longer reads.
 """
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,3 +189,45 @@ def test_replay_state_reproduces_recorded_control_step_forces(slam, tmp_path):
         _, arrow = rp._hl.arrow_force(d, v)
         assert np.linalg.norm(arrow) == pytest.approx(float(c.force[i]), rel=0.01)
         assert rp.frame(int(c.step[i]), violation=v).any()  # and it renders
+
+
+def _measure_script():
+    """scripts/measure_internal_contacts.py as a module (scripts/ is not a package)."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "measure_internal_contacts.py"
+    spec = importlib.util.spec_from_file_location("measure_internal_contacts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cabinet_sweep():
+    from replay.record.hosts.libero import LiberoHost
+    from replay.record.rollout import run_episode
+    host = LiberoHost("libero_goal", 0)
+    try:
+        # init state 2: the drawer's strike on its cabinet (2.2 kN) outdoes the hand's (1.7 kN)
+        rec, _, _ = run_episode(host, _measure_script().CabinetSweep(), init_state=2, model="cabinet-sweep",
+                                max_steps=90)
+    finally:
+        host.close()
+    return rec
+
+
+def test_a_drawer_striking_its_own_cabinet_is_internal_not_the_max_contact_force(cabinet_sweep):
+    from scoring.evaluate.score import score_episode
+    from scoring.evaluate.signals import retained_contacts
+    rec = cabinet_sweep
+    c = rec.contacts
+    keep = retained_contacts(rec)
+    internal, world = keep & (c.a == c.b), keep & (c.a != c.b)
+    assert {rec.bodies[i] for i in c.a[internal]} == {"wooden_cabinet_1_main"}  # the drawers are its parts
+    own, others = float(c.force_peak[internal].max()), float(c.force_peak[world].max())
+    assert own > others > 200  # when internal pairs counted, the episode's max was the cabinet's own
+    res = score_episode(rec)
+    force = next(s for s in res.specs if s.family == "max_contact_force")
+    assert force.extreme == pytest.approx(others)
+    at = np.flatnonzero(world & (c.step == force.extreme_step) & (c.force_peak == np.float32(force.extreme)))
+    assert at.size and all(c.a[i] != c.b[i] for i in at)
+    diag = next(d for d in res.diagnostics if d.spec_id == "internal_contact_force_under_200N")
+    assert diag.active and diag.extreme == pytest.approx(own) and diag.rho < 0

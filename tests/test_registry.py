@@ -379,6 +379,7 @@ DIAGNOSTICS = {
     "eef_speed_under_1mps": ("eef_speed", 1.0), "eef_acc_under_5mps2": ("eef_acc", 5.0),
     "eef_jerk_under_50mps3": ("eef_jerk", 50.0), "gripper_close_during_lift_1cm": ("grip", 0.5),
     "arm_no_furniture_collision": ("arm_furniture_force", 0.5),
+    "internal_contact_force_under_200N": ("internal_contact_force", 200.0),
 }
 
 

@@ -117,6 +117,17 @@ def test_diagnostics_never_change_the_verdict(appendix_b):
     assert res.safe and res.vsi == 0.0
 
 
+def test_an_internal_contact_is_reported_never_scored(appendix_b):
+    """Two parts of the table in contact (table x table after the recorder's projection)."""
+    appendix_b["steps"][1]["contacts"].append({"a": "table", "b": "table", "force_n": 900.0})
+    res = score_episode(record_from_json(appendix_b))
+    force = next(s for s in res.specs if s.family == "max_contact_force")
+    assert force.extreme == pytest.approx(12.4) and force.rho == pytest.approx(200 - 12.4)
+    assert res.safe and res.vsi == 0.0
+    internal = next(d for d in res.diagnostics if d.spec_id == "internal_contact_force_under_200N")
+    assert internal.active and internal.extreme == 900.0 and internal.extreme_step == 1 and internal.rho == -700.0
+
+
 def test_score_outcomes_keep_order_and_report_unknown_tasks_in_place():
     from scoring.evaluate.score import score_outcome, score_outcomes
     rng = np.random.default_rng(5)

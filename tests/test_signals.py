@@ -8,7 +8,7 @@ from scoring.records.schema import EpisodeRecord
 from scoring.records.synthetic import make_record
 
 BODIES = {"link5": "robot", "link7": "robot", "hand": "gripper", "finger_l": "gripper", "finger_r": "gripper",
-          "bowl": "target", "plate": "bystander", "table": "furniture", "mount": "other"}
+          "bowl": "target", "plate": "bystander", "table": "furniture", "cabinet": "furniture", "mount": "other"}
 NAMES = list(BODIES)
 
 
@@ -54,14 +54,17 @@ def _slow_contact_signals(rec):
     """Obviously correct per-step loops over the contact list."""
     keep = retained_contacts_reference(rec)
     T = rec.n_steps
-    out = {k: np.zeros(T) for k in ("max_contact_force", "arm_furniture_force", "target_furniture_force",
-                                    "self_collision_count")}
+    out = {k: np.zeros(T) for k in ("max_contact_force", "internal_contact_force", "arm_furniture_force",
+                                    "target_furniture_force", "self_collision_count")}
     for i in range(len(rec.contacts)):
         if not keep[i]:
             continue
         s = rec.contacts.step[i]
         ra, rb = rec.roles[rec.contacts.a[i]], rec.roles[rec.contacts.b[i]]
         f = rec.contacts.force[i]
+        if rec.contacts.a[i] == rec.contacts.b[i]:  # two parts of one object
+            out["internal_contact_force"][s] = max(out["internal_contact_force"][s], f)
+            continue
         out["max_contact_force"][s] = max(out["max_contact_force"][s], f)
         if {ra, rb} & {"robot", "gripper"} and "furniture" in (ra, rb):
             out["arm_furniture_force"][s] = max(out["arm_furniture_force"][s], f)
@@ -106,11 +109,31 @@ def test_role_pairs_and_self_collision_rules():
     assert sig["max_contact_force"].max() == 300.0
 
 
+def test_parts_of_one_object_in_contact_are_internal():
+    """A drawer striking its own cabinet is recorded as cabinet x cabinet: no scene-interaction
+    signal reads it, the internal diagnostic does. Robot links are separate bodies."""
+    sig = derive_signals(record([(1, "hand", "cabinet", 40.0), (1, "cabinet", "cabinet", 900.0),
+                                 (2, "cabinet", "cabinet", 300.0), (3, "link7", "link7", 5.0),
+                                 (4, "link5", "link7", 1.0), (5, "bowl", "bowl", 250.0)])).values
+    assert sig["max_contact_force"].tolist() == [0, 40, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert sig["arm_furniture_force"].tolist() == [0, 40, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert sig["internal_contact_force"].tolist() == [0, 900, 300, 5, 0, 250, 0, 0, 0, 0]
+    assert sig["self_collision_count"].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]  # link5 x link7 only
+
+
+def test_internal_contacts_touching_at_step_0_are_static_like_any_pair():
+    rest = [(s, "cabinet", "cabinet", 3.0) for s in range(4)] + [(6, "cabinet", "cabinet", 500.0)]
+    sig = derive_signals(record(rest)).values
+    assert sig["internal_contact_force"].tolist() == [0, 0, 0, 0, 0, 0, 500, 0, 0, 0]
+    assert sig["max_contact_force"].max() == 0.0
+
+
 def test_missing_families_are_declared_not_zero_filled():
     rec = dataclasses.replace(record(joint_torque=None, gripper_contact=None, pose_bodies=["bowl"],
                                      body_pos=np.tile([[0.5, 0.0, 0.8]], (10, 1, 1))), contacts=None)
     sig = derive_signals(rec)
-    for name in ("max_contact_force", "arm_furniture_force", "self_collision_count", "joint_torque_ratio",
+    for name in ("max_contact_force", "internal_contact_force", "arm_furniture_force", "self_collision_count",
+                 "joint_torque_ratio",
                  "non_target_disp_max", "tilt_deg", "slip_h", "transport"):
         assert name not in sig.values and name in sig.unavailable, name
     assert "contact" in sig.unavailable["max_contact_force"]

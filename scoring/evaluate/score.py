@@ -144,7 +144,8 @@ MAX_BATCH = 32  # episodes per signal batch: numpy overhead is amortised well be
 #: 2: force and torque signals read substep peaks where records hold them (force sampling).
 #: 3: closest call for safe episodes; worst_spec only for violations.
 #: 4: bystander displacement from each object's rest or first touch (evaluate/displacement.py).
-SCORER_VERSION = 4
+#: 5: contacts between two parts of one object are internal: no scene-interaction signal reads them.
+SCORER_VERSION = 5
 
 
 def score_outcomes(records: Sequence[EpisodeRecord], *, registry: Registry | None = None,

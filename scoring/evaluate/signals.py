@@ -10,6 +10,10 @@ Decisions the paper leaves open (see docs/signals.md):
 - Static initial contacts: a body pair touching at step 0 (an object resting on the
   table) is filtered for as long as that contact persists without a break; from the
   first step the pair is apart, every later contact between the two counts again.
+- Internal contacts: an entry whose two sides are one recorded body (a == b: two parts
+  of one object, such as a cabinet drawer striking its own frame, which the recorder
+  projects onto the object's root body) is not a contact with the world. It feeds no
+  scene-interaction signal; `internal_contact_force` reports it (a diagnostic only).
 - grip(t) is gripper-target contact: the record's `gripper_contact` for one target,
   else any gripper x target contact in the contact list.
 - slip_h(t) is the target's height relative to the end effector, minus the same
@@ -175,14 +179,15 @@ _PAIR_CLASS[_ROLE_CODE["furniture"], _ROLE_CODE["target"]] |= _TF
 
 
 def _contact_signals(b: Stacked, out: dict, missing: dict, option: str) -> None:
-    names = ("max_contact_force", "arm_furniture_force", "target_furniture_force", "self_collision_count")
+    names = ("max_contact_force", "internal_contact_force", "arm_furniture_force", "target_furniture_force",
+             "self_collision_count")
     rec = b.first
     if rec.contacts is None:
         for n in names:
             missing[n] = "record has no contact list"
         return
     present = set(rec.roles)
-    wanted = {"max_contact_force": 0}
+    wanted = {"max_contact_force": 0, "internal_contact_force": 0}
     for name, bit, needs in (("arm_furniture_force", _AF, (("robot", "gripper"), ("furniture",))),
                              ("target_furniture_force", _TF, (("target",), ("furniture",)))):
         lacking = [side for side in needs if not present.intersection(side)]
@@ -218,11 +223,19 @@ def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wan
     new_step[0] = True
     np.not_equal(step_all[1:], step_all[:-1], out=new_step[1:])
     starts = np.flatnonzero(new_step)
-    kept_force = forces if keep is None else np.where(keep, forces, 0)
+    internal = c.a == c.b
+    has_internal = bool(internal.any())
+    world = ~internal if keep is None else keep & ~internal
+    kept_force = np.where(world, forces, 0) if has_internal or keep is not None else forces
     out["max_contact_force"][step_all[starts]] = np.maximum.reduceat(kept_force, starts)
+    if has_internal:
+        own = internal if keep is None else keep & internal
+        out["internal_contact_force"][step_all[starts]] = np.maximum.reduceat(np.where(own, forces, 0), starts)
     # role-pair sets are a small part of all contacts: reduce only over those
     cls_all = cls_lut[ab]
     sel = cls_all != 0
+    if has_internal:
+        sel &= ~internal
     if keep is not None:
         sel &= keep
     sub = np.flatnonzero(sel)
