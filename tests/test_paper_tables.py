@@ -1,4 +1,4 @@
-"""Paper-layout tables (Tables 4/5, 7/8, 10/11, 12): golden files on a small fixed store,
+"""Paper-layout tables (Tables 4/5, 7/8, 9, 10/11, 12): golden files on a small fixed store,
 LaTeX that compiles, and the layout rules (bold, dagger, labels, decimals, task names).
 
 Regenerate the golden files after a deliberate change with
@@ -24,7 +24,7 @@ from scoring.report.table_render import Cell, PaperTable, latex_escape, to_latex
 from scoring.store.write import load_store
 
 GOLDEN = Path(__file__).parent / "golden" / "paper_tables"
-PAPER = ("table4", "table5", "table7", "table8", "table10", "table11", "table12")
+PAPER = ("table4", "table5", "table7", "table8", "table9", "table10", "table11", "table12")
 UPDATE = os.environ.get("SAFEVLA_UPDATE_GOLDEN") == "1"
 
 
@@ -115,6 +115,17 @@ def test_labels_are_the_papers(report):
     assert "1x limit" not in t7 and "bystander@" not in t7
     t10 = (report[1] / "paper" / "table10.md").read_text()
     assert re.search(r"(disp@5mm|max-force@200N|grasp-slip@2cm) \d+%", t10)
+
+
+def test_table9_is_two_level_with_labels_from_the_thresholds(report):
+    text = (report[1] / "paper" / "table9.md").read_text()
+    head = next(line for line in text.splitlines() if line.startswith("| Variant"))
+    assert "LIBERO mean Safety" in head and "RoboCasa-365 mean VSI" in head and "P[U\\|S]" in head
+    assert "| Default: F=200N, disp=5mm, tilt=15°, τ=87N·m |" in text
+    assert "| Torque relaxed: τ=174N·m |" in text and "176" not in text
+    assert "x2: 174 N·m on joints 1-4 (87 N·m)" in text
+    tex = (report[1] / "paper" / "table9.tex").read_text()
+    assert r"\multicolumn{4}{c}{LIBERO mean}" in tex and r"\cmidrule(lr){2-5}" in tex
 
 
 def test_composition_is_a_grid(report):

@@ -3,7 +3,7 @@
 The readings (`--applicability`, `--vsi-saturation`) change Safety, SBU, P[U|S] and VSI.
 For each combination the report is written by the CLI, and every table showing one of
 those quantities is compared with a slow reference computed here from the stored rows:
-the long Tables 4, 9, 10 and 12, the paper Tables 4/5, metrics.json and Figure 2. So the
+the long Tables 4, 9, 10 and 12, the paper Tables 4/5 and 9, metrics.json and Figure 2. So the
 tables agree with each other (Table 9's default row is Table 4's mean) under every option.
 """
 
@@ -116,6 +116,18 @@ def test_table9_default_row_is_the_mean_of_table4(report):
         assert default[f"{host} VSI"] == f"{g['vsi'].mean():.3f}", host
 
 
+def test_paper_table9_default_row_is_the_mean_of_table4(report):
+    _, out, ref = report
+    data = pd.read_csv(out / "paper" / "table9.csv")
+    default = data.iloc[0]
+    assert default["variant"].startswith("Default")
+    for host, g in cells(ref).groupby("host"):
+        title = {"libero": "LIBERO", "robocasa": "RoboCasa-365"}[host]
+        assert default[f"{title} Safety"] == pytest.approx(round(100 * g["safety"].mean(), 1))
+        assert default[f"{title} SBU"] == pytest.approx(round(100 * g["sbu"].mean(), 1))
+        assert default[f"{title} VSI"] == pytest.approx(round(g["vsi"].mean(), 3))
+
+
 def test_paper_main_tables_are_the_reference(report):
     _, out, ref = report
     per = cells(ref)
@@ -170,7 +182,7 @@ def test_every_caption_names_its_sampling_and_reading(report):
     # the fixture's synthetic records hold no substep peaks: scored under the default option
     sampling = "Force and torque sampling: control-step samples (the records hold no substep peaks)."
     captions = sorted(out.glob("*.md")) + sorted((out / "paper").glob("*.md"))
-    assert len(captions) >= 13
+    assert len(captions) >= 14
     for path in captions:
         caption = path.read_text().split("\n", 1)[0]
         assert sampling in caption and sentence in caption and "Rollout protocol" in caption, path.name

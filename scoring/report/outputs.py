@@ -1,7 +1,7 @@
 """`safevla report`: every output of a run store in one directory.
 
     REPORT/table4_main.{csv,md,tex} ...   long tables, one row per cell (for analysis)
-    REPORT/paper/table4.{md,tex,csv} ...  the paper's layouts (Tables 4/5, 7/8, 10/11, 12)
+    REPORT/paper/table4.{md,tex,csv} ...  the paper's layouts (Tables 4/5, 7/8, 9, 10/11, 12)
     REPORT/metrics.json                   Appendix B "metrics output"
 
 Footnotes state the choices where the paper is ambiguous (LIBERO-Goal applicability,
@@ -23,6 +23,7 @@ from scoring.report.paper_grids import composition_tables, per_task_table
 from scoring.report.paper_layout import (host_title, main_tables, spec_rate_tables, table_name,
                                          with_canonical_benchmark)
 from scoring.report.readings import Reading, apply_reading, describe, preset, switched_off_tasks
+from scoring.report.sensitivity import sensitivity_means, sensitivity_table, torque_scale_note
 from scoring.report.table_render import PaperTable, to_latex, to_markdown
 from scoring.report.provenance import made_with
 from scoring.report.tables import build_tables, exclude_unsettled, protocol_note, write_tables
@@ -120,6 +121,10 @@ def paper_tables(store: str | Path, episodes: pd.DataFrame, spec_results: pd.Dat
                    [*main_tables(eps, registry=registry, train=train, notes=[notes.vsi]),
                     *spec_rate_tables(eps, rows, registry=registry, notes_for=torque),
                     *composition_tables(eps, rows, registry=registry, notes_for=torque)]]
+    means = sensitivity_means(episodes, spec_results, registry=registry, vsi_saturation=reading.vsi_saturation)
+    scale = torque_scale_note(registry, episodes["benchmark"].unique())
+    t9 = sensitivity_table(means, notes=[n for n in (scale, notes.vsi, notes.torque, *goal) if n])
+    tables.append(replace(t9, caption=f"{t9.caption} {_made_with(episodes, reading)}{unsettled}"))
     t12 = per_task_table(episodes, registry=registry, notes=goal)
     tables.append(replace(t12, caption=f"{t12.caption} {_made_with(episodes, reading)}{unsettled}"))
     # Goal's cells are where the two applicability readings differ

@@ -79,7 +79,7 @@ def flat_header(table: PaperTable) -> list[str]:
 
 def to_markdown(table: PaperTable) -> str:
     """GitHub Markdown: caption, a one-row header, the body, then the notes."""
-    head = flat_header(table)
+    head = [h.replace("|", "\\|") for h in flat_header(table)]
     rule = [":---" if a == "l" else "---:" if a == "r" else ":---:" for a in table.align]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
     lines += ["| " + " | ".join(_md_text(c) for c in row) + " |" for row in table.rows]

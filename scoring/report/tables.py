@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scoring.evaluate.whatif import WhatIf
 from scoring.records.io import atomic_write_bytes
 from scoring.registry.lookup import Registry, load_registry
 from scoring.report.provenance import made_with
 from scoring.report.readings import Reading
+from scoring.report.sensitivity import sensitivity_means
+from scoring.report.table_render import latex_escape
 from scoring.stats.metrics import aggregate, sbu_composition, spec_rates, unsettled_mask
 
 DASH = "—"
@@ -81,34 +82,24 @@ def spec_rate_table(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, regis
 
 
 def sensitivity_table(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
-                      by: Sequence[str] = ("model", "suite"), group: str = "host",
-                      vsi_saturation: str = "eq1") -> pd.DataFrame:
-    """Table 9: Safety, SBU, P[U|S], VSI per preset, as means over the cells of each host.
+                      by: Sequence[str] = ("model", "suite"), vsi_saturation: str = "eq1") -> pd.DataFrame:
+    """Table 9: Safety, SBU, P[U|S], VSI per threshold variant, as means over the cells of each
+    host (`scoring.report.sensitivity`).
 
     `vsi_saturation` is the VSI reading of the report (the default row then equals Table 4's
     means under it); applicability comes with `spec_results`' active flags.
     """
-    wi = WhatIf(episodes, spec_results, registry=registry, vsi_saturation=vsi_saturation)
-    hosts = episodes["benchmark"].map(lambda b: _host(registry, b))
+    means = sensitivity_means(episodes, spec_results, registry=registry, by=by, vsi_saturation=vsi_saturation)
     rows = []
-    for name, preset in registry.presets.items():
-        eps = wi.episodes_frame(episodes, preset.overrides).assign(host=hosts.to_numpy())
-        agg = aggregate(eps, by=[group, *by], ci=False)
-        row = {"variant": preset.label}
-        for host, g in agg.groupby(group, sort=True):
-            row[f"{host} Safety"] = pct(g["safety"].mean())
-            row[f"{host} SBU"] = pct(g["sbu"].mean())
-            row[f"{host} P[U|S]"] = pct(g["p_unsafe_given_success"].mean())
-            row[f"{host} VSI"] = f"{g['vsi'].mean():.3f}"
+    for _, g in means.groupby("variant", sort=False):
+        row = {"variant": g["label"].iloc[0]}
+        for r in g.itertuples():
+            row[f"{r.host} Safety"] = pct(r.safety)
+            row[f"{r.host} SBU"] = pct(r.sbu)
+            row[f"{r.host} P[U|S]"] = pct(r.p_unsafe_given_success)
+            row[f"{r.host} VSI"] = f"{r.vsi:.3f}"
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _host(registry: Registry, benchmark: str) -> str:
-    try:
-        return registry.benchmark(benchmark).host
-    except Exception:  # noqa: BLE001 - an unknown benchmark is its own host group
-        return benchmark
 
 
 def composition_table(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
@@ -193,10 +184,14 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 
 def to_latex(df: pd.DataFrame, caption: str = "") -> str:
-    # "%" in "SR %" would start a LaTeX comment: escape headers and cells alike
-    styler = df.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
-    caption = caption.replace("%", r"\%") if caption else None
-    return styler.to_latex(caption=caption, hrules=True, column_format="l" * len(df.columns))
+    # "%" in "SR %" would start a LaTeX comment, and "τ=87N·m" needs math mode: the paper layouts'
+    # escaping, for headers, cells and caption alike
+    def esc(x) -> str:
+        return latex_escape(str(x))
+
+    styler = df.style.hide(axis="index").format(esc).format_index(esc, axis=1)
+    return styler.to_latex(caption=latex_escape(caption) if caption else None, hrules=True,
+                           column_format="l" * len(df.columns))
 
 
 def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry | None = None,
