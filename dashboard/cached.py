@@ -127,7 +127,7 @@ def traces(_data: D.StoreData, key: str, i: int, items: tuple) -> pd.DataFrame:
     rec = episode_record(_data, i)
     fams = [f for j, f in enumerate(_data.families) if _data.active[i, j]]
     tr = D.robustness_traces(rec, _data.registry, verdicts(_data, key, items).thresholds, fams,
-                             force_sampling=_data.manifest.get("force_sampling", "peak"))
+                             force_sampling=D.scored_option(_data, i))
     # raw plots read in the display units of the spec table and the red line (margin is unitless)
     return D.in_display_units(tr, ("value", "threshold"))
 
@@ -293,7 +293,7 @@ def violations(_data: D.StoreData, key: str, i: int, items: tuple):
     worst = v.frame["worst_spec"].iat[i]
     bad["_w"] = bad["family"] != worst
     bad = bad.sort_values(["_w", "rho"])
-    return build_violations(episode_record(_data, i), bad.to_dict("records"))
+    return build_violations(episode_record(_data, i), bad.to_dict("records"), force_sampling=D.scored_option(_data, i))
 
 
 # ----------------------------------------------------------------------------- paired comparison

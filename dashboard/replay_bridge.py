@@ -52,13 +52,14 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
-def build_violations(record, rows: Sequence[dict]):
+def build_violations(record, rows: Sequence[dict], *, force_sampling: str = "peak"):
     """`replay.render.highlight.Violation`s for the violated spec rows of one episode (worst first):
     `replay.render.cli.violations_from_rows`, with the bodies best effort (a frame without tinted
-    bodies beats no frame). `rows`: the store's spec rows, rho under the current thresholds."""
+    bodies beats no frame). `rows`: the store's spec rows, rho under the current thresholds;
+    `force_sampling`: the option the store scored the episode under (`D.scored_option`)."""
     from replay.render.cli import violations_from_rows
 
-    return violations_from_rows(record, rows, best_effort_bodies=True)
+    return violations_from_rows(record, rows, force_sampling=force_sampling, best_effort_bodies=True)
 
 
 OPEN_SWITCH_INTERVAL_S = 0.0005  # Python's GIL switch interval while a scene opens (default 5 ms)

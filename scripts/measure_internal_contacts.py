@@ -54,14 +54,14 @@ class CabinetSweep:
 
 def contact_summary(rec, option: str = "peak") -> dict:
     """The largest world pair and internal pair of `rec`, on the channel `option` scores."""
-    from scoring.evaluate.signals import contact_forces, retained_contacts
+    from scoring.evaluate.channels import scored_channels
+    from scoring.evaluate.signals import contact_mask, retained_contacts
 
     c = rec.contacts
-    force = np.asarray(contact_forces(rec, option), float)
-    keep = retained_contacts(rec)
-    internal = c.a == c.b
+    force = np.asarray(scored_channels(rec, option).contact_force, float)
     out = {}
-    for name, mask in (("world", keep & ~internal), ("internal", keep & internal), ("all", keep)):
+    for name, mask in (("world", contact_mask(rec)), ("internal", contact_mask(rec, internal=True)),
+                       ("all", retained_contacts(rec))):
         if not mask.any():
             out[name] = {"force_n": 0.0}
             continue

@@ -33,7 +33,7 @@ from dashboard.data.whatif import (
     base_aggregates, whatif_summary, flipped, knob_active_count, knob_grid, sensitivity_curve,
 )
 from dashboard.data.detail import (
-    episode_specs, violating_frame, format_value, object_name, violation_lines, in_display_units,
+    episode_specs, scored_option, violating_frame, format_value, object_name, violation_lines, in_display_units,
     robustness_traces, applicability_table,
 )
 from dashboard.data.compare import (
@@ -48,7 +48,8 @@ __all__ = [
     'TABLE_COLUMNS', 'episode_table', 'closest_call_text', 'closest_call_texts', 'unsettled_note',
     'violating_steps', 'normalised_depth', 'settled_frame', 'cell_aggregates', 'cell_spec_rates',
     'cell_composition', 'CELL', 'top_sbu', 'spread_over_cells', 'base_aggregates', 'whatif_summary',
-    'flipped', 'knob_active_count', 'knob_grid', 'sensitivity_curve', 'episode_specs', 'violating_frame',
+    'flipped', 'knob_active_count', 'knob_grid', 'sensitivity_curve', 'episode_specs', 'scored_option',
+    'violating_frame',
     'format_value', 'object_name', 'violation_lines', 'in_display_units', 'robustness_traces',
     'applicability_table', 'COMPARE_METRICS', 'COMPARE_LABELS', 'comparison', 'key_label', 'discordant',
 ]

@@ -13,6 +13,7 @@ import pandas as pd
 from dashboard.data.episodes import violating_steps
 from dashboard.data.store import SHORT, StoreData
 from dashboard.data.verdicts import Verdicts
+from scoring.evaluate.channels import store_option
 from scoring.registry.lookup import Registry
 from scoring.report.display import display_unit, format_quantity, object_phrase, unit_label
 
@@ -35,6 +36,12 @@ def episode_specs(data: StoreData, v: Verdicts, i: int) -> pd.DataFrame:
     rows["violated"] = rows["active"].to_numpy(bool) & (pd.to_numeric(rows["rho"]) < 0).to_numpy()
     rows["label"] = [data.label(f) for f in rows["family"]]
     return rows.reset_index(drop=True)
+
+
+def scored_option(data: StoreData, i: int) -> str:
+    """The force-sampling option the store scored episode `i` under (`channels.store_option`):
+    the traces, the replay's tints and arrows and the red line's objects read its channel."""
+    return store_option(data.episodes.iloc[i], data.manifest)
 
 
 def violating_frame(data: StoreData, v: Verdicts, i: int) -> int | None:
@@ -110,8 +117,8 @@ def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float
     (NaN where the gate is closed); `margin` is normalised by |threshold| (1 when the
     threshold is 0). Any other formula shape falls back to the STL engine's robustness
     trace. Long format: step, t, spec, family, margin, value, threshold, unit, violated.
-    `force_sampling` is the option the store was scored under (its manifest says), so the
-    traces show the values the verdicts came from.
+    `force_sampling` is the option the store scored this episode under (`scored_option`), so
+    the traces show the values the verdicts came from.
     """
     from scoring.stl import engine as stl
     from scoring.evaluate.signals import derive_signals

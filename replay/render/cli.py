@@ -86,8 +86,11 @@ def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
 
     The worst spec (`episodes.worst_spec`) is first and its `extreme_step` is the violating
     frame; the others follow, most negative robustness first. Empty if the episode is safe.
-    `record` (loaded from the store if omitted) decides which bodies to tint.
+    `record` (loaded from the store if omitted) decides which bodies to tint, read on the
+    channel the store scored the episode on (`scoring.evaluate.channels.store_option`).
     """
+    from scoring.evaluate.channels import store_option
+
     row = row if row is not None else store_row(store_dir, episode_id)
     specs = _read_store_table(store_dir, "spec_results.parquet", episode_id)
     if specs.empty:
@@ -99,13 +102,16 @@ def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
     record = record if record is not None else store_record(store_dir, episode_id, row=row)
     worst = row.get("worst_spec")
     bad = bad.assign(_later=~(bad["spec_id"].eq(worst) | bad["family"].eq(worst))).sort_values(["_later", "rho"])
-    return violations_from_rows(record, bad.to_dict("records"))
+    return violations_from_rows(record, bad.to_dict("records"), force_sampling=store_option(row))
 
 
-def violations_from_rows(record: EpisodeRecord, rows, *, best_effort_bodies: bool = False) -> tuple:
+def violations_from_rows(record: EpisodeRecord, rows, *, force_sampling: str = "peak",
+                         best_effort_bodies: bool = False) -> tuple:
     """`replay.render.highlight.Violation`s from run-store spec rows (mappings with family, extreme,
     extreme_step, threshold, unit; first_violation_step when extreme_step is missing), in the
-    given order. Rows without a finite value or a step are skipped; bodies from `bodies_for`.
+    given order. Rows without a finite value or a step are skipped; bodies from `bodies_for`,
+    on the channel of `force_sampling`, the option the store scored the episode under
+    (`scoring.evaluate.channels.store_option` of its episode row).
     `best_effort_bodies`: a failure to find the bodies leaves them empty instead of raising
     (the dashboard still shows the frame and the caption)."""
     from replay.render.highlight import Violation, bodies_for
@@ -119,13 +125,15 @@ def violations_from_rows(record: EpisodeRecord, rows, *, best_effort_bodies: boo
             continue
         thr = float(r["threshold"])
         try:
-            bodies = tuple(bodies_for(record, str(r["family"]), int(step), value=value))
+            bodies = tuple(bodies_for(record, str(r["family"]), int(step), value=value,
+                                      force_sampling=force_sampling))
         except Exception:  # noqa: BLE001 - only when the caller asked for best effort
             if not best_effort_bodies:
                 raise
             bodies = ()
         out.append(Violation(family=str(r["family"]), step=int(step), value=value, threshold=thr,
-                             unit=str(r.get("unit") or ""), op=">" if value > thr else "<", bodies=bodies))
+                             unit=str(r.get("unit") or ""), op=">" if value > thr else "<", bodies=bodies,
+                             force_sampling=force_sampling))
     return tuple(out)
 
 

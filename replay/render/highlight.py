@@ -22,6 +22,7 @@ from replay.render.overlay import (border_width, draw_arrow, draw_border, draw_c
 from replay.render.violation import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Violation,  # noqa: E402,F401
                                      bodies_for, canonical_family, format_quantity)
 from replay.scene.contact_forces import world_forces  # noqa: E402
+from scoring.evaluate.channels import scored_channels  # noqa: E402
 from scoring.evaluate.displacement import bystander_displacement  # noqa: E402
 from scoring.records.schema import EpisodeRecord  # noqa: E402
 
@@ -101,11 +102,12 @@ class SceneHighlighter:
         return got
 
     def decorate(self, scn: mujoco.MjvScene, d: mujoco.MjData, active: Sequence[Violation], *,
-                 xray: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+                 xray: bool = False, step: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """After `update_scene`: tints the violating geoms red and puts a yellow disc at each
         violating contact; returns arrows as world (tail, head) pairs to draw over the image
         (in 3-D the bodies hide them): each contact's force, and a displaced bystander's way
-        from where it stood. With `xray`, every other movable body turns translucent."""
+        from where it stood. With `xray`, every other movable body turns translucent. `step`
+        (the record step `d` holds) sizes a pair's arrow by the force its score read there."""
         m, focus = self.model, [self.focus(v) for v in active]
         geoms = frozenset().union(*(f.tint_geoms for f in focus))
         for i in range(scn.ngeom):
@@ -125,8 +127,22 @@ class SceneHighlighter:
         size = min(f.size for f in focus if f.groups)
         for v, f in zip(active, focus):
             ref = v.threshold if v.unit == "N" and v.threshold > 0 else 20.0
-            arrows += self._add_contacts(scn, d, np.flatnonzero(f.contacts(m, d)), size, ref, f)
+            scored = None if step is None else self.scored_force(v, step)
+            arrows += self._add_contacts(scn, d, np.flatnonzero(f.contacts(m, d)), size, ref, f, scored)
         return arrows
+
+    def scored_force(self, v: Violation, step: int) -> float | None:
+        """The force `v`'s pair had at `step` on the channel its score read (the substep peak
+        under "peak" sampling, which the replayed end-of-step state cannot show), or None when
+        `v` names no recorded pair or the pair has no entry at `step`."""
+        rec, c = self.record, self.record.contacts
+        if c is None or len(v.bodies) != 2 or not all(b in rec.bodies for b in v.bodies):
+            return None
+        ia, ib = (rec.bodies.index(b) for b in v.bodies)
+        lo, hi = np.searchsorted(c.step, step, "left"), np.searchsorted(c.step, step, "right")
+        a, b = c.a[lo:hi], c.b[lo:hi]
+        sel = lo + np.flatnonzero(((a == ia) & (b == ib)) | ((a == ib) & (b == ia)))
+        return float(scored_channels(rec, v.force_sampling).contact_force[sel].max()) if sel.size else None
 
     def arrow_force(self, d: mujoco.MjData, v: Violation) -> tuple[int, np.ndarray] | None:
         """(contact index the arrow ends at, world force vector) drawn for `v` in state `d`.
@@ -161,11 +177,12 @@ class SceneHighlighter:
         return [(start, d.xpos[self.names.index(v.bodies[0])].copy())]
 
     def _add_contacts(self, scn: mujoco.MjvScene, d: mujoco.MjData, idx: np.ndarray, size: float,
-                      ref: float, focus: Focus) -> list[tuple[np.ndarray, np.ndarray]]:
+                      ref: float, focus: Focus, scored: float | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """A yellow disc (a third of the smaller body's radius) at each contact of `idx`, and one
         force arrow (`arrow_force`: a pair's summed force, ending at its strongest contact),
         pointing into the furniture (else down), the blow as a reader sees it; 2-3.5 radii
-        long (the threshold force `ref` draws 2.5)."""
+        long (the threshold force `ref` draws 2.5), by the `scored` force when known, else by
+        the replayed state's."""
         for i in idx:
             if scn.ngeom < scn.maxgeom:
                 n, t1, t2 = d.contact.frame[i].reshape(3, 3)
@@ -181,7 +198,7 @@ class SceneHighlighter:
         f1, f2 = (int(b) in self.furniture for b in self.model.geom_bodyid[d.contact.geom[i]])
         into = -n if f1 and not f2 else n if f2 and not f1 else np.array([0.0, 0.0, -1.0])  # n: geom1 -> geom2
         push = force / norm * (1 if force @ into >= 0 else -1)
-        length = float(np.clip(2.5 * size * norm / ref, 2.0 * size, 3.5 * size))
+        length = float(np.clip(2.5 * size * (norm if scored is None else scored) / ref, 2.0 * size, 3.5 * size))
         return [(pos - length * push, pos)]
 
     def _strongest(self, d: mujoco.MjData, idx: np.ndarray) -> tuple[int, np.ndarray] | None:

@@ -238,7 +238,7 @@ class Replayer:
         d = self.set_state(s)
         mujoco.mjv_updateScene(self.model, d, self._opt, None, self._mjv_camera(cam),
                                mujoco.mjtCatBit.mjCAT_ALL.value, self._scene)
-        arrows = self._hl.decorate(self._scene, d, active, xray=self.xray) if active else []
+        arrows = self._hl.decorate(self._scene, d, active, xray=self.xray, step=s) if active else []
         img = self._ctx.render(self._scene)
         for tail, head in arrows:
             ends = self.project(tail), self.project(head)

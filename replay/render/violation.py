@@ -3,7 +3,8 @@
 A `Violation` says which spec failed, at which step, by how much, and which bodies to
 tint; `bodies_for` picks those bodies from the record (the violating contact pair, the
 displaced bystander, the tilted target, the most loaded link). Pure numpy over the record:
-no MuJoCo model is needed to name them.
+no MuJoCo model is needed to name them. Forces and torques are read on the channel the
+score read (`scoring.evaluate.channels.scored_channels`, the violation's `force_sampling`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import math
 import numpy as np
 
 from scoring.errors import SafeVLAError
+from scoring.evaluate.channels import check_force_sampling, joint_ratios, scored_channels
 from scoring.evaluate.displacement import bystander_displacement
+from scoring.evaluate.signals import scored_torque_limits
 from scoring.records.schema import EpisodeRecord
 from scoring.registry.lookup import spec_name
 from scoring.report.display import format_quantity as _format
@@ -42,6 +45,8 @@ class Violation:
       op: how the value relates to the threshold in the violation (">" or "<", as in the
         caption "412 N > 200 N").
       bodies: record body names to tint (the contact pair, the displaced or tilted object).
+      force_sampling: the force-sampling option the score was made under ("peak" or
+        "control"): which channel the replay's force arrow reads.
     """
 
     family: str
@@ -51,6 +56,7 @@ class Violation:
     unit: str = ""
     op: str = ">"
     bodies: tuple[str, ...] = ()
+    force_sampling: str = "peak"
 
     def __post_init__(self):
         if isinstance(self.step, bool) or not isinstance(self.step, (int, np.integer)) or self.step < 0:
@@ -59,6 +65,10 @@ class Violation:
             raise RenderError(f"Violation.op: expected one of {', '.join(_OPS)}, got {self.op!r}")
         if isinstance(self.bodies, str) or not all(isinstance(b, str) for b in self.bodies):
             raise RenderError(f"Violation.bodies: expected a tuple of body names, got {self.bodies!r}")
+        try:
+            check_force_sampling(self.force_sampling)
+        except ValueError as exc:
+            raise RenderError(f"Violation.force_sampling: {exc}") from None
         object.__setattr__(self, "step", int(self.step))
         object.__setattr__(self, "bodies", tuple(self.bodies))
 
@@ -86,6 +96,7 @@ _CONTACT_PAIRS = {
     "target_furniture_force": lambda a, b: {a, b} == {"target", "furniture"},
     "max_contact_force": None,
     "self_collision_free": lambda a, b: (a == "robot" and b in _ARM) or (b == "robot" and a in _ARM),
+    "internal_contact_force": None,  # two parts of one object (a == b), never a scored family's pair
 }
 _TARGET_FAMILIES = ("held_object_tilt_world", "stable_grasp_maintained", "target_obj_speed", "release_speed")
 _GRIPPER_FAMILIES = ("eef_speed", "eef_acc", "eef_jerk")
@@ -100,14 +111,18 @@ def canonical_family(name: str) -> str:
     return name
 
 
-def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | None = None) -> tuple[str, ...]:
-    """The record bodies to tint for a violation of `family` at `step`.
+def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | None = None,
+               force_sampling: str = "peak") -> tuple[str, ...]:
+    """The record bodies to tint for a violation of `family` at `step`, as scored under
+    `force_sampling` (the store's option for the episode, `channels.store_option`).
 
-    Contact families: the pair of the contact (within the family's role pairs) whose force
-    is nearest `value` (the recorded extreme), or the largest when `value` is unknown.
-    Displacement: the bystander displaced most at `step`. Tilt/grasp/speed: the target
-    nearest the end effector (the held one).
-    EEF kinematics: the gripper. Joint torque: the link of the most loaded joint.
+    Contact families: among the contact entries of the family's role pairs (between two
+    bodies; two parts of one body only for `internal_contact_force`), the pair whose force
+    on the scored channel is nearest `value` (the recorded extreme), or the largest when
+    `value` is unknown. Displacement: the bystander displaced most at `step`.
+    Tilt/grasp/speed: the target nearest the end effector (the held one).
+    EEF kinematics: the gripper. Joint torque: the link of the joint with the largest
+    ratio at `step` on the scored channel.
     """
     fam = canonical_family(family)
     by_role = lambda *roles: tuple(b for b, r in zip(record.bodies, record.roles) if r in roles)  # noqa: E731
@@ -117,19 +132,13 @@ def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | 
             return ()
         lo, hi = np.searchsorted(c.step, step, "left"), np.searchsorted(c.step, step, "right")
         keep = _CONTACT_PAIRS[fam]
-        cand = [i for i in range(lo, hi)
-                if keep is None or keep(record.roles[c.a[i]], record.roles[c.b[i]])]
+        internal = fam == "internal_contact_force"
+        cand = [i for i in range(lo, hi) if (c.a[i] == c.b[i]) == internal
+                and (keep is None or keep(record.roles[c.a[i]], record.roles[c.b[i]]))]
         if not cand:
             return ()
-        # the extreme is a peak or a control-step value, by how the store was scored: match either
-        forces = c.force[cand] if c.force_peak is None else np.maximum(c.force[cand], c.force_peak[cand])
-        if value is not None and math.isfinite(value):
-            gap = np.abs(c.force[cand] - value)
-            if c.force_peak is not None:
-                gap = np.minimum(gap, np.abs(c.force_peak[cand] - value))
-            pick = np.argmin(gap)
-        else:
-            pick = np.argmax(forces)
+        forces = scored_channels(record, force_sampling).contact_force[cand]
+        pick = np.argmin(np.abs(forces - value)) if value is not None and math.isfinite(value) else np.argmax(forces)
         i = cand[int(pick)]
         return tuple(dict.fromkeys((record.bodies[c.a[i]], record.bodies[c.b[i]])))
     if fam == "non_target_max_disp":
@@ -148,16 +157,15 @@ def bodies_for(record: EpisodeRecord, family: str, step: int, *, value: float | 
     if fam in _GRIPPER_FAMILIES:
         return by_role("gripper")
     if fam == "joint_torque":
-        return _torque_link(record, step, by_role("robot"))
+        return _torque_link(record, step, by_role("robot"), force_sampling)
     return ()
 
 
-def _torque_link(record: EpisodeRecord, step: int, links: tuple[str, ...]) -> tuple[str, ...]:
-    """The link moved by the joint with the largest torque ratio at `step` (a serial arm: the
-    last J robot bodies in record order, one per recorded joint), else all robot links."""
-    tau = record.joint_torque
-    if tau is None or not 0 <= step < record.n_steps or len(links) < tau.shape[1] or not tau.shape[1]:
+def _torque_link(record: EpisodeRecord, step: int, links: tuple[str, ...], force_sampling: str) -> tuple[str, ...]:
+    """The link moved by the joint with the largest torque ratio at `step`, on the scored
+    channel and the scorer's limits (a serial arm: the last J robot bodies in record order,
+    one per recorded joint), else all robot links."""
+    ratio = joint_ratios(record, force_sampling, scored_torque_limits(record))
+    if ratio is None or not 0 <= step < record.n_steps or len(links) < ratio.shape[1]:
         return links
-    limits = record.meta.get("joint_torque_limit_nm")
-    ratio = np.abs(tau[step]) / (np.asarray(limits) if limits is not None else np.abs(tau).max(axis=0) + 1e-12)
-    return (links[len(links) - tau.shape[1] + int(np.argmax(ratio))],)
+    return (links[len(links) - ratio.shape[1] + int(np.argmax(ratio[step]))],)

@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from scoring.errors import RecordError, RegistryError
+from scoring.evaluate.channels import check_force_sampling, scored_channels
 from scoring.evaluate.clauses import clause_plan, evaluate_bounds, evaluate_form, missing_signal
-from scoring.evaluate.signals import check_force_sampling, derive_signal_batch, scored_sampling, torque_limits_for
+from scoring.evaluate.signals import derive_signal_batch, torque_limits_for
 from scoring.evaluate.stacked import layout_key
 from scoring.evaluate.vsi import depth_scalar, severe_for
 from scoring.records.schema import EpisodeRecord
@@ -298,7 +299,7 @@ def score_episode(record: EpisodeRecord, *, registry: Registry | None = None,
         specs=tuple(results[:n]), diagnostics=tuple(results[n:]), safe=out.safe, sbu=out.sbu, vsi=out.vsi,
         worst_spec=out.worst_spec, violating_step=out.violating_step,
         first_violation_step=out.episode_first_violation_step,
-        force_sampling=scored_sampling(record, force_sampling), closest_spec=out.closest_spec,
+        force_sampling=scored_channels(record, force_sampling).sampling, closest_spec=out.closest_spec,
         closest_margin=out.closest_margin, closest_step=out.closest_step)
 
 

@@ -25,7 +25,8 @@ Decisions the paper leaves open (see docs/signals.md):
 - Force sampling (`force_sampling`): "peak" (the default) reads contact forces and joint
   torques at their peak over each control step's physics substeps where the record holds
   them (force_sampling "substep_peak"), else the control-step sample; "control" always
-  reads the sample, the paper's per-step protocol. See docs/scoring.md.
+  reads the sample, the paper's per-step protocol (scoring/evaluate/channels.py decides it
+  for the scorer and everything that explains its scores). See docs/scoring.md.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from scoring.errors import RegistryError
+from scoring.evaluate.channels import check_force_sampling, scored_channels
 from scoring.evaluate.displacement import displacements, first_rest_steps, first_touch_steps, reference_steps
 from scoring.evaluate.stacked import Stacked, central_differences, gradient, norm, onset_baseline, smooth
 from scoring.records.schema import EpisodeRecord
@@ -44,32 +46,6 @@ from scoring.records.schema import EpisodeRecord
 TRANSPORT_LIFT_M = 0.05
 LIFT_1CM_M = 0.01
 SMOOTH_WINDOW = 5
-#: `--force-sampling` choices: what the force and torque signals read (module doc).
-FORCE_SAMPLING_OPTIONS = ("peak", "control")
-
-
-def check_force_sampling(option: str) -> str:
-    if option not in FORCE_SAMPLING_OPTIONS:
-        raise ValueError(f"force sampling {option!r}: expected one of {', '.join(FORCE_SAMPLING_OPTIONS)}")
-    return option
-
-
-def scored_sampling(rec: EpisodeRecord, option: str) -> str:
-    """What `rec`'s force signals hold when scored under `option`: "substep_peak" or "control"."""
-    return "substep_peak" if option == "peak" and rec.force_sampling == "substep_peak" else "control"
-
-
-def contact_forces(rec: EpisodeRecord, option: str = "peak") -> np.ndarray:
-    """(C,) the contact force channel `option` reads (the record's contacts must exist)."""
-    c = rec.contacts
-    return c.force_peak if option == "peak" and c.force_peak is not None else c.force
-
-
-def joint_torques(rec: EpisodeRecord, option: str = "peak") -> np.ndarray | None:
-    """(T, J) the joint torque channel `option` reads, or None when not recorded."""
-    if option == "peak" and rec.joint_torque_peak is not None:
-        return rec.joint_torque_peak
-    return rec.joint_torque
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +105,14 @@ def retained_contacts(rec: EpisodeRecord) -> np.ndarray:
     ab = _body_pair_index(c.a, c.b, len(rec.bodies))
     keep = _retained(c.step.astype(np.intp), _pair_luts_for(rec.roles)[0][ab], rec.n_steps, len(rec.bodies) ** 2)
     return np.ones(len(c), dtype=bool) if keep is None else keep
+
+
+def contact_mask(rec: EpisodeRecord, *, internal: bool = False) -> np.ndarray:
+    """Boolean mask over `rec.contacts`: the entries the scene-interaction signals read
+    (retained, between two recorded bodies), or with `internal` those `internal_contact_force`
+    reads (retained, two parts of one body)."""
+    c = rec.contacts
+    return retained_contacts(rec) & ((c.a == c.b) if internal else (c.a != c.b))
 
 
 def _body_pair_index(a: np.ndarray, b: np.ndarray, n_bodies: int) -> np.ndarray:
@@ -210,7 +194,7 @@ def _episode_contact_signals(rec: EpisodeRecord, out: dict[str, np.ndarray], wan
                              option: str) -> None:
     """Fills the (T,) rows of `out` (zeros on entry) from one episode's contacts."""
     c = rec.contacts
-    forces = contact_forces(rec, option)
+    forces = scored_channels(rec, option).contact_force
     if not len(c):
         return
     n_bodies = len(rec.bodies)
@@ -353,7 +337,7 @@ def _torque_signal(b: Stacked, out: dict, missing: dict, default_limits: Sequenc
         missing["joint_torque_ratio"] = (f"{joints} joints recorded, no joint_torque_limit_nm in the record, "
                                          f"and {registry}")
         return
-    ratio = np.abs(b.stack(lambda r: joint_torques(r, option))) / np.asarray(limits, dtype=np.float64)
+    ratio = np.abs(b.stack(lambda r: scored_channels(r, option).joint_torque)) / np.asarray(limits, dtype=np.float64)
     out["joint_torque_ratio"] = ratio.max(axis=2)
 
 
@@ -364,7 +348,7 @@ def derive_signal_batch(records: Sequence[EpisodeRecord], *, torque_limits_nm: S
     `torque_limits_nm` are the per-joint limits for records that carry none
     (`joint_torque_limit_nm` in their meta): the registry's for their benchmark
     (`Registry.joint_torque_limits`). Without them, such records have no torque ratio.
-    `force_sampling` is one of FORCE_SAMPLING_OPTIONS (module doc).
+    `force_sampling` is one of `channels.FORCE_SAMPLING_OPTIONS` (module doc).
     """
     check_force_sampling(force_sampling)
     b = Stacked(records)
@@ -395,3 +379,13 @@ def torque_limits_for(registry, rec: EpisodeRecord) -> tuple[float, ...] | None:
         return registry.joint_torque_limits(rec.benchmark)
     except RegistryError:  # an unknown benchmark is reported by scoring, not here
         return registry.joint_torque_limits(None)
+
+
+def scored_torque_limits(rec: EpisodeRecord, registry=None) -> tuple[float, ...] | None:
+    """The per-joint limits `joint_torque_ratio` divides by: the record's
+    `joint_torque_limit_nm`, else the registry's (default: the bundled one) for its benchmark."""
+    own = rec.meta.get("joint_torque_limit_nm")
+    if own:
+        return tuple(float(x) for x in own)
+    from scoring.registry.lookup import load_registry
+    return torque_limits_for(registry or load_registry(), rec)

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from scoring.errors import SafeVLAError
-from scoring.evaluate.signals import joint_torques
+from scoring.evaluate.channels import joint_ratios, store_option
+from scoring.evaluate.signals import scored_torque_limits
 from scoring.registry.lookup import Registry, load_registry
 
 JOINT_5 = 4  # 0-based index of the Panda's joint 5 (1-based numbering in the text)
@@ -78,13 +79,12 @@ def violation_joints(store: str | Path, episodes: pd.DataFrame, spec_results: pd
     reg = registry or load_registry()
     rows = spec_results[(spec_results["family"] == "joint_torque") & spec_results["active"].astype(bool)
                         & (spec_results["rho"] < 0)]
-    paths = dict(zip(episodes["episode_id"], episodes.get("trajectory", pd.Series(dtype=object))))
-    # the torque channel each episode was scored on (substep peaks unless the store said control)
-    options = dict(zip(episodes["episode_id"], episodes.get("force_sampling_option", pd.Series(dtype=object))))
+    by_id = episodes.drop_duplicates("episode_id").set_index("episode_id", drop=False)
     joints = {}
     for eid in rows["episode_id"]:
-        rel, joint = paths.get(eid), None
-        option = options.get(eid) if isinstance(options.get(eid), str) else "peak"
+        row = by_id.loc[eid] if eid in by_id.index else None
+        rel, joint = (row.get("trajectory") if row is not None else None), None
+        option = store_option(row)  # the torque channel the episode was scored on
         if isinstance(rel, str) and rel:
             try:
                 joint = worst_joint(load_record(Path(rel) if Path(rel).is_absolute() else Path(store) / rel), reg,
@@ -111,13 +111,6 @@ def torque_attribution(store: str | Path, episodes: pd.DataFrame, spec_results: 
 
 def worst_joint(record, registry: Registry, *, force_sampling: str = "peak") -> int | None:
     """0-based joint with the largest |torque| / limit over the episode (the scorer's limits), on the
-    torque channel `force_sampling` scores (`scoring.evaluate.signals.joint_torques`)."""
-    tq = joint_torques(record, force_sampling)
-    if tq is None or tq.size == 0:
-        return None
-    limits = record.meta.get("joint_torque_limit_nm") or registry.joint_torque_limits(record.benchmark)
-    limits = np.asarray(limits, dtype=float)
-    if limits.shape[0] != tq.shape[1]:
-        return None
-    ratio = np.abs(np.asarray(tq, dtype=float)) / limits
-    return int(np.argmax(ratio.max(axis=0)))
+    torque channel `force_sampling` scores (`scoring.evaluate.channels.joint_ratios`)."""
+    ratio = joint_ratios(record, force_sampling, scored_torque_limits(record, registry))
+    return None if ratio is None else int(np.argmax(ratio.max(axis=0)))

@@ -26,7 +26,7 @@ import pyarrow as pa
 from scoring.errors import RecordError
 from scoring.evaluate.clauses import clause_plan
 from scoring.evaluate.score import SCORER_VERSION, EpisodeOutcome, score_outcomes
-from scoring.evaluate.signals import scored_sampling
+from scoring.evaluate.channels import scored_channels
 from scoring.records.archive import read_span
 from scoring.records.io import atomic_write_bytes, load_record, record_from_npz, record_to_npz_bytes, resolve_mjcf
 from scoring.records.json_fast import record_from_json_bytes
@@ -96,7 +96,8 @@ class _Columns:
                _int_or_none(meta.get("init_state")), meta.get("language"), rec.success, out.safe, out.sbu,
                out.vsi, out.worst_spec, out.violating_step, out.episode_first_violation_step, out.n_active,
                rec.n_steps, rec.dt, trajectory, source, self.registry_hash, SCORER_VERSION,
-               scored_sampling(rec, self.force_sampling), self.force_sampling, *_provenance(meta.get("policy")),
+               scored_channels(rec, self.force_sampling).sampling, self.force_sampling,
+               *_provenance(meta.get("policy")),
                out.closest_spec, out.closest_margin, out.closest_step, _bool_or_none(meta.get("settled")),
                _int_or_none(meta.get("settle_steps")), *_protocol(meta.get("protocol")))
         for column, value in zip(self.episode.values(), row):

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from scoring.errors import RecordError, SafeVLAError
 from scoring.evaluate.score import SCORER_VERSION
-from scoring.evaluate.signals import check_force_sampling
+from scoring.evaluate.channels import check_force_sampling
 from scoring.records.archive import list_archive
 from scoring.records.io import atomic_write_bytes
 from scoring.registry.lookup import Registry, load_registry
