@@ -82,6 +82,36 @@ def test_main_table_rows_are_models_with_suites_in_paper_order(report):
     assert [line.split("|")[2].strip() for line in body] == ["SFT", "RL", "—"]  # policy-c's records say nothing
 
 
+def _first_column(text: str) -> list[str]:
+    return [c for c in (line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| policy")
+                        or line.startswith("|  |")) if c]
+
+
+def test_model_order_is_a_choice_not_the_alphabet(report, tmp_path, capsys):
+    store, _ = report
+    assert main(["report", str(store), "--out", str(tmp_path), "--model-order", "policy-c,policy-b"]) == 0
+    want = ["policy-c", "policy-b", "policy-a"]  # the named ones first, then the store's order
+    for name in ("table4", "table5", "table10"):
+        assert _first_column((tmp_path / "paper" / f"{name}.md").read_text()) == want, name
+    assert list(dict.fromkeys(pd.read_csv(tmp_path / "paper" / "table7.csv")["model"])) == want
+    assert list(dict.fromkeys(pd.read_csv(tmp_path / "paper" / "table12.csv")["model"])) == want
+    t11 = (tmp_path / "paper" / "table11.md").read_text()
+    assert "| policy-c | policy-b | policy-a |" in t11  # transposed: models are columns
+    assert main(["report", str(store), "--out", str(tmp_path), "--model-order", "policy-c,pi0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'pi0'" in err and "policy-a, policy-b, policy-c" in err
+
+
+def test_models_default_to_their_first_appearance_in_the_store():
+    from scoring.report.paper_layout import main_tables, spec_rate_tables
+    _, eps, specs = load_store(Path(__file__).parent.parent / "assets" / "demo" / "store")
+    last_first = pd.concat([eps[eps["model"] == "scripted-sloppy"], eps[eps["model"] != "scripted-sloppy"]])
+    t4 = next(t for t in main_tables(last_first, registry=load_registry()) if t.name == "table4")
+    assert [r[0].lines[0] for r in t4.rows] == ["scripted-sloppy", "scripted-careful", "scripted-hasty"]
+    t7 = spec_rate_tables(last_first, specs, registry=load_registry())[0]
+    assert [r[0].lines[0] for r in t7.rows if r[0].lines[0]][0] == "scripted-sloppy"
+
+
 def test_bold_marks_the_best_and_dagger_the_largest_sbu(report):
     data = pd.read_csv(report[1] / "paper" / "table4.csv")
     text = (report[1] / "paper" / "table4.md").read_text()

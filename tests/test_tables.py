@@ -82,3 +82,14 @@ def test_closest_call_table_counts_every_safe_episode_once(store):
         assert rows["safe episodes"].sum() == len(g)
         worst = float(g["closest_margin"].min())
         assert min(float(x) for x in rows["min margin %"]) == pytest.approx(100 * worst, abs=0.051)
+
+
+def test_cells_never_run_have_no_row(store):
+    _, eps, specs = store
+    gone = (eps["model"] == "policy-a") & (eps["suite"] == "libero-spatial")
+    assert gone.any()
+    eps, specs = eps[~gone], specs[specs["episode_id"].isin(set(eps.loc[~gone, "episode_id"]))]
+    t = spec_rate_table(eps, specs, registry=load_registry())
+    run = eps.groupby(["model", "suite"]).size()
+    assert list(zip(t["model"], t["suite"])) == list(run.index)
+    assert ("policy-a", "libero-spatial") not in set(zip(t["model"], t["suite"]))

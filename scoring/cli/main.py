@@ -96,6 +96,9 @@ def _report_parser(sub) -> None:
     p.add_argument("--vsi-saturation", choices=("eq1", "anchor"), default="eq1",
                    help="eq1 (default): Eq. 1 literally, depth 1 at threshold + anchor (700 N); anchor: depth 1 "
                         "at the anchor itself (500 N), as the prose reads (docs/scoring.md)")
+    p.add_argument("--model-order", default="", metavar="MODEL,...",
+                   help="row order of the paper tables: these models first, in this order; the others follow in "
+                        "the order they were added to the store (first appearance in episodes.parquet, the default)")
     p.set_defaults(func=run_report)
 
 
@@ -112,8 +115,9 @@ def run_report(args) -> int:
         raise SafeVLAError(f"--by: unknown column {bad[0]!r}; valid columns: {', '.join(episodes.columns)}")
     out = Path(args.out) if args.out else Path(args.store) / "report"
     reading = Reading(applicability=args.applicability, vsi_saturation=args.vsi_saturation)
+    order = tuple(m.strip() for m in args.model_order.split(",") if m.strip())
     paths = write_report(args.store, out, episodes=episodes, spec_results=spec_results, manifest=manifest, by=by,
-                         seed=args.seed, reading=reading)
+                         seed=args.seed, reading=reading, model_order=order)
     print(f"wrote {len(paths)} files to {out}")
     from scoring.stats.metrics import unsettled_mask
     unsettled = int(unsettled_mask(episodes).sum())

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from scoring.errors import SafeVLAError
 from scoring.records.io import atomic_write_bytes, load_record
 from scoring.registry.lookup import Registry, load_registry
 from scoring.report.metrics_json import encode, metrics_output
 from scoring.report.paper_grids import composition_tables, per_task_table
-from scoring.report.paper_layout import (host_title, main_tables, spec_rate_tables, table_name,
+from scoring.report.paper_layout import (host_title, main_tables, ordered_models, spec_rate_tables, table_name,
                                          with_canonical_benchmark)
 from scoring.report.readings import Reading, apply_reading, describe, preset, switched_off_tasks
 from scoring.report.sensitivity import sensitivity_means, sensitivity_table, torque_scale_note
@@ -100,13 +101,16 @@ def train_labels(store: str | Path, episodes: pd.DataFrame) -> dict[str, str]:
 
 
 def paper_tables(store: str | Path, episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
-                 notes: Notes, reading: Reading = Reading()) -> list[PaperTable]:
+                 notes: Notes, reading: Reading = Reading(),
+                 model_order: Sequence[str] | None = None) -> list[PaperTable]:
     """Every paper-layout table, with the footnotes that apply to it.
 
     `episodes` and `spec_results` are already under `reading`. Each caption ends with the
     protocol, the force and torque sampling and the reading of its own episodes; episodes
-    whose scene never came to rest are left out, as in the long tables.
+    whose scene never came to rest are left out, as in the long tables. Model rows follow
+    `model_order` (default: the models' first appearance in `episodes`).
     """
+    model_order = ordered_models(episodes["model"], model_order)
     episodes, spec_results, unsettled = exclude_unsettled(episodes, spec_results)
     hosts = with_canonical_benchmark(episodes, registry)
     goal = [notes.goal] if (hosts["benchmark"] == "libero-goal").any() else []
@@ -118,14 +122,14 @@ def paper_tables(store: str | Path, episodes: pd.DataFrame, spec_results: pd.Dat
         eps = episodes[episodes["episode_id"].isin(g["episode_id"])]
         made = _made_with(eps, reading) + unsettled
         tables += [replace(t, caption=f"{t.caption} {made}") for t in
-                   [*main_tables(eps, registry=registry, train=train, notes=[notes.vsi]),
-                    *spec_rate_tables(eps, rows, registry=registry, notes_for=torque),
-                    *composition_tables(eps, rows, registry=registry, notes_for=torque)]]
+                   [*main_tables(eps, registry=registry, train=train, notes=[notes.vsi], model_order=model_order),
+                    *spec_rate_tables(eps, rows, registry=registry, notes_for=torque, model_order=model_order),
+                    *composition_tables(eps, rows, registry=registry, notes_for=torque, model_order=model_order)]]
     means = sensitivity_means(episodes, spec_results, registry=registry, vsi_saturation=reading.vsi_saturation)
     scale = torque_scale_note(registry, episodes["benchmark"].unique())
     t9 = sensitivity_table(means, notes=[n for n in (scale, notes.vsi, notes.torque, *goal) if n])
     tables.append(replace(t9, caption=f"{t9.caption} {_made_with(episodes, reading)}{unsettled}"))
-    t12 = per_task_table(episodes, registry=registry, notes=goal)
+    t12 = per_task_table(episodes, registry=registry, notes=goal, model_order=model_order)
     tables.append(replace(t12, caption=f"{t12.caption} {_made_with(episodes, reading)}{unsettled}"))
     # Goal's cells are where the two applicability readings differ
     goal_tables = {table_name("libero", kind) for kind in ("main", "spec_rates", "composition")}
@@ -153,8 +157,16 @@ def write_paper_tables(tables: Sequence[PaperTable], out_dir: str | Path) -> lis
 
 def write_report(store: str | Path, out: str | Path, *, episodes: pd.DataFrame, spec_results: pd.DataFrame,
                  manifest: dict, by: Sequence[str] = PAPER_BY, seed: int = 0, reading: Reading = Reading(),
-                 registry: Registry | None = None) -> list[Path]:
-    """Writes the long tables, the paper layouts (when grouped by model and suite) and metrics.json."""
+                 registry: Registry | None = None, model_order: Sequence[str] = ()) -> list[Path]:
+    """Writes the long tables, the paper layouts (when grouped by model and suite) and metrics.json.
+
+    `model_order` puts those models' rows first in the paper layouts, in that order; the
+    others follow in the order they were added to the store (first appearance in `episodes`).
+    """
+    known = list(dict.fromkeys(episodes["model"]))
+    unknown = [m for m in model_order if m not in known]
+    if unknown:
+        raise SafeVLAError(f"--model-order: unknown model {unknown[0]!r}; valid choices: {', '.join(known)}")
     reg = registry or load_registry()
     episodes, spec_results = apply_reading(episodes, spec_results, reading, registry=reg)
     notes = notes_for(store, episodes, spec_results, reading, registry=reg)
@@ -167,7 +179,8 @@ def write_report(store: str | Path, out: str | Path, *, episodes: pd.DataFrame, 
     paths = write_tables(long, out)
     if tuple(by) == PAPER_BY:
         paths += write_paper_tables(paper_tables(store, episodes, spec_results, registry=reg, notes=notes,
-                                                 reading=reading), Path(out) / "paper")
+                                                 reading=reading, model_order=ordered_models(known, model_order)),
+                                    Path(out) / "paper")
     doc = metrics_output(episodes, spec_results, manifest=manifest, reading=describe(reading, registry=reg),
                          notes=[notes.goal, notes.vsi, notes.torque], by=by, seed=seed)
     path = Path(out) / "metrics.json"

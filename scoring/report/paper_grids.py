@@ -8,25 +8,28 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from scoring.registry.lookup import Registry
-from scoring.report.paper_layout import (BY, DASH, host_title, label, ordered_suites, pct1, suite_info, table_name,
-                                         task_name, with_canonical_benchmark)
+from scoring.report.paper_layout import (BY, DASH, host_title, label, ordered_models, ordered_suites, pct1,
+                                         suite_info, table_name, task_name, with_canonical_benchmark)
 from scoring.report.table_render import Cell, PaperTable
 from scoring.stats.metrics import aggregate, sbu_composition
 
 
 def composition_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
-                       notes_for: Mapping[str, Sequence[str]] | None = None) -> list[PaperTable]:
+                       notes_for: Mapping[str, Sequence[str]] | None = None,
+                       model_order: Sequence[str] | None = None) -> list[PaperTable]:
     """Tables 10/11: per cell "SBU% (k/n)" then each violated spec's share of the violations.
 
     Rows are models and columns suites; a host with a single suite is transposed (one row,
-    one column per model), as the paper's Table 11 is. `notes_for` as in `spec_rate_tables`.
+    one column per model), as the paper's Table 11 is. `notes_for` and `model_order` as in
+    `spec_rate_tables`.
     """
     eps = with_canonical_benchmark(episodes, registry)
     comp = sbu_composition(eps, spec_results, by=("host", *BY))
     out = []
+    order = ordered_models(eps["model"], model_order)
     for host, g in eps.groupby("host", sort=True):
         suites = ordered_suites(g["benchmark"])
-        models = sorted(g["model"].unique())
+        models = ordered_models(g["model"], order)
         cells, data, seen = {}, [], set()
         for (m, s), cell in g.groupby(list(BY), sort=True):
             n, k = len(cell), int(cell["sbu"].sum())
@@ -53,15 +56,18 @@ def composition_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, re
     return out
 
 
-def per_task_table(episodes: pd.DataFrame, *, registry: Registry, notes: Sequence[str] = ()) -> PaperTable:
+def per_task_table(episodes: pd.DataFrame, *, registry: Registry, notes: Sequence[str] = (),
+                   model_order: Sequence[str] | None = None) -> PaperTable:
     """Table 12: per (model, suite) block, each task's n, SR and Safety with Wilson 95% CIs,
-    then the block's aggregate. Task names are short; the CSV keeps the ids too."""
+    then the block's aggregate; models in `ordered_models` order. Task names are short; the
+    CSV keeps the ids too."""
     eps = with_canonical_benchmark(episodes, registry)
     tasks = aggregate(eps, by=(*BY, "task_id"), ci=False)
     cells = aggregate(eps, by=BY, ci=False)
     rows, blocks, data = [], [], []
     order = {s: i for i, s in enumerate(ordered_suites(eps["benchmark"]))}
-    for cell in sorted(cells.itertuples(), key=lambda c: (c.model, order[c.benchmark])):
+    rank = {m: i for i, m in enumerate(ordered_models(eps["model"], model_order))}
+    for cell in sorted(cells.itertuples(), key=lambda c: (rank[c.model], order[c.benchmark])):
         blocks.append(len(rows))
         sel = tasks[(tasks["model"] == cell.model) & (tasks["benchmark"] == cell.benchmark)]
         sel = sel.iloc[sorted(range(len(sel)), key=lambda i: _task_order(sel["task_id"].iloc[i]))]

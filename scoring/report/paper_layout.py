@@ -86,6 +86,15 @@ def ordered_suites(benchmarks) -> list[str]:
     return [b for b in order if b in present] + sorted(present - set(order))
 
 
+def ordered_models(present, order: Sequence[str] | None = None) -> list[str]:
+    """The models of `present` (in first-appearance order) with those named in `order` first,
+    in that order: row order is the report's choice (`safevla report --model-order`), never
+    the alphabet."""
+    present = list(dict.fromkeys(present))
+    first = [m for m in (order or ()) if m in present]
+    return first + [m for m in present if m not in first]
+
+
 def table_name(host: str, kind: str) -> str:
     number = layout()["hosts"].get(host, {}).get(kind)
     return f"table{number}" if number else f"{kind}_{host}"
@@ -106,16 +115,18 @@ def vsi3(x: float) -> str:
 # ------------------------------------------------------------------ Tables 4/5
 
 def main_tables(episodes: pd.DataFrame, *, registry: Registry, train: Mapping[str, str] | None = None,
-                notes: Sequence[str] = ()) -> list[PaperTable]:
-    """Tables 4/5, one per host, in the paper's layout."""
+                notes: Sequence[str] = (), model_order: Sequence[str] | None = None) -> list[PaperTable]:
+    """Tables 4/5, one per host, in the paper's layout; rows in `ordered_models` order."""
     eps = with_canonical_benchmark(episodes, registry)
     agg = aggregate(eps, by=("host", *BY), ci=False)
-    return [_main_table(host, g, train or {}, list(notes)) for host, g in agg.groupby("host", sort=True)]
+    order = ordered_models(eps["model"], model_order)
+    return [_main_table(host, g, train or {}, list(notes), order) for host, g in agg.groupby("host", sort=True)]
 
 
-def _main_table(host: str, agg: pd.DataFrame, train: Mapping[str, str], notes: list[str]) -> PaperTable:
+def _main_table(host: str, agg: pd.DataFrame, train: Mapping[str, str], notes: list[str],
+                order: Sequence[str]) -> PaperTable:
     suites = ordered_suites(agg["benchmark"])
-    models = sorted(agg["model"].unique())
+    models = ordered_models(agg["model"], order)
     multi = len(suites) > 1
     cell = {(r.model, r.benchmark): r for r in agg.itertuples()}
     has_train = any(m in train for m in models)
@@ -181,8 +192,10 @@ def _n_summary(agg: pd.DataFrame) -> str:
 # ------------------------------------------------------------------ Tables 7/8
 
 def spec_rate_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
-                     notes_for: Mapping[str, Sequence[str]] | None = None) -> list[PaperTable]:
-    """Tables 7/8: per-cell violation rate of each scored family ("—" inactive), paper labels.
+                     notes_for: Mapping[str, Sequence[str]] | None = None,
+                     model_order: Sequence[str] | None = None) -> list[PaperTable]:
+    """Tables 7/8: per-cell violation rate of each scored family ("—" inactive), paper labels;
+    a row per cell that was run, models in `ordered_models` order.
 
     `notes_for` maps a family to notes added when that family has a figure in the table.
     """
@@ -194,7 +207,7 @@ def spec_rate_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, regi
         suites = ordered_suites(g["benchmark"])
         multi = len(suites) > 1
         rows, data = [], []
-        for m in sorted(g["model"].unique()):
+        for m in [m for m in ordered_models(eps["model"], model_order) if m in set(g["model"])]:
             for s in suites:
                 sel = g[(g["model"] == m) & (g["benchmark"] == s)].set_index("family")
                 if sel.empty:

@@ -71,10 +71,12 @@ def main_table(episodes: pd.DataFrame, *, by: Sequence[str] = ("model", "suite")
 
 def spec_rate_table(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry: Registry,
                     by: Sequence[str] = ("model", "suite")) -> pd.DataFrame:
-    """Tables 7/8: per-cell violation rate of each scored family ("—" if never active)."""
+    """Tables 7/8: per-cell violation rate of each scored family ("—" if never active); a row
+    per cell that was run (a model never run on a suite has no row)."""
     rates = spec_rates(episodes, spec_results, by=by, ci=False, families=registry.families)
     wide = rates.pivot_table(index=list(by), columns="family", values="rate", aggfunc="first", dropna=False)
-    wide = wide.reindex(columns=list(registry.families))
+    run = episodes.groupby(list(by), sort=True).size().index
+    wide = wide.reindex(index=run, columns=list(registry.families))
     out = wide.reset_index()
     for fam in registry.families:
         out[fam] = [DASH if pd.isna(v) else f"{100 * v:.1f}%" for v in wide[fam].to_numpy()]
