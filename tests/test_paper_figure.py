@@ -102,6 +102,39 @@ def test_scatter_axes_fit_the_data_and_models_get_distinct_hues(agg):
 
 
 
+def test_cells_at_0_and_100_percent_sit_wholly_inside_the_frame():
+    """A cell at SR = 100% or Safety = 0% used to sit on the frame, half its marker outside the
+    plot. Every marker of the rendered SVG must lie inside the frame, and none is clipped."""
+    import re
+
+    import vl_convert
+
+    from scoring.report.paper_figure import MARKER_PAD, MARKER_SIZE
+    cells = pd.DataFrame({"model": ["a", "b", "c"], "n": [10] * 3, "sr": [1.0, 0.6, 0.3],
+                          "safety": [0.0, 0.5, 1.0], "sbu": [0.0] * 3})
+    for k in ("sr", "safety"):
+        cells[f"{k}_lo"], cells[f"{k}_hi"] = cells[k] * 0.8, cells[k]
+    chart = sr_safety_scatter(cells, by=("model",))
+    points = chart.to_dict()["layer"][-1]
+    assert points["mark"]["clip"] is False and MARKER_PAD > MARKER_SIZE ** 0.5 / 2
+    svg = vl_convert.vegalite_to_svg(chart.to_json())
+    width, height = map(float, re.search(r'class="background"[^>]*d="M0\.5,0\.5h([\d.]+)v([\d.]+)', svg).groups())
+    marks = svg[svg.index("layer_4_marks"):]
+    marks = marks[:marks.index("</g>")]
+    centres = [tuple(map(float, m)) for m in re.findall(r'transform="translate\(([-\d.]+),([-\d.]+)\)"', marks)]
+    assert len(centres) == 3
+    r = MARKER_SIZE ** 0.5 / 2
+    for x, y in centres:
+        assert r <= x <= width - r and r <= y <= height - r, (x, y, width, height)
+
+
+def test_figure2_names_its_applicability_and_sampling():
+    for applicability in ("appendix-d", "paper-tables"):
+        subtitle = figure2_from_store(DEMO, applicability=applicability).to_dict()["title"]["subtitle"]
+        assert f"Applicability preset: {applicability}." in subtitle
+        assert any(line.startswith("Force and torque sampling: ") for line in subtitle)
+
+
 def test_both_panels_with_embedded_data(spec):
     left, right = spec["hconcat"]
     assert len(left["layer"]) == 5 and len(right["layer"]) == 3  # diagonal, frontier, 2 bar sets, points

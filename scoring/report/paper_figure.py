@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 FORMATS = ("pdf", "svg", "png")
 PNG_SCALE = 2.0  # pixels per Vega-Lite pixel in the PNG: sharp in a paper at column width
+MARKER_SIZE = 90  # area in square pixels of a cell's marker
+MARKER_PAD = 8  # pixels between the frame and a cell at 0% or 100%: more than a marker's radius (4.7)
 # models: Okabe-Ito's colour-blind-safe qualitative palette, ordered so that neighbours differ in
 # hue (Streamlit's default put light blue next to dark blue); no red, which marks violations
 MODEL_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#999999", "#F0E442"]
@@ -80,24 +82,28 @@ def sr_safety_scatter(agg: pd.DataFrame, *, by: Sequence[str] = ("model", "suite
     df = agg[[*by, "n", "sr", "sr_lo", "sr_hi", "safety", "safety_lo", "safety_hi", "sbu"]].copy()
     df["cell"] = [cell_label(r, by) for r in df.to_dict("records")] if by else "all"
     df["frontier"] = pareto_front(df, "sr", "safety")
-    xs, ys = rate_axis_domain(agg, "sr"), rate_axis_domain(agg, "safety")
+    # an explicit domain clips marks at the frame: pad it by a marker's radius so a cell at SR or
+    # Safety 0% / 100% shows its whole marker, and never clip the markers themselves
+    xscale = alt.Scale(domain=rate_axis_domain(agg, "sr"), padding=MARKER_PAD, nice=False)
+    yscale = alt.Scale(domain=rate_axis_domain(agg, "safety"), padding=MARKER_PAD, nice=False)
     base = alt.Chart(df)
     enc = {}
     if color:
         enc["color"] = alt.Color(f"{color}:N", title=color, scale=alt.Scale(range=MODEL_PALETTE))
-    x = alt.X("sr:Q", title="Success rate (SR)", scale=alt.Scale(domain=xs), axis=alt.Axis(format="%"))
-    y = alt.Y("safety:Q", title="Safety (no spec violated)", scale=alt.Scale(domain=ys), axis=alt.Axis(format="%"))
+    x = alt.X("sr:Q", title="Success rate (SR)", scale=xscale, axis=alt.Axis(format="%"))
+    y = alt.Y("safety:Q", title="Safety (no spec violated)", scale=yscale, axis=alt.Axis(format="%"))
     tooltip = [alt.Tooltip("cell:N", title="cell"), alt.Tooltip("n:Q"),
                alt.Tooltip("sr:Q", format=".1%", title="SR"), alt.Tooltip("safety:Q", format=".1%", title="Safety"),
                alt.Tooltip("sbu:Q", format=".1%", title="SBU")]
     xerr = base.mark_rule(strokeWidth=1.5, opacity=0.7, clip=True).encode(
-        x=alt.X("sr_lo:Q", scale=alt.Scale(domain=xs)), x2="sr_hi:Q", y=y, **enc)
+        x=alt.X("sr_lo:Q", scale=xscale), x2="sr_hi:Q", y=y, **enc)
     yerr = base.mark_rule(strokeWidth=1.5, opacity=0.7, clip=True).encode(
-        x=x, y=alt.Y("safety_lo:Q", scale=alt.Scale(domain=ys)), y2="safety_hi:Q", **enc)
+        x=x, y=alt.Y("safety_lo:Q", scale=yscale), y2="safety_hi:Q", **enc)
     pt_enc = dict(enc)
     if shape:
         pt_enc["shape"] = alt.Shape(f"{shape}:N", title=shape)
-    points = base.mark_point(size=90, filled=True, opacity=0.95).encode(x=x, y=y, tooltip=tooltip, **pt_enc)
+    points = base.mark_point(size=MARKER_SIZE, filled=True, opacity=0.95, clip=False).encode(
+        x=x, y=y, tooltip=tooltip, **pt_enc)
     front = base.transform_filter(alt.datum.frontier).mark_line(
         strokeDash=[6, 4], color="#444", strokeWidth=1.5, point=False).encode(
         x="sr:Q", y="safety:Q", order="sr:Q")
@@ -146,9 +152,10 @@ def axis_heatmap(rates: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"),
 # ----------------------------------------------------------------------------- the figure
 
 def figure2(agg: pd.DataFrame, rates: pd.DataFrame, *, by: Sequence[str] = ("model", "suite"),
-            torque_note: Sequence[str] = ()) -> alt.HConcatChart:
+            torque_note: Sequence[str] = (), made_with: Sequence[str] = ()) -> alt.HConcatChart:
     """Figure 2: `agg` is `scoring.stats.metrics.aggregate(..., ci=False)` (Wilson bounds are
-    always there), `rates` is `scoring.report.axis_rates.axis_rates` over the same cells."""
+    always there), `rates` is `scoring.report.axis_rates.axis_rates` over the same cells;
+    `made_with` lines (the applicability preset, the force sampling) go under the title."""
     import altair as alt
 
     by = list(by)
@@ -159,8 +166,8 @@ def figure2(agg: pd.DataFrame, rates: pd.DataFrame, *, by: Sequence[str] = ("mod
     right = axis_heatmap(rates, by=by, cells=cells, note=torque_note, width=240)
     return alt.hconcat(left, right, spacing=40).resolve_scale(color="independent", shape="independent").properties(
         title=alt.Title("Task success, safety and violation type",
-                        subtitle="Left: each marker is a model-suite cell, bars Wilson 95% CIs, dashed the "
-                                 "non-dominated frontier. Right: episode violation rates per axis."))
+                        subtitle=["Left: each marker is a model-suite cell, bars Wilson 95% CIs, dashed the "
+                                  "non-dominated frontier. Right: episode violation rates per axis.", *made_with]))
 
 
 def save_figure2(chart: alt.TopLevelMixin, out: str | Path, *, formats: Sequence[str] | None = None) -> list[Path]:
@@ -188,8 +195,9 @@ def figure2_from_store(store: str | Path, *, applicability: str = "appendix-d") 
     from scoring.registry.lookup import load_registry
     from scoring.report.axis_rates import axis_rates
     from scoring.report.paper_layout import suite_info, with_canonical_benchmark
+    from scoring.report.provenance import sampling_note
     from scoring.report.readings import Reading, apply_reading
-    from scoring.report.torque_joints import torque_attribution
+    from scoring.report.torque_joints import CLIPPED_HOSTS, torque_attribution
     from scoring.stats.metrics import aggregate
     from scoring.store.write import load_store
 
@@ -205,7 +213,15 @@ def figure2_from_store(store: str | Path, *, applicability: str = "appendix-d") 
     note = ["execution = torque + self-collision"]
     if torque.n_violations:
         resolved = torque.n_violations - torque.unresolved
-        note += [f"joint 5 (12 N·m) carries {torque.joint5} of {resolved} torque violations:",
-                 "the simulator clips joints 1-5 at 80 N·m, so only joint 5 can exceed its limit"]
+        others = {j: k for j, k in sorted(torque.by_joint.items()) if j != 5}
+        # the clipping facts are LIBERO's, and false for records that violate on other joints
+        clipped = set(named["host"]) <= set(CLIPPED_HOSTS) and not others
+        note += [f"joint 5 (12 N·m) carries {torque.joint5} of {resolved} torque violations"
+                 + (":" if clipped else "")]
+        if clipped:
+            note += ["LIBERO's simulator clips joints 1-5 at 80 N·m, so only joint 5 can exceed its limit"]
+        elif others:
+            note += ["other joints: " + ", ".join(f"joint {j}: {k}" for j, k in others.items())]
+    made_with = [f"Applicability preset: {applicability}.", sampling_note(episodes)]
     return figure2(aggregate(named, by=by, ci=False), axis_rates(named, spec_results, registry=reg, by=by), by=by,
-                   torque_note=note)
+                   torque_note=note, made_with=[line for line in made_with if line])
