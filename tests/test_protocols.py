@@ -149,9 +149,9 @@ POLICY = textwrap.dedent('''
 SUITE, TASK, EPISODES = "libero_spatial", 0, 3
 
 
-def openpi_loop(policy, n_episodes: int) -> list[dict]:
-    """OpenPI's examples/libero/main.py for one task, its policy call replaced by `policy`
-    (cameras off: rendering draws no RNG and moves nothing)."""
+def openpi_loop(policy, n_episodes: int, *, cameras: bool = False) -> list[dict]:
+    """OpenPI's examples/libero/main.py for one task, its policy call replaced by `policy`;
+    with `cameras`, its env exactly (256-pixel cameras), else without rendering."""
     from libero.libero import benchmark
 
     from replay.record.hosts.libero import libero_task
@@ -159,8 +159,10 @@ def openpi_loop(policy, n_episodes: int) -> list[dict]:
     np.random.seed(7)
     suite = benchmark.get_benchmark_dict()[SUITE]()
     initial_states = suite.get_task_init_states(TASK)
-    env = OffScreenRenderEnv(bddl_file_name=libero_task(SUITE, TASK).bddl_file, has_renderer=False,
-                             has_offscreen_renderer=False, use_camera_obs=False)
+    bddl = libero_task(SUITE, TASK).bddl_file
+    env = (OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=256, camera_widths=256) if cameras else
+           OffScreenRenderEnv(bddl_file_name=bddl, has_renderer=False, has_offscreen_renderer=False,
+                              use_camera_obs=False))
     env.seed(7)
     language = suite.get_task(TASK).language
     episodes = []
@@ -201,10 +203,10 @@ def reference(reach_policy):
     return openpi_loop(load_policy(reach_policy)[1](), EPISODES)
 
 
-def _run(archive, policy, episodes, protocol=None):
+def _run(archive, policy, episodes, protocol=None, observations=None):
     from replay.record.rollout import run_task
     return run_task(SUITE, TASK, episodes, policy_spec=policy, archive=str(archive), model="reach",
-                    protocol=protocol)
+                    protocol=protocol, observations=observations)
 
 
 def _assert_is_openpis(archive, k, reference):
@@ -309,3 +311,16 @@ def test_reports_name_the_protocols_behind_every_table():
     assert protocol_note(eps) == ("Rollout protocols: openpi (2 episodes), lerobot (overridden) (1 episodes), "
                                   "not recorded (1 episodes).")
     assert protocol_counts(pd.DataFrame({"episode_id": ["a"]})) == {"not recorded": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.libero
+def test_with_openpis_256_pixel_cameras_rendering_changes_nothing(tmp_path, reach_policy):
+    """OpenPI's env renders both cameras at every step; rendering draws no RNG and moves nothing."""
+    from replay.record.observations import ObservationSpec
+    from replay.record.policies import load_policy
+    reference = openpi_loop(load_policy(reach_policy)[1](), 2, cameras=True)
+    _run(tmp_path, reach_policy, [0, 1], observations=ObservationSpec(cameras=("agentview", "wrist"),
+                                                                      image_size=(256, 256)))
+    for k in range(2):
+        _assert_is_openpis(tmp_path, k, reference)
