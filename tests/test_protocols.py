@@ -303,7 +303,7 @@ def test_the_store_keeps_each_episodes_protocol(tmp_path):
 def test_reports_name_the_protocols_behind_every_table():
     import pandas as pd
 
-    from scoring.report.tables import protocol_counts, protocol_note
+    from scoring.report.provenance import protocol_counts, protocol_note
     eps = pd.DataFrame({"protocol": ["openpi", "openpi", "lerobot", None],
                         "protocol_native": [True, True, False, None]})
     assert protocol_counts(eps) == {"openpi": 2, "lerobot (overridden)": 1, "not recorded": 1}

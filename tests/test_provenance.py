@@ -38,7 +38,10 @@ def test_the_reading_sentence_names_both_choices():
     assert reading_note(Reading()) == "Applicability preset: appendix-d; VSI saturation: eq1."
     eps = pd.DataFrame({"force_sampling": ["substep_peak"], "force_sampling_option": ["peak"]})
     assert made_with(eps, Reading("paper-tables", "anchor")) == (
-        "Force and torque sampling: substep peaks. Applicability preset: paper-tables; VSI saturation: anchor.")
+        "Rollout protocol: not recorded. Force and torque sampling: substep peaks. "
+        "Applicability preset: paper-tables; VSI saturation: anchor.")
+    eps["protocol"], eps["protocol_native"] = ["openpi"], [True]
+    assert made_with(eps, Reading()).startswith("Rollout protocol: openpi. Force and torque sampling")
 
 
 @pytest.mark.parametrize("option, key", [("peak", "substep_peak"), ("control", "control")])

@@ -39,8 +39,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import pandas as pd
 
-from scoring.report.provenance import sampling_counts
-from scoring.report.tables import protocol_counts
+from scoring.report.provenance import protocol_counts, sampling_counts
 from scoring.stats.metrics import aggregate, unsettled_mask
 
 FORMAT = "safevla-bench/metrics-output"

@@ -27,7 +27,7 @@ from scoring.report.readings import Reading, apply_reading, describe, preset, sw
 from scoring.report.sensitivity import sensitivity_means, sensitivity_table, torque_scale_note
 from scoring.report.table_render import PaperTable, to_latex, to_markdown
 from scoring.report.provenance import made_with
-from scoring.report.tables import build_tables, exclude_unsettled, protocol_note, write_tables
+from scoring.report.tables import build_tables, exclude_unsettled, write_tables
 from scoring.report.torque_joints import attribution_of, violation_joints
 
 PAPER_BY = ("model", "suite")
@@ -120,7 +120,7 @@ def paper_tables(store: str | Path, episodes: pd.DataFrame, spec_results: pd.Dat
         rows = spec_results[spec_results["episode_id"].isin(g["episode_id"])]
         torque = {"joint_torque": [notes.torque_by_host[host]]}
         eps = episodes[episodes["episode_id"].isin(g["episode_id"])]
-        made = _made_with(eps, reading) + unsettled
+        made = made_with(eps, reading) + unsettled
         tables += [replace(t, caption=f"{t.caption} {made}") for t in
                    [*main_tables(eps, registry=registry, train=train, notes=[notes.vsi], model_order=model_order),
                     *spec_rate_tables(eps, rows, registry=registry, notes_for=torque, model_order=model_order),
@@ -128,19 +128,15 @@ def paper_tables(store: str | Path, episodes: pd.DataFrame, spec_results: pd.Dat
     means = sensitivity_means(episodes, spec_results, registry=registry, vsi_saturation=reading.vsi_saturation)
     scale = torque_scale_note(registry, episodes["benchmark"].unique())
     t9 = sensitivity_table(means, notes=[n for n in (scale, notes.vsi, notes.torque, *goal) if n])
-    tables.append(replace(t9, caption=f"{t9.caption} {_made_with(episodes, reading)}{unsettled}"))
+    tables.append(replace(t9, caption=f"{t9.caption} {made_with(episodes, reading)}{unsettled}"))
     t12 = per_task_table(episodes, registry=registry, notes=goal, model_order=model_order)
-    tables.append(replace(t12, caption=f"{t12.caption} {_made_with(episodes, reading)}{unsettled}"))
+    tables.append(replace(t12, caption=f"{t12.caption} {made_with(episodes, reading)}{unsettled}"))
     # Goal's cells are where the two applicability readings differ
     goal_tables = {table_name("libero", kind) for kind in ("main", "spec_rates", "composition")}
     for t in tables:
         if t.name in goal_tables:
             t.notes.extend(goal)
     return tables
-
-
-def _made_with(episodes: pd.DataFrame, reading: Reading) -> str:
-    return " ".join(s for s in (protocol_note(episodes), made_with(episodes, reading)) if s)
 
 
 def write_paper_tables(tables: Sequence[PaperTable], out_dir: str | Path) -> list[Path]:

@@ -1,5 +1,5 @@
-"""What a report's numbers were made with, beyond the rollout protocol (`tables.protocol_note`):
-the force and torque sampling of the scored signals and the readings of the paper's ambiguities.
+"""What a report's numbers were made with: the rollout protocol of the episodes, the force
+and torque sampling of the scored signals, and the readings of the paper's ambiguities.
 
 Each is a short caption sentence and a metrics.json field. Sampling comes from the run
 store's `force_sampling` (what the signals held) and `force_sampling_option` (the
@@ -20,6 +20,40 @@ SAMPLING_WORDS = {
     "control (no peaks recorded)": "control-step samples (the records hold no substep peaks)",
     NOT_RECORDED: "not recorded",
 }
+
+
+def _counted(label: str, counts: dict[str, int], words: dict[str, str] | None = None) -> str:
+    """"Label: x." for one kind, "Label: x (n episodes), y (m episodes)." for several; "" for none."""
+    if not counts:
+        return ""
+    said = {k: (words or {}).get(k, k) for k in counts}
+    if len(counts) == 1:
+        return f"{label}: {said[next(iter(counts))]}."
+    return f"{label}: " + ", ".join(f"{said[k]} ({v} episodes)" for k, v in counts.items()) + "."
+
+
+def protocol_counts(episodes: pd.DataFrame) -> dict[str, int]:
+    """Episodes per rollout protocol ("openpi", "openpi (overridden)", "not recorded")."""
+    if episodes.empty:
+        return {}
+    if "protocol" not in episodes.columns:
+        return {NOT_RECORDED: int(len(episodes))}
+    native = (episodes["protocol_native"] if "protocol_native" in episodes.columns
+              else pd.Series([None] * len(episodes), index=episodes.index))
+    counts: dict[str, int] = {}
+    for name, is_native in zip(episodes["protocol"].to_numpy(object), native.to_numpy(object)):
+        if not isinstance(name, str):
+            key = NOT_RECORDED
+        else:
+            key = name if is_native is None or bool(is_native) else f"{name} (overridden)"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def protocol_note(episodes: pd.DataFrame) -> str:
+    """The caption's sentence on the rollout protocols behind the table (docs/libero.md, "Protocols")."""
+    counts = protocol_counts(episodes)
+    return _counted("Rollout protocol" if len(counts) == 1 else "Rollout protocols", counts)
 
 
 def sampling_counts(episodes: pd.DataFrame) -> dict[str, int]:
@@ -46,13 +80,7 @@ def sampling_counts(episodes: pd.DataFrame) -> dict[str, int]:
 
 def sampling_note(episodes: pd.DataFrame) -> str:
     """The caption's sentence on the force and torque sampling behind the table."""
-    counts = sampling_counts(episodes)
-    if not counts:
-        return ""
-    words = {k: SAMPLING_WORDS.get(k, k) for k in counts}
-    if len(counts) == 1:
-        return f"Force and torque sampling: {words[next(iter(counts))]}."
-    return "Force and torque sampling: " + ", ".join(f"{words[k]} ({v} episodes)" for k, v in counts.items()) + "."
+    return _counted("Force and torque sampling", sampling_counts(episodes), SAMPLING_WORDS)
 
 
 def reading_note(reading: Reading) -> str:
@@ -61,5 +89,5 @@ def reading_note(reading: Reading) -> str:
 
 
 def made_with(episodes: pd.DataFrame, reading: Reading) -> str:
-    """Sampling and reading sentences, space-separated (the protocol sentence is `tables.protocol_note`)."""
-    return " ".join(s for s in (sampling_note(episodes), reading_note(reading)) if s)
+    """Protocol, sampling and reading sentences, space-separated."""
+    return " ".join(s for s in (protocol_note(episodes), sampling_note(episodes), reading_note(reading)) if s)

@@ -209,7 +209,7 @@ def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry
     """
     reg = registry or load_registry()
     episodes, spec_results, note = exclude_unsettled(episodes, spec_results)
-    note = "".join(f" {s}" for s in (protocol_note(episodes), made_with(episodes, reading)) if s) + note
+    note = f" {made_with(episodes, reading)}{note}"
     tables = {
         "table4_main": ("Main results per cell (Tables 4/5): SR, Safety, SBU, P[U|S] with Wilson 95% CI; VSI with "
                         "10,000-resample bootstrap 95% CI.", main_table(episodes, by=by, seed=seed)),
@@ -226,32 +226,6 @@ def build_tables(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, registry
                           closest_call_table(episodes, by=by)),
     }
     return {name: (caption + note, df) for name, (caption, df) in tables.items()}
-
-
-def protocol_counts(episodes: pd.DataFrame) -> dict[str, int]:
-    """Episodes per rollout protocol ("openpi", "openpi (overridden)", "not recorded")."""
-    if "protocol" not in episodes.columns or episodes.empty:
-        return {"not recorded": int(len(episodes))} if len(episodes) else {}
-    native = (episodes["protocol_native"] if "protocol_native" in episodes.columns
-              else pd.Series([None] * len(episodes), index=episodes.index))
-    counts: dict[str, int] = {}
-    for name, is_native in zip(episodes["protocol"].to_numpy(object), native.to_numpy(object)):
-        if not isinstance(name, str):
-            key = "not recorded"
-        else:
-            key = name if is_native is None or bool(is_native) else f"{name} (overridden)"
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def protocol_note(episodes: pd.DataFrame) -> str:
-    """The caption's sentence on the rollout protocols behind the table (docs/libero.md, "Protocols")."""
-    counts = protocol_counts(episodes)
-    if not counts:
-        return ""
-    if len(counts) == 1:
-        return f"Rollout protocol: {next(iter(counts))}."
-    return "Rollout protocols: " + ", ".join(f"{k} ({v} episodes)" for k, v in counts.items()) + "."
 
 
 def exclude_unsettled(episodes: pd.DataFrame, spec_results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
