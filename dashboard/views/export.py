@@ -97,10 +97,15 @@ def _figure2(c: C.Ctx):
     """Figure 2 under the page's current verdicts (what-if thresholds included)."""
     from scoring.report.axis_rates import axis_rates
 
+    from scoring.report.paper_layout import with_canonical_benchmark
+    from scoring.report.torque_joints import CLIPPED_HOSTS
+
     v = cached.verdicts(c.data, c.key, c.items)
     rates = axis_rates(v.frame, C.D.spec_results_under(c.data, v), registry=c.data.registry)
-    note = ["execution = torque + self-collision", "only joint 5 can exceed its torque limit",
-            "(the simulator clips joints 1-5 at 80 N·m)"]
+    note = ["execution = torque + self-collision"]
+    hosts = set(with_canonical_benchmark(c.data.episodes[["benchmark"]], c.data.registry)["host"])
+    if hosts and hosts <= set(CLIPPED_HOSTS):  # the simulator's clipping is LIBERO's fact, not every host's
+        note += ["LIBERO's simulator clips joints 1-5 at 80 N·m,", "so only joint 5 can exceed its limit"]
     return figure2(cached.overview_tables(c.data, c.key, c.items)["agg"], rates, torque_note=note)
 
 
