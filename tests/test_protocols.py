@@ -324,3 +324,34 @@ def test_with_openpis_256_pixel_cameras_rendering_changes_nothing(tmp_path, reac
                                                                       image_size=(256, 256)))
     for k in range(2):
         _assert_is_openpis(tmp_path, k, reference)
+
+
+def test_a_run_never_continues_records_of_another_protocol(tmp_path):
+    import dataclasses
+
+    from replay.record.rollout import RecordedHistory, episode_path
+    from scoring.errors import SafeVLAError
+    from scoring.records.io import save_record
+    from scoring.records.synthetic import make_record
+    openpi = load_protocol("openpi")
+
+    def recorded(k, protocol_meta):
+        rec = make_record(np.random.default_rng(k), episode_id=f"ep{k}", n_steps=20)
+        meta = {key: v for key, v in rec.meta.items() if key != "protocol"}
+        if protocol_meta is not None:
+            meta["protocol"] = protocol_meta
+        save_record(dataclasses.replace(rec, meta=meta, success=True), episode_path(tmp_path, SUITE, TASK, "m", k))
+
+    state = encode_rng_state(np.random.get_state())
+    recorded(0, {**openpi.meta(SUITE, 0), "rng_after_reset": state})
+    history = RecordedHistory(tmp_path, SUITE, TASK, "m")
+    history.read([0, 1], openpi, SUITE)
+    assert history.success == {0: True} and history.rng_after == {0: state}
+    recorded(1, load_protocol("settled").meta(SUITE, 1))
+    with pytest.raises(SafeVLAError, match=r"ep_001.npz: recorded under protocol 'settled'.*this run is protocol 'openpi'"):
+        RecordedHistory(tmp_path, SUITE, TASK, "m").read([0, 1], openpi, SUITE)
+    with pytest.raises(SafeVLAError, match="ep_000.npz: recorded under protocol 'openpi' with overrides {}"):
+        RecordedHistory(tmp_path, SUITE, TASK, "m").read([0], openpi.override(max_steps=9), SUITE)
+    recorded(2, None)
+    with pytest.raises(SafeVLAError, match="before rollout protocols were recorded"):
+        RecordedHistory(tmp_path, SUITE, TASK, "m").read([2], openpi, SUITE)

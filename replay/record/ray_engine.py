@@ -174,7 +174,7 @@ class EnvWorker:
         if self.shared:  # the RNG states earlier records saved: fewer resets to replay for episode k
             from replay.record.rollout import RecordedHistory
             history = RecordedHistory(archive, suite, task, self.model)
-            history.read([k - 1])
+            history.read([k - 1], self.protocol, suite)
             for j, state in history.rng_after.items():
                 self.host.rng.know(j + 1, state)
         scenes: dict[str, bytes] = {}

@@ -226,17 +226,28 @@ class RecordedHistory:
         self.success: dict[int, bool] = {}
         self.rng_after: dict[int, dict] = {}  # episode -> the RNG state its reset left
 
-    def read(self, episodes: Sequence[int]) -> None:
-        """Reads the records of `episodes` that exist (an unreadable one is not history)."""
+    def read(self, episodes: Sequence[int], protocol: Protocol, suite: str) -> None:
+        """Reads the records of `episodes` that exist (an unreadable one is not history).
+
+        Raises SafeVLAError when one was recorded under another protocol (or other
+        overrides): continuing it would mix two protocols in one run.
+        """
+        wanted = _protocol_identity(protocol.meta(suite, 0))
         for k in episodes:
             path = self._path(k)
             if k in self.success or not path.exists():
                 continue
             try:
-                meta = load_record(path).meta
+                rec = load_record(path)
             except RecordError:
                 continue
-            self.note(k, bool(meta.get("success_step") is not None), (meta.get("protocol") or {}).get("rng_after_reset"))
+            said = rec.meta.get("protocol")
+            if not isinstance(said, dict) or _protocol_identity(said) != wanted:
+                was = (f"under protocol {said.get('name')!r} with overrides {said.get('overrides') or {}}"
+                       if isinstance(said, dict) else "before rollout protocols were recorded")
+                raise SafeVLAError(f"{path}: recorded {was}; this run is protocol {protocol.name!r} with overrides "
+                                   f"{dict(protocol.overrides)}. Record into another --out, or run the same protocol")
+            self.note(k, rec.success, said.get("rng_after_reset"))
 
     def note(self, k: int, success: bool, rng_after: dict | None) -> None:
         self.success[k] = success
@@ -251,6 +262,11 @@ class RecordedHistory:
                 break
             out.append(self.success[j])
         return out
+
+
+def _protocol_identity(meta: dict) -> tuple:
+    """What must agree between the records of one run: the protocol's name and overrides."""
+    return meta.get("name"), tuple(sorted((meta.get("overrides") or {}).items()))
 
 
 def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str, archive: str,
@@ -277,7 +293,7 @@ def run_task(suite: str, task: int, episodes: Sequence[int], *, policy_spec: str
     if not todo:
         return out
     history = RecordedHistory(archive, suite, task, model)
-    history.read(range(max(todo)))
+    history.read(sorted(set(range(max(todo))) | set(episodes)), protocol, suite)  # skipped ones must agree too
     host = LiberoHost(suite, task, protocol=protocol, **observations.host_options())
     for k, state in history.rng_after.items():
         host.rng.know(k + 1, state)
