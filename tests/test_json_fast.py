@@ -127,6 +127,22 @@ def test_peaks_at_some_contacts_only_get_the_reference_error():
     assert kind == "error" and "force_peak_n" in message and "every contact or none" in message
 
 
+@pytest.mark.parametrize("collecting", [True, False])
+@pytest.mark.parametrize("line", ["good", "fallback", "not json"])
+def test_the_garbage_collector_is_left_as_it_was(collecting, line):
+    """The fast path pauses the collector while its decoded tree lives, whatever the line gives."""
+    import gc
+    text = {"good": dumps(synthetic()), "fallback": dumps(edit_steps(synthetic(), action=None, t=lambda i: -i)),
+            "not json": b'{"episode_id": '}[line]
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        fast_record(text, SOURCE)
+        assert gc.isenabled() == collecting
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_str_lines_and_trailing_newlines_agree():
     line = json.dumps(synthetic())
     assert_agree(line, fast=True)
