@@ -107,3 +107,21 @@ def test_missing_optional_families_stay_missing(appendix_b):
         del step["contacts"], step["joint_torque_nm"], step["gripper_contact"]
     rec = record_from_json(appendix_b)
     assert rec.contacts is None and rec.joint_torque is None and rec.gripper_contact is None
+
+
+@pytest.mark.parametrize("values", [
+    [0.0, -1.5, 2.0],
+    [],
+    [1e308, 1e308],  # the sum overflows, the numbers are finite (inf once cast to float32)
+    [-1e308, -1e308, 5.0],
+    [1.0, np.nan],
+    [np.inf, 0.0],
+    [0.0, -np.inf],
+    [np.nan, np.inf, -np.inf],
+])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_finite_check_equals_the_elementwise_one(values, dtype):
+    from scoring.records.field_checks import _all_finite
+    with np.errstate(over="ignore"):
+        arr = np.array(values, dtype=np.float64).astype(dtype).reshape(-1, 1)
+    assert _all_finite(arr) == all(math.isfinite(x) for x in arr.ravel().tolist())
