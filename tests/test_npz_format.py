@@ -52,6 +52,19 @@ def test_read_npz_equals_np_load_on_what_either_writes(writer):
         assert ours[name].dtype == value.dtype and np.array_equal(ours[name], value), name
 
 
+def test_stored_members_are_the_bytes_np_savez_writes():
+    """Each member, .npy header included (cached per dtype and shape), as numpy writes it."""
+    import zipfile
+    arrays = {**ARRAYS, "fortran": np.ascontiguousarray(ARRAYS["fortran"]), "be": np.arange(3, dtype=">f8"),
+              "same_shape": np.arange(12.0).reshape(4, 3) + 1}
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    ours, theirs = (zipfile.ZipFile(io.BytesIO(raw)) for raw in (write_npz_stored(arrays), buf.getvalue()))
+    assert ours.namelist() == theirs.namelist()
+    for name in theirs.namelist():
+        assert ours.read(name) == theirs.read(name), name
+
+
 def test_truncated_and_foreign_bytes_are_refused():
     raw = write_npz_stored(ARRAYS)
     with pytest.raises(ValueError, match="end-of-central-directory"):

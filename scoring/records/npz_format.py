@@ -33,9 +33,7 @@ def write_npz_stored(arrays: dict[str, np.ndarray]) -> bytes:
     chunks, central, offset = [], [], 0
     for name, value in arrays.items():
         arr = np.ascontiguousarray(value)
-        header = _io.BytesIO()
-        np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(arr))
-        head, body = header.getvalue(), arr.reshape(-1).view(np.uint8)
+        head, body = _npy_header_bytes(arr.dtype, arr.shape), arr.reshape(-1).view(np.uint8)
         size = len(head) + len(body)
         crc = zlib.crc32(body, zlib.crc32(head))
         fname = f"{name}.npy".encode()
@@ -51,6 +49,14 @@ def write_npz_stored(arrays: dict[str, np.ndarray]) -> bytes:
         return buf.getvalue()
     end = _END_OF_CENTRAL.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(directory), offset, 0)
     return b"".join([*chunks, directory, end])
+
+
+@functools.lru_cache(maxsize=1024)
+def _npy_header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The .npy header numpy writes for a C-ordered array: the same few per record layout, so cached."""
+    header = _io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(np.empty(shape, dtype)))
+    return header.getvalue()
 
 
 _NPY_HEADER = re.compile(rb"\{'descr': '([<>|=]?[a-zA-Z]\d*)', 'fortran_order': (False|True), "
