@@ -80,6 +80,25 @@ def test_corrupt_episode_is_reported_and_the_rest_scored(tmp_path, appendix_b):
         assert t.startswith("trajectories/") and load_record(tmp_path / "store" / t).n_steps == 2
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_converted_trajectories_are_staged_then_moved_whole_and_readable(tmp_path, appendix_b, workers):
+    """Staged files are written in place (their names are unique); the move into trajectories/ is the commit."""
+    lines = [json.dumps({**appendix_b, "episode_id": f"ep/{i}"}) for i in range(5)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    umask = os.umask(0o022)
+    try:
+        score_archive([tmp_path / "a.jsonl"], tmp_path / "store", workers=workers, progress=False)
+    finally:
+        os.umask(umask)
+    store = tmp_path / "store"
+    files = sorted((store / "trajectories").iterdir())
+    assert len(files) == 5 and all(f.suffix == ".npz" for f in files)  # no staging area or temp file left
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o644}  # other users may read a shared store
+    _, eps, _ = load_store(store)
+    for eid, t in zip(eps["episode_id"], eps["trajectory"]):
+        assert load_record(store / t).episode_id == eid
+
+
 def test_duplicate_episode_ids_are_errors_not_overwrites(tmp_path, appendix_b):
     (tmp_path / "a.json").write_text(json.dumps(appendix_b))
     (tmp_path / "b.json").write_text(json.dumps(appendix_b))

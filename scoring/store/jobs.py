@@ -28,7 +28,7 @@ from scoring.evaluate.clauses import clause_plan
 from scoring.evaluate.score import SCORER_VERSION, EpisodeOutcome, score_outcomes
 from scoring.evaluate.channels import scored_channels
 from scoring.records.archive import read_span
-from scoring.records.io import atomic_write_bytes, load_record, record_from_npz, record_to_npz_bytes, resolve_mjcf
+from scoring.records.io import load_record, record_from_npz, record_to_npz_bytes, resolve_mjcf
 from scoring.records.json_fast import record_from_json_bytes
 from scoring.records.schema import EpisodeRecord
 from scoring.registry.lookup import Registry, load_registry
@@ -218,11 +218,27 @@ def _trajectory(rec: EpisodeRecord, payload, converted: bool, store: str, copy: 
     unique = hashlib.sha1(source.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     staged = Path(store) / STAGING / f"{name[:-4]}.{unique}.npz"
     if converted:
-        atomic_write_bytes(staged, record_to_npz_bytes(_relocated(rec, dest)))
+        _write_staged(staged, record_to_npz_bytes(_relocated(rec, dest)))
     else:
         staged.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(payload, staged)
     return os.path.relpath(dest, store), str(staged)
+
+
+def _write_staged(path: Path, data: bytes) -> None:
+    """Writes a staged trajectory in place, creating the staging area on first use.
+
+    No temp file and rename: the name is unique to its source, and `commit_trajectory`'s
+    rename is what puts it where readers look, so a half-written staged file (a killed
+    worker) is never committed, and the next run removes it. Mode 0644 under the usual umask.
+    """
+    try:
+        fh = open(path, "wb")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "wb")
+    with fh:
+        fh.write(data)
 
 
 def commit_trajectory(store: str | os.PathLike, staged: str | None, trajectory: str, *, accept: bool) -> None:
