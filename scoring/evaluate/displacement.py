@@ -17,6 +17,8 @@ it always did. The rule and its measured effect: docs/scoring.md, "Displacement 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from scoring.records.schema import EpisodeRecord
@@ -58,16 +60,34 @@ def first_touch_steps(rec: EpisodeRecord, columns: list[int]) -> np.ndarray:
     c = rec.contacts
     if c is None or not len(c) or not columns:
         return out
-    index = {b: i for i, b in enumerate(rec.bodies)}
-    toucher = np.array([r in TOUCHING_ROLES for r in rec.roles])
-    for j, col in enumerate(columns):
-        body = index.get(rec.pose_bodies[col])
-        if body is None:
-            continue
-        hit = ((c.a == body) & toucher[c.b]) | ((c.b == body) & toucher[c.a])
-        if hit.any():
-            out[j] = int(c.step[np.flatnonzero(hit)[0]])  # contacts are sorted by step
+    n = len(rec.bodies)
+    pair_column = _touch_lut(rec.roles, rec.bodies, rec.pose_bodies, tuple(columns))
+    ab = c.a.astype(np.intp) * n
+    ab += c.b
+    col = pair_column[ab]  # the watched column a contact touches, -1 for any other contact
+    hit = np.flatnonzero(col >= 0)
+    if hit.size:
+        cols, first = np.unique(col[hit], return_index=True)  # contacts are sorted by step
+        out[cols] = c.step[hit[first]]
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _touch_lut(roles: tuple[str, ...], bodies: tuple[str, ...], pose_bodies: tuple[str, ...],
+               columns: tuple[int, ...]) -> np.ndarray:
+    """Indexed by a * B + b: the watched column j when one side is robot or gripper and the
+    other is pose body `columns[j]`, else -1."""
+    n = len(bodies)
+    lut = np.full((n, n), -1, dtype=np.intp)
+    touchers = [i for i, r in enumerate(roles) if r in TOUCHING_ROLES]
+    index = {b: i for i, b in enumerate(bodies)}
+    for j, col in enumerate(columns):
+        body = index.get(pose_bodies[col])
+        if body is not None:
+            lut[touchers, body] = j
+            lut[body, touchers] = j
+    lut.flags.writeable = False
+    return lut.reshape(-1)
 
 
 def reference_steps(rest: np.ndarray, touch: np.ndarray) -> np.ndarray:

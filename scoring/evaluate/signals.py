@@ -314,7 +314,9 @@ def _bystander_signal(b: Stacked, out: dict, missing: dict) -> None:
         return
     pos = b.stack(lambda r: r.body_pos[:, columns, :])
     rest = first_rest_steps(pos, b.n_steps, b.dt)
-    touch = np.stack([first_touch_steps(r, columns) for r in b.records])
+    touch = np.full_like(rest, -1)
+    for e in np.flatnonzero((rest != 0).any(axis=1)):  # an object at rest at step 0 has reference 0 anyway
+        touch[e] = first_touch_steps(b.records[e], columns)
     out["non_target_disp_max"] = displacements(pos, reference_steps(rest, touch)).max(axis=2)
 
 
