@@ -120,6 +120,16 @@ def test_records_with_substep_peaks_take_the_fast_path(with_replay):
     assert (got.replay is not None and got.replay.ctrl is not None) == with_replay
 
 
+def test_peaks_first_seen_late_in_the_line_take_the_fast_path():
+    """Lines are decoded without force_peak_n first; one met only at a late step is read again with it."""
+    rec = synthetic(substep_peaks=True)
+    for step in rec["steps"][:-3]:
+        step["contacts"] = []
+    kind, got = assert_agree(dumps(rec), fast=True)
+    assert kind == "record" and got.contacts.force_peak is not None
+    assert set(got.contacts.step.tolist()) == {37, 38, 39}
+
+
 def test_peaks_at_some_contacts_only_get_the_reference_error():
     rec = synthetic(substep_peaks=True)
     del rec["steps"][2]["contacts"][1]["force_peak_n"]

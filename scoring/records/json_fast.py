@@ -50,10 +50,13 @@ def _nested(depth: int) -> Any:
 _JSON = _nested(4)
 
 
-def _step_type(body: Any) -> type:
-    """The per-step struct, with body names typed as `body` (str, or a Literal of them)."""
-    contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float),
-                                            ("force_peak_n", Union[float, UnsetType], UNSET)],
+def _step_type(body: Any, peaks: bool) -> type:
+    """The per-step struct, with body names typed as `body` (str, or a Literal of them).
+
+    Without `peaks` a contact has no `force_peak_n` field, and one that holds it fails.
+    """
+    peak = [("force_peak_n", Union[float, UnsetType], UNSET)] if peaks else []
+    contact = msgspec.defstruct("Contact", [("a", body), ("b", body), ("force_n", float), *peak],
                                 gc=False, forbid_unknown_fields=True)
     vec3, vec4 = tuple[float, float, float], tuple[float, float, float, float]
     typed = {"eef_pos_m": vec3, "body_pos_m": dict[body, vec3], "body_quat_wxyz": dict[body, vec4],
@@ -70,23 +73,25 @@ def _step_type(body: Any) -> type:
 class _Decoder(NamedTuple):
     decoder: msgspec.json.Decoder
     step: type
+    peaks: bool  # whether contacts may hold force_peak_n
 
 
 @lru_cache(maxsize=256)
-def _decoder(names: tuple[str, ...]) -> _Decoder:
+def _decoder(names: tuple[str, ...], peaks: bool) -> _Decoder:
     """A decoder whose body names are a Literal of `names` (~1 ms to build, so cached).
 
     Literal names come back as the same cached str objects, not one new str per contact,
     and their hashes are ready for the index lookup: ~0.3 ms of a 300-step episode.
+    `peaks`: whether contacts may hold `force_peak_n` (`_step_type`).
     """
-    step = _step_type(Literal[names])
+    step = _step_type(Literal[names], peaks)
     # The top level is decoded as a mapping rather than a struct so unknown keys (which
     # the reference keeps as meta["extra"]) come back in order. msgspec types a value by
     # its JSON kind, and only arrays may hold steps; a list elsewhere that happens to hold
     # step-shaped objects is caught by `_decode`.
     item = Union[step, _SCALAR, list[_JSON]]
     value = Union[list[item], dict[str, _JSON], _SCALAR]
-    return _Decoder(msgspec.json.Decoder(dict[str, value]), step)
+    return _Decoder(msgspec.json.Decoder(dict[str, value]), step, peaks)
 
 
 _ROLES_DECODER = msgspec.json.Decoder(dict[str, str])
@@ -155,8 +160,16 @@ def _decode(data: bytes | bytearray | memoryview | str, source: str | None) -> E
 
 
 def _columns(data: bytes | bytearray | memoryview | str, source: str | None) -> EpisodeRecord:
-    dec = _decoder(_body_names(data))
-    obj = dec.decoder.decode(data)
+    names = _body_names(data)
+    # Most records hold no substep peaks: their contacts decode without the field, and
+    # the per-contact check for it is skipped. A contact that holds one fails that decode
+    # early (at the first such contact), and the line is decoded again with the field.
+    try:
+        dec = _decoder(names, False)
+        obj = dec.decoder.decode(data)
+    except msgspec.ValidationError:
+        dec = _decoder(names, True)
+        obj = dec.decoder.decode(data)
     steps = obj.get("steps")
     roles = obj.get("body_roles")
     if (type(steps) is not list or not steps or set(map(type, steps)) != {dec.step}
@@ -174,7 +187,7 @@ def _columns(data: bytes | bytearray | memoryview | str, source: str | None) -> 
     quat_bodies, body_quat = _per_body(_column(steps, "body_quat_wxyz"), n, 4)
     contacts = _column(steps, "contacts")
     if contacts is not None:
-        contacts = _contacts(contacts, roles)
+        contacts = _contacts(contacts, roles, peaks=dec.peaks)
 
     meta = {k: obj[k] for k in _META_KEYS if k in obj}
     extra = {k: v for k, v in obj.items() if k not in _TOP_KEYS}
@@ -238,7 +251,7 @@ _GET_A, _GET_B, _GET_F = attrgetter("a"), attrgetter("b"), attrgetter("force_n")
 _GET_PEAK = attrgetter("force_peak_n")
 
 
-def _contacts(per_step: list[list], roles: dict[str, str]) -> dict[str, np.ndarray]:
+def _contacts(per_step: list[list], roles: dict[str, str], *, peaks: bool) -> dict[str, np.ndarray]:
     index = {name: i for i, name in enumerate(roles)}
     flat = list(chain.from_iterable(per_step))
     n = len(flat)
@@ -247,12 +260,14 @@ def _contacts(per_step: list[list], roles: dict[str, str]) -> dict[str, np.ndarr
            "a": np.fromiter(map(index.__getitem__, map(_GET_A, flat)), np.int32, n),
            "b": np.fromiter(map(index.__getitem__, map(_GET_B, flat)), np.int32, n),
            "force": np.fromiter(map(_GET_F, flat), np.float64, n)}
-    peaks = list(map(_GET_PEAK, flat))
-    missing = peaks.count(UNSET)
+    if not peaks:
+        return out
+    values = list(map(_GET_PEAK, flat))
+    missing = values.count(UNSET)
     if missing == n:
         return out
     if missing:
         raise _Fallback  # at some contacts only: the reference's error
-    out["force_peak"] = np.array(peaks, dtype=np.float64)
+    out["force_peak"] = np.array(values, dtype=np.float64)
     return out
 
