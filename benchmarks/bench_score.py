@@ -17,7 +17,17 @@ parsing, read + validation, signals, scoring, and the whole `score_archive`; and
 line, the decode on the msgspec-struct path against the reference `record_from_json(loads(line))`
 (the baseline, measured in the same run).
 
+`--baseline REV` prints instead JSONL ingestion of this tree against the git revision REV
+(`git archive`, run by the same interpreter), measured in the same run: 400 lines of
+300 steps, 8 bodies and 10 contacts a step (~0.5 MB each), scored by `score_archive` with
+each `--workers` count. Runs alternate (baseline, this tree, ...) in fresh subprocesses;
+each figure is the best of `--repeat` rounds. Episodes/s is over the `score_archive` call
+(registry load, decode, validation, scoring, trajectories and store writes), so
+interpreter and import start-up (~3 s for the CLI) are excluded; CPU seconds (the process
+and its workers) are printed too, being steadier than wall time on a shared machine.
+
 Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--repeat 3] [--stages] [--cache DIR]
+       python benchmarks/bench_score.py --baseline REV [--workers 1,2] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -147,6 +157,70 @@ def jsonl_stage_costs(lines: list[bytes], repeat: int) -> dict:
             "loads_only_ms": round(cost(loads), 3)}
 
 
+# one measurement in a fresh interpreter whose cwd and PYTHONPATH are the tree under test
+_MEASURE_JSONL = r"""
+import json, resource, sys, time
+from scoring import score_archive
+paths, out, workers = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+usage = lambda: sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                    for f in ("ru_utime", "ru_stime"))
+cpu, t = usage(), time.perf_counter()
+s = score_archive(paths, out, workers=workers, progress=False)
+print(json.dumps({"s": time.perf_counter() - t, "cpu_s": usage() - cpu, "n": s.scored, "refused": len(s.errors)}))
+"""
+
+
+def ensure_jsonl(cache: Path, n: int = 400, contacts_per_step: int = 10) -> Path:
+    """`n` Appendix B lines of 300 steps and 8 bodies, written once."""
+    from scoring.records.json_record import record_to_json
+    from scoring.records.synthetic import make_record
+    path = cache / f"ingest-{n}x{contacts_per_step}.jsonl"
+    if not path.exists():
+        rng = np.random.default_rng(0)
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(f"{path}.tmp", "w") as fh:
+            for i in range(n):
+                rec = make_record(rng, episode_id=f"libero-spatial/task_0/ep_{i:06d}",
+                                  contacts_per_step=contacts_per_step)
+                fh.write(json.dumps(record_to_json(rec)) + "\n")
+        os.replace(f"{path}.tmp", path)
+    return path
+
+
+def jsonl_against_baseline(rev: str, workers: list[int], repeat: int, cache: Path) -> dict:
+    """Episodes/s and CPU seconds of JSONL ingestion, this tree and `rev`, best of `repeat` rounds each."""
+    from bench_ingest_guards import baseline_tree
+    root = Path(__file__).resolve().parent.parent
+    jsonl = ensure_jsonl(cache)
+    runs: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="safevla-jsonl-") as tmp:
+        base = baseline_tree(rev, Path(tmp) / "baseline")
+        for _ in range(repeat):
+            for w in workers:
+                for which, tree in (("baseline", base), ("this", root)):
+                    out = Path(tmp) / "store"
+                    shutil.rmtree(out, ignore_errors=True)
+                    res = subprocess.run([sys.executable, "-c", _MEASURE_JSONL, json.dumps([str(jsonl)]), str(out),
+                                          str(w)], capture_output=True, text=True, check=True, cwd=tree,
+                                         env={**os.environ, "PYTHONPATH": str(tree)})
+                    r = json.loads(res.stdout.strip().splitlines()[-1])
+                    if r["refused"] or not r["n"]:
+                        raise RuntimeError(f"{which} tree refused lines: {r}")
+                    runs.setdefault(f"{which}_{w}", []).append(r)
+    result = {"lines": r["n"], "line_bytes": round(jsonl.stat().st_size / r["n"])}
+    for w in workers:
+        this, baseline = runs[f"this_{w}"], runs[f"baseline_{w}"]
+        eps = {k: max(x["n"] / x["s"] for x in v) for k, v in (("this", this), ("baseline", baseline))}
+        cpu = {k: min(x["cpu_s"] for x in v) for k, v in (("this", this), ("baseline", baseline))}
+        result[f"workers_{w}"] = {
+            "eps_per_s": round(eps["this"]), "baseline_eps_per_s": round(eps["baseline"]),
+            "ratio": round(eps["this"] / eps["baseline"], 3),
+            "cpu_s": round(cpu["this"], 3), "baseline_cpu_s": round(cpu["baseline"], 3),
+            "cpu_ratio": round(cpu["baseline"] / cpu["this"], 3),
+            "all_runs_s": {"this": [round(x["s"], 2) for x in this], "baseline": [round(x["s"], 2) for x in baseline]}}
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roster", type=int, default=15_000)
@@ -154,9 +228,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported")
     ap.add_argument("--stages", action="store_true", help="print one core's cost per stage instead")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-cache"))
+    ap.add_argument("--baseline", metavar="REV", help="print JSONL ingestion of this tree against git revision REV")
+    ap.add_argument("--workers", default="1,2", help="worker counts for --baseline (default 1,2)")
     args = ap.parse_args()
     load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: say how busy it was
     cache = Path(args.cache)
+    if args.baseline:
+        result = jsonl_against_baseline(args.baseline, [int(w) for w in args.workers.split(",")], args.repeat, cache)
+        print(json.dumps({"bench": "jsonl_ingest", "baseline": args.baseline, "repeat": args.repeat, **result,
+                          "load_average_start_end": [load_at_start, [round(x, 2) for x in os.getloadavg()]]}))
+        return
     roster = ensure_archive(cache / f"roster-{args.roster}", args.roster)
     files = sorted(roster.glob("*.npz"))
     sample_dir = cache / f"sample-{args.sample}"
