@@ -1,7 +1,7 @@
 """Sweep LIBERO init states through the settled-start protocol and tabulate how long each took.
 
 Every (suite, task, init state) is reset exactly as `safevla rollout` resets episode k
-(seed k, `LiberoHost.reset`, which settles with `replay.record.settle`), and one JSON line per
+(`LiberoHost.reset` under `--protocol settled`, which settles with `replay.record.settle`), and one JSON line per
 init state goes to --out. Re-running skips lines already there, so an interrupted sweep
 resumes. `--table` prints the Markdown table of docs/libero.md from that file.
 
