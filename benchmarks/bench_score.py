@@ -20,14 +20,16 @@ line, the decode on the msgspec-struct path against the reference `record_from_j
 `--baseline REV` prints instead JSONL ingestion of this tree against the git revision REV
 (`git archive`, run by the same interpreter), measured in the same run: 400 lines of
 300 steps, 8 bodies and 10 contacts a step (~0.5 MB each), scored by `score_archive` with
-each `--workers` count. Runs alternate (baseline, this tree, ...) in fresh subprocesses;
+each `--workers` count. With `--only PATH...` the baseline is this tree's HEAD with just
+those paths as they were at REV: the change to them alone, when other commits (say, to
+scoring) landed in between. Runs alternate (baseline, this tree, ...) in fresh subprocesses;
 each figure is the best of `--repeat` rounds. Episodes/s is over the `score_archive` call
 (registry load, decode, validation, scoring, trajectories and store writes), so
 interpreter and import start-up (~3 s for the CLI) are excluded; CPU seconds (the process
 and its workers) are printed too, being steadier than wall time on a shared machine.
 
 Prints one JSON line. Usage: python benchmarks/bench_score.py [--roster 15000] [--repeat 3] [--stages] [--cache DIR]
-       python benchmarks/bench_score.py --baseline REV [--workers 1,2] [--repeat 3]
+       python benchmarks/bench_score.py --baseline REV [--only PATH ...] [--workers 1,2] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -187,14 +189,22 @@ def ensure_jsonl(cache: Path, n: int = 400, contacts_per_step: int = 10) -> Path
     return path
 
 
-def jsonl_against_baseline(rev: str, workers: list[int], repeat: int, cache: Path) -> dict:
-    """Episodes/s and CPU seconds of JSONL ingestion, this tree and `rev`, best of `repeat` rounds each."""
+def jsonl_against_baseline(rev: str, workers: list[int], repeat: int, cache: Path, only: list[str] | None = None
+                           ) -> dict:
+    """Episodes/s and CPU seconds of JSONL ingestion, this tree and `rev`, best of `repeat` rounds each.
+
+    With `only`, the baseline is HEAD with just those paths taken from `rev`.
+    """
     from bench_ingest_guards import baseline_tree
     root = Path(__file__).resolve().parent.parent
     jsonl = ensure_jsonl(cache)
     runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="safevla-jsonl-") as tmp:
-        base = baseline_tree(rev, Path(tmp) / "baseline")
+        base = baseline_tree("HEAD" if only else rev, Path(tmp) / "baseline")
+        if only:
+            files = subprocess.run(["git", "-C", str(root), "archive", rev, "--", *only], capture_output=True,
+                                   check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(base)], input=files, check=True)
         for _ in range(repeat):
             for w in workers:
                 for which, tree in (("baseline", base), ("this", root)):
@@ -230,12 +240,16 @@ def main() -> None:
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "safevla-bench-cache"))
     ap.add_argument("--baseline", metavar="REV", help="print JSONL ingestion of this tree against git revision REV")
     ap.add_argument("--workers", default="1,2", help="worker counts for --baseline (default 1,2)")
+    ap.add_argument("--only", nargs="+", metavar="PATH", help="with --baseline: only these paths from REV, the "
+                                                              "rest from HEAD")
     args = ap.parse_args()
     load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: say how busy it was
     cache = Path(args.cache)
     if args.baseline:
-        result = jsonl_against_baseline(args.baseline, [int(w) for w in args.workers.split(",")], args.repeat, cache)
-        print(json.dumps({"bench": "jsonl_ingest", "baseline": args.baseline, "repeat": args.repeat, **result,
+        result = jsonl_against_baseline(args.baseline, [int(w) for w in args.workers.split(",")], args.repeat, cache,
+                                        args.only)
+        print(json.dumps({"bench": "jsonl_ingest", "baseline": args.baseline, "only": args.only,
+                          "repeat": args.repeat, **result,
                           "load_average_start_end": [load_at_start, [round(x, 2) for x in os.getloadavg()]]}))
         return
     roster = ensure_archive(cache / f"roster-{args.roster}", args.roster)
