@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from chart_helpers import chart_marks, chart_rows, two_model_cells
 from scoring.cli.main import main
 from scoring.report.paper_figure import (MODEL_PALETTE, figure2_from_store, pareto_front, rate_axis_domain,
                                          sr_safety_scatter)
@@ -20,25 +21,12 @@ from scoring.report.paper_figure import (MODEL_PALETTE, figure2_from_store, pare
 DEMO = Path(__file__).parent.parent / "assets" / "demo" / "store"
 
 
-def _data(spec: dict, layer: dict | None = None) -> list[dict]:
-    """The embedded rows a (layer of a) chart draws."""
-    src = (layer or spec).get("data") or spec.get("data")
-    if src is None:  # the base data of a layered chart sits on its first data-carrying layer
-        src = next(lay["data"] for lay in spec["layer"] if "data" in lay)
-    return spec["datasets"][src["name"]]
-
-
-def _marks(spec: dict) -> list[str]:
-    return [lay["mark"]["type"] if isinstance(lay["mark"], dict) else lay["mark"] for lay in spec["layer"]]
+_data, _marks = chart_rows, chart_marks
 
 
 @pytest.fixture
 def agg():
-    return pd.DataFrame({
-        "model": ["a", "a", "b", "b"], "suite": ["s1", "s2", "s1", "s2"], "n": [10, 10, 10, 10],
-        "sr": [0.9, 0.5, 0.8, 0.4], "sr_lo": [0.6, 0.2, 0.5, 0.1], "sr_hi": [0.98, 0.8, 0.95, 0.7],
-        "safety": [0.3, 0.9, 0.6, 0.5], "safety_lo": [0.1, 0.6, 0.3, 0.2], "safety_hi": [0.6, 0.98, 0.85, 0.8],
-        "sbu": [0.6, 0.1, 0.3, 0.2]})
+    return two_model_cells()
 
 
 @pytest.fixture(scope="module")
