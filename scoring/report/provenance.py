@@ -32,22 +32,26 @@ def _counted(label: str, counts: dict[str, int], words: dict[str, str] | None = 
     return f"{label}: " + ", ".join(f"{said[k]} ({v} episodes)" for k, v in counts.items()) + "."
 
 
-def protocol_counts(episodes: pd.DataFrame) -> dict[str, int]:
-    """Episodes per rollout protocol ("openpi", "openpi (overridden)", "not recorded")."""
+def _count_by(episodes: pd.DataFrame, column: str, qualifier: str, key) -> dict[str, int]:
+    """Episodes per `key(value, qualifier value)` of two store columns; "not recorded" for rows
+    (or a store) without `column`, the qualifier None where its column is absent."""
     if episodes.empty:
         return {}
-    if "protocol" not in episodes.columns:
+    if column not in episodes.columns:
         return {NOT_RECORDED: int(len(episodes))}
-    native = (episodes["protocol_native"] if "protocol_native" in episodes.columns
-              else pd.Series([None] * len(episodes), index=episodes.index))
+    other = (episodes[qualifier] if qualifier in episodes.columns
+             else pd.Series([None] * len(episodes), index=episodes.index))
     counts: dict[str, int] = {}
-    for name, is_native in zip(episodes["protocol"].to_numpy(object), native.to_numpy(object)):
-        if not isinstance(name, str):
-            key = NOT_RECORDED
-        else:
-            key = name if is_native is None or bool(is_native) else f"{name} (overridden)"
-        counts[key] = counts.get(key, 0) + 1
+    for value, extra in zip(episodes[column].to_numpy(object), other.to_numpy(object)):
+        k = key(value, extra) if isinstance(value, str) else NOT_RECORDED
+        counts[k] = counts.get(k, 0) + 1
     return counts
+
+
+def protocol_counts(episodes: pd.DataFrame) -> dict[str, int]:
+    """Episodes per rollout protocol ("openpi", "openpi (overridden)", "not recorded")."""
+    return _count_by(episodes, "protocol", "protocol_native",
+                     lambda name, native: name if native is None or bool(native) else f"{name} (overridden)")
 
 
 def protocol_note(episodes: pd.DataFrame) -> str:
@@ -60,22 +64,9 @@ def sampling_counts(episodes: pd.DataFrame) -> dict[str, int]:
     """Episodes per force/torque sampling: "substep_peak", "control" (scored under
     `--force-sampling control`), "control (no peaks recorded)" (scored under the peak
     option from records that hold only samples) or "not recorded" (a store without the columns)."""
-    if episodes.empty:
-        return {}
-    if "force_sampling" not in episodes.columns:
-        return {NOT_RECORDED: int(len(episodes))}
-    option = (episodes["force_sampling_option"] if "force_sampling_option" in episodes.columns
-              else pd.Series([None] * len(episodes), index=episodes.index))
-    counts: dict[str, int] = {}
-    for held, chosen in zip(episodes["force_sampling"].to_numpy(object), option.to_numpy(object)):
-        if not isinstance(held, str):
-            key = NOT_RECORDED
-        elif held == "control" and chosen == "peak":
-            key = "control (no peaks recorded)"
-        else:
-            key = held
-        counts[key] = counts.get(key, 0) + 1
-    return counts
+    return _count_by(episodes, "force_sampling", "force_sampling_option",
+                     lambda held, chosen: "control (no peaks recorded)" if held == "control" and chosen == "peak"
+                     else held)
 
 
 def sampling_note(episodes: pd.DataFrame) -> str:
