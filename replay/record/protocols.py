@@ -74,6 +74,12 @@ class Protocol:
         if self.max_steps is not None:
             return self.max_steps
         if suite not in self.horizons:
+            from scoring.registry.perturbations import suite_perturbation
+            variant = suite_perturbation(suite)
+            if variant is not None:  # a LIBERO-PRO variant runs under its base suite's horizon
+                base = variant.base_suite or VARIANT_DEFAULT_BASE
+                if base in self.horizons:
+                    return int(self.horizons[base])
             raise ProtocolError(f"protocol {self.name!r} has no horizon for suite {suite!r}; "
                                 f"it has {', '.join(self.horizons)} (pass --max-steps)")
         return int(self.horizons[suite])
@@ -122,6 +128,10 @@ class Protocol:
     def episode_seed(self, episode: int) -> int:
         """The seed LIBERO's env.seed gets for episode `episode`'s reset (the task's, once per task)."""
         return self.seed + int(episode) if self.seed_rule == "per_episode" else self.seed
+
+
+#: The horizon of a variant suite with no base suite (libero_mine, ...): LIBERO-90's.
+VARIANT_DEFAULT_BASE = "libero_90"
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from replay.record.hosts.libero import SUITES
+from replay.record.hosts.libero import BASE_SUITES, REFUSED, SUITES
 from replay.record.observations import DEFAULT_IMAGE_SIZE, parse_cameras, parse_image_size, requested_spec
 from replay.record.policies import load_policy
 from replay.record.policy_files import absolute_spec
@@ -49,13 +49,28 @@ def parse_tasks(text: str, *, flag: str = "--tasks") -> list[int]:
     return sorted(out)
 
 
+def suite_listing() -> str:
+    """Which suites run, and one line per refused suite naming what is missing."""
+    import textwrap
+    variants = [s for s in SUITES if s not in BASE_SUITES]
+    lines = ["suites that run:", textwrap.fill(", ".join(BASE_SUITES), 100, initial_indent="  ",
+                                                   subsequent_indent="  "),
+             textwrap.fill(", ".join(variants), 100, initial_indent="  ", subsequent_indent="  "),
+             "suites refused (what is missing):"]
+    lines += [f"  {s}: {why}" for s, why in REFUSED.items()]
+    return "\n".join(lines)
+
+
 def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "rollout", help="run a policy on LIBERO tasks and record trajectory archives",
         description="Run a policy on LIBERO under a reference harness's protocol (OpenPI's LIBERO loop by "
                     "default: its seeds, wait steps, horizons and init states, so the SR equals the harness's) and "
-                    "record one .npz per episode. Re-running skips episodes already recorded.")
-    p.add_argument("--suite", required=True, choices=sorted(SUITES), help="LIBERO suite")
+                    "record one .npz per episode. Re-running skips episodes already recorded.",
+        epilog=suite_listing(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", required=True, metavar="SUITE",
+                   help="LIBERO suite: libero_spatial, libero_object, libero_goal, libero_10, libero_90, or a "
+                        "runnable LIBERO-PRO variant (listed below; docs/libero.md, 'Perturbation suites')")
     p.add_argument("--tasks", default="0-9", help="task indices, e.g. 0-9 or 0,3,5 (default 0-9)")
     p.add_argument("--episodes", default="20",
                    help="episodes per task: a count N (episodes 0..N-1) or indices such as 5-9 or 0,3 (default 20); "
@@ -99,6 +114,11 @@ def add_rollout_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_rollout(args) -> int:
+    if args.suite in REFUSED:
+        raise SafeVLAError(f"--suite {args.suite}: does not run: {REFUSED[args.suite]}")
+    if args.suite not in SUITES:
+        raise SafeVLAError(f"--suite {args.suite}: unknown LIBERO suite; `safevla rollout --help` lists the "
+                           "suites that run")
     spec = absolute_spec(args.policy)  # workers may start in another directory
     try:
         protocol = load_protocol(args.protocol).override(seed=args.seed, max_steps=args.max_steps,

@@ -47,8 +47,22 @@ from replay.record.recorder import Recorder
 from replay.record.settle import SettleCriterion, SettleResult, settle
 from replay.scene.assets import portable_scene
 
-SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
-          "libero_goal": "libero-goal", "libero_10": "libero-10", "libero_90": "libero-90"}
+BASE_SUITES = {"libero_spatial": "libero-spatial", "libero_object": "libero-object",
+               "libero_goal": "libero-goal", "libero_10": "libero-10", "libero_90": "libero-90"}
+
+
+def _variant_suites() -> tuple[dict[str, str], dict[str, str]]:
+    """(runnable LIBERO-PRO variant -> benchmark id, refused suite -> what is missing), from
+    assets/perturbations.yaml (generated from the installed package)."""
+    from scoring.registry.perturbations import load_perturbations
+    data = load_perturbations()
+    return ({s: p.benchmark for s, p in data.suites.items() if p.runnable},
+            {s: p.why_not for s, p in data.suites.items() if not p.runnable})
+
+
+_VARIANTS, REFUSED = _variant_suites()
+#: Every suite `safevla rollout --suite` runs: the five base suites and the runnable variants.
+SUITES = {**BASE_SUITES, **_VARIANTS}
 CONTROL_DT = 0.05  # LIBERO controls at 20 Hz
 EEF_SITE = "gripper0_grip_site"  # the site behind LIBERO's `robot0_eef_pos` observation
 ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
@@ -83,6 +97,8 @@ def full_precision_bodies(xml: str, model: mujoco.MjModel) -> str:
 
 def benchmark_id(suite: str) -> str:
     """The scoring registry's benchmark id for a LIBERO suite name."""
+    if suite in REFUSED:
+        raise ValueError(f"LIBERO suite {suite!r} does not run: {REFUSED[suite]}")
     if suite not in SUITES:
         raise ValueError(f"unknown LIBERO suite {suite!r}; supported: {', '.join(SUITES)}")
     return SUITES[suite]
