@@ -145,7 +145,7 @@ def test_the_change_is_traced_to_the_family_whose_rate_moved():
     assert set(table) == {"perturbation", "perturbation_families"}
     row = table["perturbation"][1].iloc[0]
     assert row["change from (violation rate, pp)"].startswith("bystander +")
-    assert row["comparison"].startswith("paired") and row["ΔSafety"] == f"{100 * s.change('safety'):+.1f}"
+    assert row["comparison"].startswith("paired") and row["Δ Safety pp"] == f"{100 * s.change('safety'):+.1f}"
     fams = table["perturbation_families"][1]
     assert list(fams["spec"]) == ["max-force", "bystander"]
     doc = json.loads(json.dumps(shifts_json([s])))[0]

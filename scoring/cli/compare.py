@@ -42,6 +42,10 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--unpaired", action="store_true",
                    help="compare the models as independent samples (two-proportion score test, Newcombe interval, "
                         "two-sample bootstrap for VSI), for models run on different init states, seeds or tasks")
+    p.add_argument("--perturbed", default=None, metavar="SUITE",
+                   help="compare one model (--models MODEL) on this perturbed suite against the same model on its "
+                        "base suite (e.g. libero_spatial_with_mug against libero_spatial): paired on (task, init "
+                        "state, seed) where the init states correspond, unpaired otherwise")
     p.set_defaults(func=run_compare)
     return p
 
@@ -52,10 +56,13 @@ def run_compare(args) -> int:
     by = {"suite": "suite", "none": None}.get(args.by, args.by)
     if by not in BY_CHOICES:
         raise SafeVLAError(f"--by: unknown grouping {args.by!r}; valid choices: suite, none")
-    _, episodes, _ = load_store(args.store)
+    _, episodes, spec_results = load_store(args.store)
     if episodes.empty:
         raise SafeVLAError(f"run store {args.store!r} has no scored episodes")
     out = Path(args.out) if args.out else Path(args.store) / "compare"
+    if getattr(args, "perturbed", None):
+        from scoring.cli.compare_perturbed import run_perturbed
+        return run_perturbed(args, episodes, spec_results, out)
     if getattr(args, "unpaired", False):
         return _run_unpaired(args, episodes, out)
     try:

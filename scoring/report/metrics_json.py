@@ -13,7 +13,11 @@ and vsi; one `aggregate` with sr, safety, sbu, p_unsafe_given_success and vsi. T
      "aggregate": {"n", "sr", "safety", "sbu", "p_unsafe_given_success", "vsi",
                    "<metric>_ci": [lo, hi]},
      "cells": [{"model", "suite", <the aggregate's fields>}],
-     "excluded": [episode_id, ...]}
+     "excluded": [episode_id, ...],
+     "perturbations": [{"model", "suite", "base_suite", "family", "pairing", "how", "n_base",
+                        "n_perturbed", "n_pairs", "metrics": {metric: {"base", "perturbed", "change",
+                        "change_ci", "ci", "test", "p_value"}}, "families": {family: {"base_rate",
+                        "perturbed_rate", "change"}}}]}
 
 `aggregate` is Appendix B's object, over every episode the report counts; `cells` holds
 the same per (model, suite) cell (the `--by` grouping). Robustness is keyed by spec id
@@ -29,6 +33,9 @@ not say), so a reader knows which harness's SR it is; `force_sampling` counts th
 force and torque sampling (`scoring.report.provenance.sampling_counts`: "substep_peak",
 "control", "control (no peaks recorded)", "not recorded"). `excluded` lists the episodes left
 out of `aggregate` and `cells`, as of every table (the scene was not at rest at step 0).
+`perturbations` is the perturbation table (`scoring.report.perturbation`): per model and
+variant of a base suite in the store, each metric's change from the base with its interval;
+empty when the store holds no base suite with a variant.
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ def _num(x) -> float | None:
 
 def metrics_output(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, manifest: Mapping | None = None,
                    reading: Mapping[str, str] | None = None, notes: Sequence[str] = (),
-                   by: Sequence[str] = ("model", "suite"), seed: int = 0) -> dict:
+                   by: Sequence[str] = ("model", "suite"), seed: int = 0,
+                   perturbations: Sequence[Mapping] = ()) -> dict:
     """The metrics-output document as plain Python (see the module docstring)."""
     scored = spec_results[~spec_results["report_only"].to_numpy(bool)]
     per_episode: dict[str, tuple[list, dict, list]] = {}
@@ -87,7 +95,8 @@ def metrics_output(episodes: pd.DataFrame, spec_results: pd.DataFrame, *, manife
             "aggregate": _metrics(aggregate(counted, by=(), seed=seed).iloc[0]) if len(counted) else None,
             "cells": [{**{k: a[k] for k in by}, **_metrics(a)}
                       for a in aggregate(counted, by=by, seed=seed).to_dict("records")],
-            "excluded": episodes.loc[drop, "episode_id"].astype(str).tolist()}
+            "excluded": episodes.loc[drop, "episode_id"].astype(str).tolist(),
+            "perturbations": list(perturbations)}
 
 
 def _metrics(a: Mapping) -> dict:

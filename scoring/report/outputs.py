@@ -10,7 +10,7 @@ VSI saturation) and, next to every torque figure, which joint the violations com
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from scoring.report.paper_layout import (host_title, main_tables, ordered_models
 from scoring.report.readings import Reading, apply_reading, describe, preset, switched_off_tasks
 from scoring.report.sensitivity import sensitivity_means, sensitivity_table, torque_scale_note
 from scoring.report.table_render import PaperTable, to_latex, to_markdown
+from scoring.report.perturbation import (perturbation_shifts, perturbation_tables, registry_lookup, shifts_json,
+                                         suite_of, variants_in)
 from scoring.report.provenance import made_with
 from scoring.report.tables import build_tables, exclude_unsettled, write_tables
 from scoring.report.torque_joints import attribution_of, violation_joints
@@ -153,11 +155,15 @@ def write_paper_tables(tables: Sequence[PaperTable], out_dir: str | Path) -> lis
 
 def write_report(store: str | Path, out: str | Path, *, episodes: pd.DataFrame, spec_results: pd.DataFrame,
                  manifest: dict, by: Sequence[str] = PAPER_BY, seed: int = 0, reading: Reading = Reading(),
-                 registry: Registry | None = None, model_order: Sequence[str] = ()) -> list[Path]:
+                 registry: Registry | None = None, model_order: Sequence[str] = (),
+                 perturbation_of: Callable[[str], object | None] | None = None) -> list[Path]:
     """Writes the long tables, the paper layouts (when grouped by model and suite) and metrics.json.
 
     `model_order` puts those models' rows first in the paper layouts, in that order; the
     others follow in the order they were added to the store (first appearance in `episodes`).
+    When the store holds a base suite and variants of it (`perturbation_of(suite)`, default
+    the suite registry's), the perturbation tables join the long tables
+    (`scoring.report.perturbation`).
     """
     known = list(dict.fromkeys(episodes["model"]))
     unknown = [m for m in model_order if m not in known]
@@ -172,13 +178,27 @@ def write_report(store: str | Path, out: str | Path, *, episodes: pd.DataFrame, 
         long[name] = (f"{caption} {notes.torque}", df)
     caption, df = long["table4_main"]
     long["table4_main"] = (f"{caption} {notes.vsi}", df)
+    shifts = _shifts(episodes, spec_results, perturbation_of, registry=reg, seed=seed)
+    counted = exclude_unsettled(episodes, spec_results)[0]
+    long.update({name: (f"{caption} {made_with(counted, reading)}", df)
+                 for name, (caption, df) in perturbation_tables(shifts, seed=seed).items()})
     paths = write_tables(long, out)
     if tuple(by) == PAPER_BY:
         paths += write_paper_tables(paper_tables(store, episodes, spec_results, registry=reg, notes=notes,
                                                  reading=reading, model_order=ordered_models(known, model_order)),
                                     Path(out) / "paper")
     doc = metrics_output(episodes, spec_results, manifest=manifest, reading=describe(reading, registry=reg),
-                         notes=[notes.goal, notes.vsi, notes.torque], by=by, seed=seed)
+                         notes=[notes.goal, notes.vsi, notes.torque], by=by, seed=seed,
+                         perturbations=shifts_json(shifts))
     path = Path(out) / "metrics.json"
     atomic_write_bytes(path, encode(doc))
     return [*paths, path]
+
+
+def _shifts(episodes: pd.DataFrame, spec_results: pd.DataFrame, perturbation_of, *, registry: Registry,
+            seed: int) -> list:
+    """Every model's change from base suite to variant, over the episodes the tables count."""
+    episodes, spec_results, _ = exclude_unsettled(episodes, spec_results)
+    lookup = perturbation_of or registry_lookup()
+    variants = variants_in(suite_of(episodes).dropna().astype(str).unique(), lookup)
+    return perturbation_shifts(episodes, spec_results, variants, families=registry.families, seed=seed)

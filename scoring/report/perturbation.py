@@ -50,6 +50,8 @@ class Shift:
             over the compared episodes, Tables 7/8's rate; NaN where the family is inactive
             on that side).
         comparison: the paired `Comparison` (models named after the two suites), or None.
+        pairs: the comparison's rows as `scoring.stats.compare_verdict.pair_result` reads
+            them (`Comparison.pairs` or `compare_unpaired`'s), the variant as model A.
         notes: how the pairing was done (`Comparison.notes`), or why it fell back.
     """
 
@@ -65,6 +67,7 @@ class Shift:
     changes: pd.DataFrame
     families: pd.DataFrame
     comparison: Comparison | None = None
+    pairs: pd.DataFrame | None = None
     notes: tuple[str, ...] = ()
 
     def change(self, metric: str) -> float:
@@ -148,22 +151,24 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
         except SafeVLAError as exc:  # no shared key, or several episodes per key: not pairable
             why = f"not pairable ({exc})"
     if cmp is not None:
-        pairs = cmp.pairs.rename(columns={"value_a": "variant", "value_b": "base"})
+        raw = cmp.pairs
         used = cmp.pairing.episodes["episode_id"].to_numpy()[cmp.pairing.index.ravel()]
         compared = frame[frame["episode_id"].isin(set(used))]
         how = f"paired on ({', '.join(_key_names(cmp.pairing.key_columns))})"
         notes, n_pairs = cmp.notes, len(cmp.pairing.keys)
     else:
-        pairs = compare_unpaired(frame, names, **options).rename(columns={"value_a": "variant", "value_b": "base"})
+        raw = compare_unpaired(frame, names, **options)
         compared, how, n_pairs = frame, f"unpaired: {why}", None
-    changes = pairs.rename(columns={"diff": "change", "diff_lo": "change_lo", "diff_hi": "change_hi"})[
-        ["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test", "p_value"]]
+    columns = {"value_a": "variant", "value_b": "base", "diff": "change", "diff_lo": "change_lo",
+             "diff_hi": "change_hi"}
+    changes = raw.rename(columns=columns)[["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test",
+                                         "p_value"]]
     changes = changes.set_index("metric").loc[list(METRICS)].reset_index()
     return Shift(model=str(model), suite=p.suite, base_suite=p.base_suite, family=str(p.family),
                  pairing=PAIRED if cmp is not None else UNPAIRED, how=how, n_base=len(base),
                  n_variant=len(variant), n_pairs=n_pairs, changes=changes,
                  families=_family_changes(compared, spec_results, p, families), comparison=cmp,
-                 notes=tuple(notes))
+                 pairs=raw, notes=tuple(notes))
 
 
 def _key_names(columns: Sequence[str]) -> list[str]:
@@ -226,8 +231,9 @@ def shift_table(shifts: Sequence[Shift]) -> pd.DataFrame:
         for r in s.changes.itertuples(index=False):
             label = LABELS[r.metric] + ("" if r.metric == "vsi" else " %")
             row[label] = f"{_value(r.metric, r.base)} → {_value(r.metric, r.variant)}"
-            row[f"Δ{LABELS[r.metric]}"] = _signed(r.metric, r.change)
-            row[f"Δ{LABELS[r.metric]} 95% CI"] = _interval(r.metric, r.change_lo, r.change_hi)
+            delta = f"Δ {LABELS[r.metric]}" + ("" if r.metric == "vsi" else " pp")
+            row[delta] = _signed(r.metric, r.change)
+            row[f"{delta} 95% CI"] = _interval(r.metric, r.change_lo, r.change_hi)
         row["change from (violation rate, pp)"] = s.sources()
         rows.append(row)
     return pd.DataFrame(rows)
