@@ -24,7 +24,7 @@ from replay.render.highlight import (SUCCESS_RGB, VIOLATION_RGB, RenderError, Sc
 from replay.render.offscreen import ContextPool, OffscreenContext, pool_for_this_thread  # noqa: E402
 from replay.render.render_assets import preview_texture_px, render_assets_key  # noqa: E402
 from replay.render.scene_models import (AGENT_VIEWS, FREE, FREE_VIOLATION, WRIST_VIEWS, cameras,  # noqa: E402,F401
-                                        load_model, preview_scene_model, scene_key, scene_model)
+                                        load_model, preview_scene_model, replay_option, scene_key, scene_model)
 from scoring.errors import RecordError  # noqa: E402
 from scoring.records.io import load_record  # noqa: E402
 from scoring.records.schema import EpisodeRecord  # noqa: E402
@@ -45,6 +45,34 @@ def _ensure_offscreen_gl() -> None:
         from mujoco.egl import GLContext
 
         gl_context.GLContext = GLContext
+
+
+def apply_state(model: mujoco.MjModel, d: mujoco.MjData, replay, s: int, *, forward: bool = True) -> None:
+    """Sets `d` to the recorded state of step `s` (qpos, qvel, mocap, ctrl), then runs
+    `mj_forward` (or, without `forward`, only the body and camera kinematics)."""
+    d.qpos[:] = replay.qpos[s]
+    d.qvel[:] = replay.qvel[s]
+    if replay.mocap_pos is not None:
+        d.mocap_pos[:] = replay.mocap_pos[s]
+    if replay.mocap_quat is not None:
+        d.mocap_quat[:] = replay.mocap_quat[s]
+    if replay.ctrl is not None:  # actuator forces: without them contact forces come out up to 60% off
+        d.ctrl[:] = replay.ctrl[s]
+    if forward:
+        mujoco.mj_forward(model, d)
+    else:
+        mujoco.mj_kinematics(model, d)
+        mujoco.mj_camlight(model, d)
+
+
+def success_step(record: EpisodeRecord) -> int | None:
+    """The step that gets the green border: `meta["success_step"]` or the last step; None if failed."""
+    if not record.success:
+        return None
+    n = int(record.replay.qpos.shape[0])
+    s = record.meta.get("success_step")
+    ok = isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 0 <= s < n
+    return int(s) if ok else n - 1
 
 
 class Replayer:
@@ -93,11 +121,7 @@ class Replayer:
         self.xray = bool(xray)
         self._camera = self._resolve_camera(camera)
         self.camera_name = camera if camera is not None else (self._camera if isinstance(self._camera, str) else FREE)
-        self._opt = mujoco.MjvOption()
-        groups = set(range(6)) - {0} if geom_groups is None and (m.geom_group >= 1).any() else \
-            set(range(6)) if geom_groups is None else set(int(g) for g in geom_groups)
-        for g in range(6):
-            self._opt.geomgroup[g] = int(g in groups)
+        self._opt = replay_option(m, geom_groups)
         self._hl = SceneHighlighter(m, self.record)
         self._free_cam: mujoco.MjvCamera | None = None
         self._aimed: dict[Violation, mujoco.MjvCamera] = {}
@@ -157,12 +181,8 @@ class Replayer:
 
     @property
     def success_step(self) -> int | None:
-        """The step that gets the green border: `meta["success_step"]` or the last step; None if failed."""
-        if not self.record.success:
-            return None
-        s = self.record.meta.get("success_step")
-        ok = isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 0 <= s < self.n_steps
-        return int(s) if ok else self.n_steps - 1
+        """The step that gets the green border (`success_step(record)`)."""
+        return success_step(self.record)
 
     # ------------------------------------------------------------ per frame
 
@@ -177,17 +197,8 @@ class Replayer:
 
     def set_state(self, step: int) -> mujoco.MjData:
         """Sets the simulator state of `step` and runs `mj_forward`; returns the data."""
-        s, r, d = self._step_index(step), self.record.replay, self.data
-        d.qpos[:] = r.qpos[s]
-        d.qvel[:] = r.qvel[s]
-        if r.mocap_pos is not None:
-            d.mocap_pos[:] = r.mocap_pos[s]
-        if r.mocap_quat is not None:
-            d.mocap_quat[:] = r.mocap_quat[s]
-        if r.ctrl is not None:  # actuator forces: without them contact forces come out up to 60% off
-            d.ctrl[:] = r.ctrl[s]
-        mujoco.mj_forward(self.model, d)
-        return d
+        apply_state(self.model, self.data, self.record.replay, self._step_index(step))
+        return self.data
 
     def _camera_for(self, active: Sequence[Violation], all_violations: Sequence[Violation]):
         if self._camera == FREE:

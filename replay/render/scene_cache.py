@@ -20,8 +20,10 @@ write.
 
 Where: $SAFEVLA_SCENE_CACHE (a folder; "off" disables the cache), else
 $XDG_CACHE_HOME/safevla/scenes, else ~/.cache/safevla/scenes. Size: at most
-$SAFEVLA_SCENE_CACHE_MB megabytes (default 4096; a LIBERO scene is about 200 MB), the least
-recently used files removed first.
+$SAFEVLA_SCENE_CACHE_MB megabytes (default 1024; a LIBERO scene is about 200 MB, its preview
+76 MB), the least recently used files removed first. The dashboard's web scenes and poses
+(replay/render/web_scene.py, about 15 MB a LIBERO scene) have their own folder and limit,
+$SAFEVLA_WEB_CACHE_MB (default 512), trimmed the same way.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ import mujoco
 
 from replay.scene.assets import ASSET_FILE_ATTRS
 
-DEFAULT_MB = 4096
+DEFAULT_MB = 1024
+DEFAULT_WEB_MB = 512
 SUFFIX = ".mjb"
 
 
@@ -57,11 +60,21 @@ def cache_dir() -> Path | None:
     return Path(base) / "safevla" / "scenes"
 
 
-def _limit_bytes() -> int:
+def _megabytes(env: str, default: int) -> int:
     try:
-        return int(float(os.environ.get("SAFEVLA_SCENE_CACHE_MB", DEFAULT_MB)) * 2**20)
+        return int(float(os.environ.get(env, default)) * 2**20)
     except ValueError:
-        return DEFAULT_MB * 2**20
+        return default * 2**20
+
+
+def _limit_bytes() -> int:
+    return _megabytes("SAFEVLA_SCENE_CACHE_MB", DEFAULT_MB)
+
+
+def web_limit_bytes() -> int:
+    """The size limit of the dashboard's web scenes and poses ($SAFEVLA_WEB_CACHE_MB, default
+    `DEFAULT_WEB_MB`; replay/render/web_scene.py)."""
+    return _megabytes("SAFEVLA_WEB_CACHE_MB", DEFAULT_WEB_MB)
 
 
 def scene_digest(resolved_xml: str, modelfiledir: str) -> str:
@@ -288,7 +301,7 @@ def _store(model: mujoco.MjModel, path: Path, *, unchanged: Callable[[], bool] |
             return False
         os.replace(tmp, path)  # readers never see half a file
         tmp = None
-        _evict(path.parent, keep=path)
+        evict(path.parent, _limit_bytes(), keep=path)
     except (OSError, ValueError, mujoco.FatalError):
         pass
     finally:
@@ -297,16 +310,17 @@ def _store(model: mujoco.MjModel, path: Path, *, unchanged: Callable[[], bool] |
     return True
 
 
-def _evict(folder: Path, *, keep: Path) -> None:
+def evict(folder: Path, limit: int, *, keep: Path, suffix: str = SUFFIX) -> None:
+    """Removes the least recently used `suffix` files of `folder` (never `keep`) until they
+    hold at most `limit` bytes, and half-written files left by a stopped process."""
     for part in folder.glob("*.part"):  # left by a process stopped mid-write (the writer's own are newer)
         try:
             if time.time() - part.stat().st_mtime > PART_STALE_S:
                 part.unlink()
         except OSError:
             pass
-    files = sorted((p for p in folder.glob("*" + SUFFIX) if p != keep), key=lambda p: p.stat().st_mtime)
+    files = sorted((p for p in folder.glob("*" + suffix) if p != keep), key=lambda p: p.stat().st_mtime)
     total = sum(p.stat().st_size for p in files) + keep.stat().st_size
-    limit = _limit_bytes()
     for p in files:
         if total <= limit:
             break

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import mujoco
@@ -91,6 +92,21 @@ def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | 
         _remember(key, model)
     _MODEL_CACHE.move_to_end(key)
     return model
+
+
+def visible_groups(model: mujoco.MjModel) -> set[int]:
+    """The geom groups a replay draws: all but group 0 (collision meshes) when the model keeps
+    its visual geoms in group 1 or above (robosuite, LIBERO), else all."""
+    return set(range(1, 6)) if (model.geom_group >= 1).any() else set(range(6))
+
+
+def replay_option(model: mujoco.MjModel, groups: Sequence[int] | None = None) -> mujoco.MjvOption:
+    """The `MjvOption` a replay draws with: `groups` (None: `visible_groups`) on, the rest off."""
+    opt = mujoco.MjvOption()
+    shown = visible_groups(model) if groups is None else set(int(g) for g in groups)
+    for g in range(6):
+        opt.geomgroup[g] = int(g in shown)
+    return opt
 
 
 def _resolved_scene(key: tuple) -> tuple[str, Path, str]:

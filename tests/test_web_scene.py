@@ -1,0 +1,123 @@
+"""The web scene and poses a browser draws a replay from (replay/render/web_scene.py), on the
+toy scenes: what they hold is what MuJoCo draws and computes."""
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+
+from render_helpers import MESH_XML, TOY_XML, VIOL, toy_record, toy_scene, write_stl  # noqa: E402
+from replay.render import web_scene as W  # noqa: E402
+from replay.render.highlight import SceneHighlighter  # noqa: E402
+from replay.render.scene_cache import evict  # noqa: E402
+from replay.render.scene_models import scene_model  # noqa: E402
+
+pytestmark = pytest.mark.render
+
+
+def test_scene_holds_every_drawn_geom_with_its_body_and_colour():
+    rec = toy_record(mjcf=toy_scene(1))
+    m = scene_model(rec)
+    head, arrays = W.read_blob(W.scene_blob(m))
+    got = {g["id"]: g for g in head["geoms"]}
+    assert set(got) == set(range(m.ngeom))  # the toy draws all its geoms
+    box = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "box_g")
+    assert got[box]["type"] == "box" and got[box]["body"] == m.geom_bodyid[box]
+    assert got[box]["size"] == pytest.approx(m.geom_size[box].tolist())
+    assert got[box]["rgba"] == pytest.approx(m.geom_rgba[box].tolist())
+    floor = next(g for g in head["geoms"] if g["type"] == "plane")
+    tex = head["textures"][head["materials"][floor["material"]]["texture"]]
+    assert tex["kind"] == "2d" and tex["width"] == 64 and arrays_have_png(arrays, tex)
+    assert [c["name"] for c in head["cameras"]] == ["cam", "side"]
+    assert head["cameras"][0]["fovy"] == pytest.approx(float(m.cam_fovy[0]))
+
+
+def arrays_have_png(arrays, tex) -> bool:
+    return any(isinstance(v, bytes) and v.startswith(b"\x89PNG") for v in arrays.values())
+
+
+def test_collision_group_is_left_out_as_the_replay_does():
+    xml = TOY_XML.replace('<geom name="box_g"', '<geom name="box_c" type="box" size=".1 .1 .1" group="0"/>'
+                          '<geom name="box_g" group="1"')
+    m = scene_model(toy_record(mjcf=xml))
+    head, _ = W.read_blob(W.scene_blob(m))
+    assert mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "box_c") not in {g["id"] for g in head["geoms"]}
+
+
+def test_mesh_corners_dequantise_to_the_model_vertices(tmp_path):
+    write_stl(tmp_path / "meshes" / "tet.stl")
+    (tmp_path / "scene.xml").write_text(MESH_XML.format(tex=""))
+    rec = toy_record(mjcf="scene.xml", source=str(tmp_path / "ep.json"))
+    m = scene_model(rec)
+    head, arrays = W.read_blob(W.scene_blob(m))
+    mesh = head["meshes"][next(g["mesh"] for g in head["geoms"] if g["type"] == "mesh")]
+    pos = arrays_by_ref(head, arrays, mesh["pos"]).reshape(-1, 3) / 32767 * mesh["half"] + mesh["centre"]
+    idx = arrays_by_ref(head, arrays, mesh["index"]).reshape(-1, 3)
+    verts = m.mesh_vert[: m.mesh_vertnum[0]]
+    faces = m.mesh_face[: m.mesh_facenum[0]]
+    assert idx.shape == faces.shape and head["vertices"] == mesh["vertices"]
+    # every triangle's corners are the model's, within the int16 step
+    np.testing.assert_allclose(pos[idx], verts[faces], atol=float(np.max(mesh["half"])) / 32767 * 1.01)
+    normals = arrays_by_ref(head, arrays, mesh["normal"]).reshape(-1, 3) / 127
+    assert np.all(np.abs(np.linalg.norm(normals, axis=1) - 1) < 0.02)
+
+
+def arrays_by_ref(head, arrays, ref):
+    name = next(k for k, v in head["buffers"].items() if v == ref)
+    return arrays[name]
+
+
+def test_poses_are_mujocos_kinematics_of_the_recorded_state():
+    rec = toy_record()
+    m = scene_model(rec)
+    head, arrays = W.read_blob(W.episode_blob(m, rec, [VIOL]))
+    box, ball = (mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, n) for n in ("box", "ball"))
+    assert head["moving"] == [box]  # the ball stays put: sent once
+    poses = arrays["poses"].reshape(head["n_steps"], 1, 7)
+    d = mujoco.MjData(m)
+    for s in (0, 5, 11):
+        d.qpos[:] = rec.replay.qpos[s]
+        mujoco.mj_forward(m, d)
+        np.testing.assert_allclose(poses[s, 0, :3], d.xpos[box], atol=1e-6)
+        np.testing.assert_allclose(poses[s, 0, 3:], d.xquat[box], atol=1e-6)
+        cams = arrays["cams"].reshape(head["n_steps"], -1, 7)
+        np.testing.assert_allclose(cams[s, 0, :3], d.cam_xpos[0], atol=1e-6)
+    static = arrays["static"].reshape(m.nbody, 7)
+    np.testing.assert_allclose(static[ball, :3], d.xpos[ball], atol=1e-6)
+    assert head["cameras"][0]["name"] == "cam"  # the record's camera: the toy has no agentview
+
+
+def test_violation_marks_are_the_highlighters():
+    rec = toy_record()
+    m = scene_model(rec)
+    head, _ = W.read_blob(W.episode_blob(m, rec, [VIOL]))
+    assert sorted(map(int, head["marks"])) == list(range(VIOL.step - W.WINDOW, VIOL.step + W.WINDOW + 1))
+    mark = head["marks"][str(VIOL.step)]
+    want = SceneHighlighter(m, rec).focus(VIOL).tint_geoms
+    assert set(mark["tint"]) == set(want) and want
+    assert mark["captions"] == [VIOL.caption]
+    assert mark["discs"] and mark["arrows"] and mark["arrows"][0]["label"].endswith("N")
+    assert head["success_step"] == rec.meta["success_step"]
+    assert head["orbit"]["distance"] > 0
+
+
+def test_cached_file_is_made_once_and_the_folder_is_trimmed(tmp_path, monkeypatch):
+    calls = []
+
+    def make(n):
+        calls.append(n)
+        return bytes(300_000)
+
+    p1, made1 = W.cached_file(tmp_path, "a", lambda: make("a"))
+    p2, made2 = W.cached_file(tmp_path, "a", lambda: make("again"))
+    assert (p1, made1, made2, calls) == (p2, True, False, ["a"])
+    monkeypatch.setenv("SAFEVLA_WEB_CACHE_MB", "0.5")  # room for one file of 300 kB
+    os.utime(p1, (1, 1))  # the oldest
+    p3, _ = W.cached_file(tmp_path, "b", lambda: make("b"))
+    assert p3.is_file() and not p1.exists()
+    evict(tmp_path, 0, keep=p3, suffix=".bin")
+    assert p3.is_file()  # the file just written is kept
