@@ -1,10 +1,14 @@
 """The playable episode timeline: a Streamlit custom component (`dashboard/player_static/`,
-plain HTML/JS) that draws the robustness chart with vega-embed and plays pre-rendered
-replay frames in the browser, cursor and frame in sync, keys on the parent page.
+plain HTML/JS) that draws the robustness chart with vega-embed and plays the replay in the
+browser, cursor and picture in sync, keys on the parent page.
 
-Frames come from the render thread (`RenderService.frames`), the violating step's
-neighbourhood first, into a `FrameBatch` the page polls; the player starts on the frames it
-has while the rest fill in. The vega/vega-lite/vega-embed JavaScript comes from
+The replay is drawn by the browser with WebGL (three.js, vendored under
+`player_static/vendor/`): the scene converted once (`replay.render.web_scene`) and the
+episode's poses are files in the component's own folder (`web/`), which Streamlit serves
+with the component; the player fetches each once and steps without a request. Where the
+browser has no WebGL, the player says so and the page sends frames rendered by MuJoCo on
+the server instead (`RenderService.frames`, the violating step's neighbourhood first, into a
+`FrameBatch` the page polls). The vega/vega-lite/vega-embed JavaScript comes from
 vl-convert's bundle (no CDN): it is written once next to a copy of the component's files.
 """
 
@@ -41,9 +45,12 @@ def component_dir(cache: Path | None = None) -> Path:
     out = base / f"vl-convert-{vl_convert.__version__}"
     bundle = out / "vega-bundle.js"
     out.mkdir(parents=True, exist_ok=True)
-    for f in STATIC.iterdir():  # refreshed every start: edits to the component show up at once
+    for f in (*STATIC.iterdir(), *(STATIC / "vendor").iterdir()):  # refreshed every start: edits show up at once
         if f.is_file():
-            shutil.copyfile(f, out / f.name)
+            dest = out / f.relative_to(STATIC)
+            dest.parent.mkdir(exist_ok=True)
+            if not dest.exists() or dest.stat().st_size != f.stat().st_size or f.parent == STATIC:
+                shutil.copyfile(f, dest)
     if not bundle.exists():
         tmp = out / f".vega-bundle.{threading.get_ident()}.tmp"
         tmp.write_text(vl_convert.javascript_bundle(), encoding="utf-8")
@@ -75,16 +82,21 @@ def violated_by_step(traces) -> dict[str, str]:
 
 def timeline(*, episode: str, spec: Mapping, n_steps: int, dt: float, step: int, violating_step: int | None,
              frames: Mapping[int, str], total: int, violated: Mapping[str, str], key: str,
-             answers: str | None = None, prerendering: bool = False, height: int | None = None):
+             answers: str | None = None, prerendering: bool = False, height: int | None = None,
+             web: Mapping | None = None):
     """Draws the timeline; returns its last value ({step, seq, event, episode}) or None.
 
     `answers` is the seq of the player's last value this run handled (None: none yet). The
     player moves to `step` only when this run had seen its newest value: a run that had not
     seen it started before that value arrived, and its step is older than the player's.
     `prerendering`: frames are still being rendered and polled for; a player drawn without any
-    frame then asks for the first one (the value's event "frames")."""
+    frame then asks for the first one (the value's event "frames").
+    `web`: {"scene": url, "poses": url} of the episode's web scene and poses, relative to the
+    component (`web_files`): the player draws them with WebGL, or, without WebGL, sends the
+    event "nowebgl" and shows `frames`."""
     return _component()(episode=episode, spec=dict(spec), n_steps=int(n_steps), dt=float(dt), step=int(step),
                         answers=None if answers is None else str(answers),
                         vstep=None if violating_step is None else int(violating_step),
                         frames={str(k): v for k, v in frames.items()}, total=int(total), violated=dict(violated),
-                        prerendering=bool(prerendering), key=key, default=None, height=height)
+                        prerendering=bool(prerendering), web=None if web is None else dict(web), key=key,
+                        default=None, height=height)

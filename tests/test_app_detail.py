@@ -140,13 +140,26 @@ def test_a_safe_episode_detail_names_its_closest_call(store, tables):
     assert any("No violation." in c.value and "closest call" in c.value for c in at.caption)
 
 
-def test_detail_offers_the_wrist_camera_where_the_scene_has_one(store, tables):
+def test_detail_draws_the_demo_replay_in_the_browser_and_offers_the_wrist_frames_without_webgl(store, tables):
+    from dashboard.web_timeline import NOWEBGL, RENDERER_KEY, web_dir
+
     demo = ROOT / "assets" / "demo" / "store"
     demo_eps = pd.read_parquet(demo / "episodes.parquet")
     at = ok(app(demo, page="detail", ep=demo_eps[demo_eps["sbu"]].iloc[0]["episode_id"]))
+    # WebGL: the page wrote the episode's web scene and poses for the player; no server view menu
+    assert any("Drawn in your browser with WebGL" in c.value for c in at.caption)
+    assert list(web_dir().glob("scene-*.bin")) and list(web_dir().glob("ep-*.bin"))
+    assert not [b for b in at.get("button_group") if getattr(b, "key", None) == "w.camera"]
+    # the player says this browser has no WebGL: server frames, with the scene / wrist choice
+    at.session_state[TIMELINE_KEY] = {"step": 0, "seq": "x:1", "event": NOWEBGL,
+                                      "episode": f"{at.session_state['_timeline_tag']}{MODE_SEP}margin"}
+    ok(at.run())
+    assert at.session_state[RENDERER_KEY] == "frames"
     view = at.button_group(key="w.camera")
     assert list(view.options) == ["scene", "wrist"]
     ok(view.set_value("wrist").run())
     eps, _ = tables  # a synthetic scene without a wrist camera: nothing to choose
-    at = ok(app(store, page="detail", ep=eps[eps["sbu"]].iloc[0]["episode_id"]))
+    at = app(store, page="detail", ep=eps[eps["sbu"]].iloc[0]["episode_id"])
+    at.session_state[RENDERER_KEY] = "frames"
+    ok(at.run())
     assert not [b for b in at.get("button_group") if getattr(b, "key", None) == "w.camera"]

@@ -45,6 +45,12 @@ def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path):
     bundle = (out / "vega-bundle.js").read_text()
     assert "window.vegaEmbed" in bundle and len(bundle) > 100_000
     assert (out / "player.js").read_text() == (player.STATIC / "player.js").read_text()
+    # three.js, vendored with its licence, served from the component's folder: no CDN
+    for name in ("three.module.js", "three.core.js", "OrbitControls.js", "LICENSE-three.txt"):
+        assert (out / "vendor" / name).stat().st_size == (player.STATIC / "vendor" / name).stat().st_size
+    assert '"three": "./vendor/three.module.js"' in html
+    web = (out / "webview.js").read_text()
+    assert "http://" not in web and "https://" not in web and 'from "three"' in web
 
 
 def _until_complete(batch, timeout: float = 120.0) -> None:

@@ -3,7 +3,9 @@
 // Args: episode, spec (Vega-Lite, with the variable `cursor`), n_steps, dt, step (the
 // server's step), answers (the seq of the player's value the page's run had handled, if
 // any), vstep, frames {step: data URL}, total, violated {step: "spec, spec"}, prerendering
-// (more frames are on their way).
+// (more frames are on their way), web ({scene, poses}: files this player fetches once and
+// draws with WebGL, webview.js; without WebGL it sends the event "nowebgl" and the page
+// sends frames rendered on the server instead).
 // Value sent back on pause / seek / stepping: {step, seq, event}; n / p send the event
 // "next" / "previous" (the page opens that episode of its picker's list); "frames" asks, once
 // per episode, for the first frame when the page's arguments came without one.
@@ -18,6 +20,10 @@ const statusLine = document.getElementById("status");
 const violatedLine = document.getElementById("violated");
 const progressBar = document.querySelector("#progress > div");
 const speedSel = document.getElementById("speed");
+const glCanvas = document.getElementById("gl");
+const marksCanvas = document.getElementById("marks");
+const viewSel = document.getElementById("view");
+const rendererLine = document.getElementById("renderer");
 
 // The chart library (vl-convert's vega bundle, 0.9 MB) loads after this script, not before
 // it: a player re-created by a rerun hears keys from its first moment, not once the bundle
@@ -41,6 +47,7 @@ const S = {
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
   lastSeq: null, queued: [], askedFirst: null, chartTimer: null,
+  web: null, webState: "off", sceneView: null, sceneUrl: null, ep: null, viewName: null, saidNoWebgl: false,
 };
 
 function send(type, data) {
@@ -159,9 +166,96 @@ img.addEventListener("load", () => {
   }
 });
 
+// ---------------------------------------------------------------- WebGL
+function hasWebGL() {
+  try {
+    const c = document.createElement("canvas");
+    return !!(c.getContext("webgl2") || c.getContext("webgl"));
+  } catch (e) { return false; }
+}
+function fitCanvas() {
+  const w = Math.max(160, Math.round(document.getElementById("webbox").clientWidth || 480));
+  const h = Math.round(w * 3 / 4);
+  if (S.ep && (glCanvas.width !== w || glCanvas.height !== h)) S.ep.setSize(w, h);
+}
+function onDraw(step, ms) {
+  root.dataset.frameStep = String(step);
+  root.dataset.drawMs = ms.toFixed(1);
+  if (root.dataset.firstDraw === undefined) {
+    root.dataset.firstDraw = String(Math.round(performance.now()));  // ms since this iframe's start
+    openChartGate();  // the first picture is drawn: the chart's turn
+  }
+  const now = performance.now();
+  S.loads.push(now);
+  while (S.loads.length && now - S.loads[0] > 2000) S.loads.shift();
+  if (S.playing && S.loads.length > 1) root.dataset.fps = ((S.loads.length - 1) / ((now - S.loads[0]) / 1000)).toFixed(1);
+}
+function noWebgl(why) {
+  S.webState = "failed";
+  S.ep = null;
+  root.classList.remove("web");
+  root.dataset.renderer = "frames";
+  rendererLine.textContent = `Renderer: frames rendered by MuJoCo on the server (${why}).`;
+  if (!S.saidNoWebgl) { S.saidNoWebgl = true; emit("nowebgl"); }
+}
+async function openWeb(web, episode) {
+  S.webState = "loading";
+  statusLine.textContent = "loading the 3-D scene …";
+  try {
+    const mod = await import("./webview.js");
+    const get = (url) => fetch(url).then((r) => {
+      if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+      return r.arrayBuffer();
+    });
+    const [sceneBuf, posesBuf] = await Promise.all([S.sceneUrl === web.scene ? null : get(web.scene), get(web.poses)]);
+    if (sceneBuf !== null) {
+      if (S.sceneView) S.sceneView.renderer.dispose();
+      S.sceneView = null;
+      S.sceneView = await mod.openScene(glCanvas, marksCanvas, sceneBuf);
+      S.sceneUrl = web.scene;
+    }
+    if (S.episode !== episode) return;  // another episode was chosen meanwhile
+    S.ep = mod.openEpisode(S.sceneView, posesBuf, { onDraw: onDraw });
+    viewSel.innerHTML = "";
+    for (const name of S.ep.views) {
+      const o = document.createElement("option");
+      o.value = name;
+      o.textContent = name === "orbit" ? "free orbit" : name === "robot0_eye_in_hand" ? "wrist" : name;
+      viewSel.appendChild(o);
+    }
+    S.webState = "ready";
+    root.classList.add("web");
+    root.dataset.renderer = "webgl";
+    rendererLine.textContent = "Renderer: WebGL in this browser (three.js), from the MuJoCo scene and the recorded poses; steps need no request.";
+    fitCanvas();
+    const view = S.ep.views.includes(S.viewName) ? S.viewName : S.ep.views[0];
+    viewSel.value = view;
+    S.ep.setView(view);
+    show(S.step);
+    setHeight();
+  } catch (e) {
+    console.error(e);
+    if (S.episode === episode) noWebgl(`the 3-D scene could not be drawn: ${e.message}`);
+  }
+}
+viewSel.addEventListener("change", () => {
+  S.viewName = viewSel.value;
+  if (S.ep) { S.ep.setView(S.viewName); }
+});
+
 function show(step) {
   S.step = Math.min(Math.max(0, step), S.nSteps - 1);
   root.dataset.step = String(S.step);
+  if (S.ep) {
+    S.ep.show(S.step);
+    S.shownStep = S.step;
+    readout.textContent = `step ${S.step} / ${S.nSteps - 1} · t = ${(S.step * S.dt).toFixed(2)} s`;
+    statusLine.textContent = "";
+    remember();
+    violatedLine.textContent = S.violated[S.step] ? `Violated at this step: ${S.violated[S.step]}` : "";
+    moveCursor(S.step);
+    return;
+  }
   const url = S.frames[S.step];
   if (url !== undefined && S.shownStep !== S.step) {
     img.src = url;
@@ -187,7 +281,7 @@ function tick(now) {
   const target = clock.step0 + Math.floor(((now - clock.t0) / 1000) * rate);
   if (target > S.step) {
     const next = Math.min(target, S.nSteps - 1);
-    if (S.frames[next] === undefined) {  // not rendered yet: wait on the last shown frame
+    if (!S.ep && S.frames[next] === undefined) {  // not rendered yet: wait on the last shown frame
       clock = { t0: now, step0: S.step };
       statusLine.textContent = `buffering: step ${next} is not rendered yet (${S.nFrames}/${S.total})`;
     } else {
@@ -198,7 +292,7 @@ function tick(now) {
   requestAnimationFrame(tick);
 }
 function play() {
-  if (S.playing || S.nFrames === 0) return;
+  if (S.playing || (S.nFrames === 0 && !S.ep)) return;
   if (S.step >= S.nSteps - 1) show(0);
   S.playing = true;
   root.dataset.playing = "1";
@@ -329,8 +423,11 @@ window.addEventListener("message", (event) => {
   if (!msg || msg.type !== "streamlit:render") return;
   const a = msg.args || {};
   const fresh = a.episode !== S.episode;
+  const web = a.web || null;
+  const webChanged = !!web !== !!S.web || (web && (web.scene !== S.web.scene || web.poses !== S.web.poses));
   if (fresh) {
     pause(false);
+    S.ep = null;
     S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec;
     S.lastSeq = null;
     root.dataset.episode = a.episode;  // what the frames shown belong to (tests, benchmarks)
@@ -355,7 +452,18 @@ window.addEventListener("message", (event) => {
   // waits to be sent.
   const answers = a.answers === undefined || a.answers === null ? null : String(a.answers);
   const behind = S.lastSeq !== null && answers !== S.lastSeq;
-  if (!S.nFrames && !a.prerendering) openChartGate();  // no frame is coming: draw the chart now
+  S.web = web;
+  if (web && (fresh || webChanged || S.webState === "off")) {
+    if (hasWebGL()) openWeb(web, a.episode);
+    else noWebgl("this browser has no WebGL");
+  } else if (!web && S.webState !== "failed") {
+    S.ep = null;
+    S.webState = "off";
+    root.classList.remove("web");
+    root.dataset.renderer = "frames";
+    rendererLine.textContent = "Renderer: frames rendered by MuJoCo on the server.";
+  }
+  if (!S.nFrames && !a.prerendering && !web) openChartGate();  // no frame is coming: draw the chart now
   if (!S.chartTimer) S.chartTimer = setTimeout(openChartGate, CHART_WAIT_MS);  // nor wait long for a slow frame
   if (fresh) {
     // the page re-created this iframe (e.g. when pre-rendering finished): carry on where it was
@@ -383,6 +491,7 @@ window.addEventListener("message", (event) => {
 });
 window.addEventListener("resize", () => {
   root.classList.toggle("stacked", window.innerWidth < 760);
+  fitCanvas();
   if (Math.abs(document.getElementById("left").clientWidth - S.chartWidth) > 30) embedChart().catch((e) => console.error(e));
   setHeight();
 });

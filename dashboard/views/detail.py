@@ -1,6 +1,7 @@
 """Episode detail: the episode picker, the header and its red line, a step slider (a chart
 click moves it), jump to the violation, the timeline player (robustness over time per active
-spec, or raw signals, with the replay: dashboard/detail_timeline.py), clip playback, the spec
+spec, or raw signals, with the replay drawn in the browser: dashboard/web_timeline.py, or server
+frames where WebGL is missing: dashboard/detail_timeline.py), clip playback, the spec
 results and why each spec is active or inactive for the task."""
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dashboard import common as C
 from dashboard import episode_groups as G
 from dashboard import state as S
 from dashboard import vocab
-from dashboard.detail_timeline import (TIMELINE_KEY, episode_tag, tables_on_page, timeline_panel, timeline_value,
-                                       value_step)
+from dashboard import web_timeline
+from dashboard.detail_timeline import TIMELINE_KEY, episode_tag, tables_on_page, timeline_value, value_step
 
 CHART_KEY = "rob_chart"
 PICKER_LIMIT = 400
@@ -221,6 +222,8 @@ def render() -> None:
         C.stop()
     # the player's last value (from the last run): n / p open a neighbour, the rest move the step
     value = timeline_value(st.session_state.get(TIMELINE_KEY), episode_tag(c, i))
+    if web_timeline.heard_no_webgl(value):  # this browser has no WebGL: the server's frames from now on
+        value = None
     if value is not None and around.get(value.get("event")) is not None:
         _open_episode(c, around[value["event"]])
         st.rerun()
@@ -276,8 +279,8 @@ def render() -> None:
         with right:
             replay_panel(c, i, step)
     else:
-        tables_wait = timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw), traces=tr,
-                                     on_page=on_page)
+        tables_wait = web_timeline.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw),
+                                                  traces=tr, on_page=on_page)
     clip_panel(c, i, vstep, n_steps)
 
     # set here, not at the run's start: a run cut short by a rerun (n / p) leaves the browser's tables as they were

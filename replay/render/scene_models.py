@@ -6,6 +6,7 @@ the dashboard's first frames, and the cameras the scene offers.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ import numpy as np
 
 from replay.render.render_assets import MODEL_VIS_LOCK
 from replay.render.preview_scene import compile_preview, preview_text
-from replay.render.scene_cache import build_later, compile_cached, load_cached
+from replay.render.scene_cache import build_later, compile_cached, load_cached, scene_digest
 from replay.render.violation import RenderError
 from replay.scene.assets import SceneAssetError, resolve_scene
 from scoring.errors import RecordError
@@ -70,6 +71,30 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
         _remember(key, model)
     _MODEL_CACHE.move_to_end(key)
     return model
+
+
+def scene_digest_of(record: EpisodeRecord) -> str:
+    """The disk-cache key of the record's scene (`scene_cache.scene_digest`: its resolved
+    text, folder, MuJoCo's version and its asset files), without compiling it."""
+    return _digest(scene_key(record))
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(key: tuple) -> str:
+    resolved, base, _ = _resolved_scene(key)
+    return scene_digest(resolved, str(base) + os.sep)
+
+
+def scene_model_once(record: EpisodeRecord) -> mujoco.MjModel:
+    """The record's compiled model, as `scene_model` gives it, but not kept in memory when
+    it was not already: for a one-off use (a web scene's conversion), so the process does
+    not hold a LIBERO scene's 200 MB after it."""
+    key = scene_key(record)
+    model = _MODEL_CACHE.get(key)
+    if model is not None:
+        return model
+    resolved, base, origin = _resolved_scene(key)
+    return compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
 
 
 def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
