@@ -18,6 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import data as D
+from dashboard.data.detail import CHART_POINTS
 
 BOOTSTRAP_AUTO_MAX = 5000  # above this many episodes, VSI bootstrap CIs wait for a click (Overview, Export)
 
@@ -127,7 +128,7 @@ def traces(_data: D.StoreData, key: str, i: int, items: tuple) -> pd.DataFrame:
     rec = episode_record(_data, i)
     fams = [f for j, f in enumerate(_data.families) if _data.active[i, j]]
     tr = D.robustness_traces(rec, _data.registry, verdicts(_data, key, items).thresholds, fams,
-                             force_sampling=D.scored_option(_data, i))
+                             force_sampling=D.scored_option(_data, i), max_points=CHART_POINTS)
     # raw plots read in the display units of the spec table and the red line (margin is unitless)
     return D.in_display_units(tr, ("value", "threshold"))
 

@@ -145,8 +145,12 @@ def _panel_frames(traces: pd.DataFrame, spec: str, y_field: str) -> tuple[pd.Dat
     one = traces[traces["spec"] == spec].sort_values("step")
     runs = violation_runs(one["violated"].to_numpy(bool))
     steps = one["step"].to_numpy(int)
-    band = pd.DataFrame({"step": [int(steps[a]) for a, _ in runs], "step_end": [int(steps[b - 1]) + 1 for _, b in runs],
-                         "steps": [b - a for a, b in runs]})
+    # a run ends where the next step drawn begins: the next step itself in a full trace, the next
+    # bucket's first sample in a decimated one (`dashboard.data.minmax_steps`), so a band keeps its width
+    after = np.append(steps[1:], steps[-1] + 1) if len(steps) else steps
+    ends = [int(after[b - 1]) for _, b in runs]
+    band = pd.DataFrame({"step": [int(steps[a]) for a, _ in runs], "step_end": ends,
+                         "steps": [e - int(steps[a]) for (a, _), e in zip(runs, ends)]})
     single = one[one["step"].isin([int(steps[a]) for a, b in runs if b - a == 1])]
     return one, band, single
 

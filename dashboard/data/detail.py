@@ -108,8 +108,32 @@ def in_display_units(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFram
     return out
 
 
+CHART_POINTS = 2000  # most steps per spec the robustness chart draws (`minmax_steps`)
+
+
+def minmax_steps(y: np.ndarray, max_points: int | None) -> np.ndarray:
+    """Indices of at most `max_points` (at least 4) samples of `y` that keep its shape: all of
+    them when it is short enough, else per bucket of consecutive steps the lowest and the highest
+    finite value (a bucket with none keeps its first step, so a gap stays a gap), plus the first
+    and last step. The worst margin, hence a violation's extreme, is always kept."""
+    n = len(y)
+    if max_points is None or n <= max_points:
+        return np.arange(n)
+    buckets = max(1, (max_points - 2) // 2)
+    size = -(-n // buckets)
+    pad = buckets * size - n
+    vals = np.concatenate([np.asarray(y, float), np.full(pad, np.nan)]).reshape(buckets, size)
+    finite = np.isfinite(vals)
+    lo = np.argmin(np.where(finite, vals, np.inf), axis=1)
+    hi = np.argmax(np.where(finite, vals, -np.inf), axis=1)
+    base = np.arange(buckets) * size
+    keep = np.concatenate([[0, n - 1], base + lo, base + hi])  # all-NaN bucket: argmin/argmax give 0, its first
+    return np.unique(keep[keep < n])
+
+
 def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float],
-                      families: Sequence[str], *, force_sampling: str = "peak") -> pd.DataFrame:
+                      families: Sequence[str], *, force_sampling: str = "peak",
+                      max_points: int | None = None) -> pd.DataFrame:
     """Per-step margin of each family's clause on one record, for the robustness chart.
 
     Every scored family is `G[0,T]` of a (gated) bound, so the per-step margin is
@@ -118,7 +142,10 @@ def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float
     threshold is 0). Any other formula shape falls back to the STL engine's robustness
     trace. Long format: step, t, spec, family, margin, value, threshold, unit, violated.
     `force_sampling` is the option the store scored this episode under (`scored_option`), so
-    the traces show the values the verdicts came from.
+    the traces show the values the verdicts came from. `max_points`: at most this many steps per
+    family (`minmax_steps`: each bucket's lowest and highest margin, so the worst survives);
+    None keeps every step. A million-step episode's full traces are ~0.8 GB as a frame and its
+    chart took minutes to build; a chart is ~600 px wide.
     """
     from scoring.stl import engine as stl
     from scoring.evaluate.signals import derive_signals
@@ -145,9 +172,11 @@ def robustness_traces(record, registry: Registry, thresholds: Mapping[str, float
             except Exception:  # noqa: BLE001 - the signal is unavailable for this record
                 continue
             s = np.full(T, np.nan)
+        keep = minmax_steps(margin, max_points)
+        margin, s, at = np.asarray(margin, float)[keep], np.asarray(s, float)[keep], steps[keep]
         with np.errstate(invalid="ignore"):
             frames.append(pd.DataFrame({
-                "step": steps, "t": steps * record.dt, "spec": SHORT.get(fam, fam), "family": fam,
+                "step": at, "t": at * record.dt, "spec": SHORT.get(fam, fam), "family": fam,
                 "margin": np.where(np.isfinite(margin), margin / scale, np.nan), "value": s, "threshold": thr,
                 "unit": spec.unit, "violated": np.nan_to_num(margin, nan=0.0) < 0}))
     if not frames:
