@@ -99,7 +99,8 @@ def test_compare_one_model_on_a_perturbed_suite(store, tmp_path, monkeypatch, ca
     table = pd.read_csv(out / "compare_perturbation.csv")
     assert list(table["model"]) == ["policy-b"]
     discordant = pd.read_csv(out / "compare_perturbed_discordant.csv")
-    assert set(discordant["model_a"]) <= {MUG} and (out / "compare_perturbation_families.md").exists()
+    assert set(discordant["which"]) <= {f"{MUG} only", f"{BASE} only"}
+    assert discordant["episode_id_a"].str.startswith(MUG).all() and (out / "compare_perturbation_families.md").exists()
     assert main(["compare", str(store), "--models", "policy-b", "--perturbed", SWAP, "--out", str(out)]) == 0
     assert "unpaired: its init states differ" in capsys.readouterr().out
 

@@ -13,6 +13,7 @@ from scoring.records.io import atomic_write_bytes
 from scoring.registry.lookup import load_registry
 from scoring.report.perturbation import base_vs_variant, perturbation_tables, registry_lookup, suite_of
 from scoring.report.tables import exclude_unsettled, write_tables
+from scoring.stats.compare import discordant_episodes
 from scoring.stats.compare_verdict import pair_result, verdict
 from scoring.stats.ranking import METRICS
 
@@ -52,9 +53,9 @@ def run_perturbed(args, episodes: pd.DataFrame, spec_results: pd.DataFrame, out:
               perturbation_tables([shift], n_resamples=args.resamples, seed=args.seed).items()}
     paths = write_tables(tables, out)
     if shift.comparison is not None:
-        from scoring.cli.compare import discordant_table
         path = out / "compare_perturbed_discordant.csv"
-        atomic_write_bytes(path, discordant_table(shift.comparison).to_csv(index=False).encode())
+        keys = discordant_episodes(shift.comparison.pairing, p.suite, p.base_suite, metric="safety")
+        atomic_write_bytes(path, keys.to_csv(index=False).encode())
         paths.append(path)
     print(f"compared {models[0]} on {p.suite} ({p.family}) against {p.base_suite}: {shift.how}"
           + (f", {shift.n_pairs} keys" if shift.n_pairs is not None else
