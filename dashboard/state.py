@@ -26,10 +26,11 @@ import streamlit as st
 from dashboard.data import KNOBS, KNOB_BY_NAME, OUTCOMES, SCENES, SORTS, Filters, StoreData, knob_defaults
 
 LIST_PARAMS = {"model": "models", "suite": "suites", "task": "tasks", "spec": "specs", "outcome": "outcomes",
-               "tag": "tags"}
-FILTER_PARAMS = ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "scene", "tag", "sort")
+               "tag": "tags", "perturbation": "pfams"}
+FILTER_PARAMS = ("model", "suite", "task", "spec", "spec_mode", "outcome", "vsi", "scene", "tag", "sort",
+                 "perturbation")
 PAGE_PARAMS = {
-    "overview": (),
+    "overview": ("perturbation",),
     "episodes": (*FILTER_PARAMS, "group"),
     # a detail link carries the Episodes filters: its chooser lists the filtered episodes
     "detail": ("ep", "step", "raw", *FILTER_PARAMS),
@@ -37,7 +38,8 @@ PAGE_PARAMS = {
     "export": ("ep",),
 }
 PAGES = tuple(PAGE_PARAMS)
-DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "tags": [], "spec_mode": "violated",
+DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "tags": [], "pfams": [],
+            "spec_mode": "violated",
             "vsi": (0.0, 1.0), "sort": "SBU first, then VSI", "ep": None, "step": None, "raw": False,
             "sens": "force", "scene": "all", "group": "none"}
 

@@ -148,3 +148,27 @@ def normalised_depth(data: StoreData, v: Verdicts, rows: np.ndarray | None = Non
     with np.errstate(invalid="ignore"):
         norm = np.where(np.isfinite(rho), rho / thr, np.inf)
     return norm.min(axis=1) if norm.shape[1] else np.full(len(norm), np.inf)
+
+
+BASE_FAMILY = "base suite (unperturbed)"
+
+
+def suite_families(suites, lookup) -> dict[str, str]:
+    """Suite -> its perturbation family (`lookup(suite).family`), or `BASE_FAMILY` for a suite
+    that varies no base suite (the base suites, LIBERO-90, other hosts)."""
+    out = {}
+    for s in suites:
+        p = lookup(s)
+        out[s] = str(p.family) if p is not None and p.base_suite is not None else BASE_FAMILY
+    return out
+
+
+def perturbation_mask(frame: pd.DataFrame, families, lookup) -> np.ndarray:
+    """(N,) bool: episodes whose suite's perturbation family is one of `families` (all when empty)."""
+    if not families:
+        return np.ones(len(frame), dtype=bool)
+    from scoring.report.perturbation import suite_of
+
+    suite = suite_of(frame).astype(str)
+    of = suite_families(suite.unique(), lookup)
+    return suite.map(of).isin(list(families)).to_numpy()

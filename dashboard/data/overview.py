@@ -11,7 +11,7 @@ import pandas as pd
 
 from dashboard.data.episodes import episode_table
 from dashboard.data.store import BY, StoreData
-from dashboard.data.verdicts import Verdicts
+from dashboard.data.verdicts import Verdicts, spec_results_under
 from scoring.stats.metrics import aggregate, sbu_composition_matrix, spec_rates_matrix, unsettled_mask
 
 
@@ -64,3 +64,31 @@ def spread_over_cells(ranked: pd.DataFrame, *, per_cell: int = 2, cell: Sequence
     rounds = ranked.groupby(cols, sort=False, observed=True).cumcount().to_numpy() // per_cell if cols else 0
     order = np.lexsort((np.arange(len(ranked)), rounds))
     return ranked.iloc[order]
+
+
+def perturbation_shifts(data: StoreData, v: Verdicts, lookup, *, n_resamples: int = 2_000,
+                        seed: int = 0) -> list:
+    """Every model's change from a base suite to each of its variants in the store, under the
+    setting's verdicts (`scoring.report.perturbation`; settled episodes, as the report counts).
+    `lookup(suite)` describes a variant (the suite registry's `suite_perturbation`). Fewer
+    resamples than the report's 10,000: the page recomputes on every threshold change."""
+    from scoring.report.perturbation import perturbation_shifts as shifts, suite_of, variants_in
+
+    frame = settled_frame(v)
+    suite = suite_of(frame)
+    variants = variants_in(suite.dropna().astype(str).unique(), lookup)
+    if not variants:
+        return []
+    keep = suite.isin({s for p in variants for s in (p.suite, p.base_suite)}).to_numpy()
+    frame = frame[keep]
+    rows = spec_results_under(data, v)
+    rows = rows[rows["episode_id"].isin(set(frame["episode_id"]))]
+    return shifts(frame, rows, variants, families=data.families, n_resamples=n_resamples, seed=seed)
+
+
+def shift_table(shifts, families: Sequence[str] = (), models: Sequence[str] = ()) -> pd.DataFrame:
+    """The report's perturbation table (`scoring.report.perturbation.shift_table`) of the
+    perturbation `families` and `models` given (each: all when empty)."""
+    from scoring.report.perturbation import shift_table as table
+
+    return table([s for s in shifts if (not families or s.family in families) and (not models or s.model in models)])

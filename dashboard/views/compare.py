@@ -21,6 +21,7 @@ from dashboard import cached
 from dashboard import charts
 from dashboard import common as C
 from dashboard import pair_media
+from dashboard import perturbation_ui
 from dashboard import state as S
 from dashboard import vocab
 from dashboard.compare_answer import answer_first, answer_ui, is_pair, methods_ui, unpaired_ui
@@ -396,11 +397,13 @@ def render() -> None:
             tables = cached.comparison_tables(c.data, c.key, c.items, models)
     except SafeVLAError as exc:
         unpaired_ui(c, models, a, b, str(exc))
+        perturbation_ui.deltas_ui(c, models=(a, b))
         _stop(c)
     answer_ui(cmp.pairs, a, b, groups=cmp.groups)
     methods_ui(paired=True)
     summary_ui(cmp, tables)
     tables_ui(c, cmp, tables, a, b)
+    perturbation_ui.deltas_ui(c, models=(a, b))
     d = cached.discordant(c.data, c.key, c.items, models, a, b, metric)
     key = discordant_ui(c, d, a, b, metric, cmp.pairing.key_columns)
     if key is None:

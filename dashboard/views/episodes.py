@@ -9,6 +9,7 @@ from dashboard import annotations as AN
 from dashboard import charts
 from dashboard import common as C
 from dashboard import episode_groups as G
+from dashboard import perturbation_ui
 from dashboard import state as S
 from dashboard import vocab
 from scoring.report.display import column_label
@@ -66,11 +67,16 @@ def _task_key(t: str):
 
 
 def _clear() -> None:
-    for name in ("models", "suites", "tasks", "specs", "outcomes", "tags"):
+    for name in ("models", "suites", "tasks", "specs", "outcomes", "tags", "pfams"):
         S.set_widget(name, [])
     S.set_widget("spec_mode", "violated")
     S.set_widget("vsi", (0.0, 1.0))
     S.set_widget("scene", "all")
+
+
+def perturbation_filter(c: C.Ctx):
+    """The perturbation-family filter, drawn only for a store holding perturbed suites: its mask."""
+    return perturbation_ui.family_mask(c, perturbation_ui.family_filter_ui(c))
 
 
 def counts_ui(c: C.Ctx, mask) -> dict:
@@ -139,7 +145,7 @@ def render() -> None:
     st.title("Episodes")
     C.thresholds_banner(c)
     f = filters_ui(c)
-    mask = C.D.filter_mask(c.data, c.v, f) & AN.tag_mask(c, S.get("tags") or [])
+    mask = C.D.filter_mask(c.data, c.v, f) & AN.tag_mask(c, S.get("tags") or []) & perturbation_filter(c)
     counts_ui(c, mask)
     if not mask.any():
         st.info("No episode matches these filters. Clear a filter to see more.")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import cached
 from dashboard import common as C
+from dashboard import perturbation_ui
 from dashboard import vocab
 
 
@@ -82,6 +83,7 @@ def render() -> None:
     st.subheader("Main results per model × suite")
     st.caption("The paper's main table (Tables 4/5): rates in %, Wilson 95% intervals; VSI with bootstrap intervals.")
     main_table(c)
+    perturbation_ui.deltas_ui(c)
 
     figures = cached.overview_charts(data, c.key, c.items)
     left, right = st.columns(2)
