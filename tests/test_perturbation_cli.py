@@ -34,11 +34,12 @@ KNOWN = {SWAP: Variant(SWAP, BASE, "swap", False), MUG: Variant(MUG, BASE, "dist
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """2 models x (the base suite, a swap and a distractor variant) x 2 tasks x 3 init states,
-    synthetic records (60 steps); the variants' task i is base task 1 - i."""
+    and policy-c on the base suite only; synthetic records (60 steps); the variants' task i is
+    base task 1 - i."""
     root = tmp_path_factory.mktemp("pert")
     rng = np.random.default_rng(38)
-    for m_index, model in enumerate(MODELS):
-        for suite in (BASE, SWAP, MUG):
+    for m_index, model in enumerate((*MODELS, "policy-c")):
+        for suite in ((BASE, SWAP, MUG) if model in MODELS else (BASE,)):
             for task in (0, 1):
                 for init in range(3):
                     eid = f"{suite}/task_{task}/{model}/ep_{init:03d}"
@@ -109,6 +110,8 @@ def test_compare_one_model_on_a_perturbed_suite(store, tmp_path, monkeypatch, ca
     (["--models", "policy-a", "policy-b", "--perturbed", MUG], "one model"),
     (["--models", "nobody", "--perturbed", MUG], "unknown model 'nobody'"),
     (["--models", "policy-a", "--perturbed", BASE], f"variants in this store with their base: {SWAP}, {MUG}"),
+    (["--models", "policy-c", "--perturbed", MUG], "models that ran both libero_spatial_with_mug and libero_spatial: "
+                                                    "policy-a, policy-b"),
 ])
 def test_compare_perturbed_refuses_bad_input_in_one_line(store, tmp_path, monkeypatch, capsys, argv, message):
     lookup(monkeypatch)

@@ -46,6 +46,12 @@ def run_perturbed(args, episodes: pd.DataFrame, spec_results: pd.DataFrame, out:
     if models[0] not in known:
         raise SafeVLAError(f"unknown model {models[0]!r}; models in the store: {', '.join(known)}")
     p = variant_of(args.perturbed, episodes, lookup)
+    suite = suite_of(episodes)
+    ran = [set(episodes.loc[suite == name, "model"].astype(str)) for name in (p.suite, p.base_suite)]
+    if models[0] not in ran[0] & ran[1]:
+        missing = p.suite if models[0] not in ran[0] else p.base_suite
+        raise SafeVLAError(f"model {models[0]!r} has no episode on suite {missing!r}; models that ran both "
+                           f"{p.suite} and {p.base_suite}: {', '.join(sorted(ran[0] & ran[1])) or '(none)'}")
     counted, spec_results, excluded = exclude_unsettled(episodes, spec_results)
     shift = base_vs_variant(counted, spec_results, models[0], p, families=load_registry().families,
                             alpha=args.alpha, n_resamples=args.resamples, seed=args.seed)
