@@ -67,6 +67,8 @@ def test_report_adds_the_perturbation_tables(store, tmp_path, monkeypatch, capsy
     assert (table["n pairs"].astype(str).isin(["6", "—"])).all()
     for suffix in (".md", ".tex"):
         assert "Base suite against perturbed variants" in (tmp_path / "r" / f"perturbation{suffix}").read_text()
+    tex = (tmp_path / "r" / "perturbation.tex").read_text()
+    assert tex.isascii() and r"$\Delta$ Safety pp" in tex and r"$\rightarrow$" in tex  # pdflatex reads it as is
     fams = pd.read_csv(tmp_path / "r" / "perturbation_families.csv")
     assert set(fams["perturbation"]) == {SWAP, MUG} and "bystander" in set(fams["spec"])
     doc = json.loads((tmp_path / "r" / "metrics.json").read_text())

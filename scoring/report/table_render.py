@@ -95,7 +95,8 @@ _LATEX_CHARS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                 "—": "---", "–": "--", "°": r"$^\circ$", "·": r"$\cdot$", "†": r"$^\dagger$",
                 "↑": r"$\uparrow$", "↓": r"$\downarrow$", "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$",
-                "π": r"$\pi$", "τ": r"$\tau$", "x̄": r"$\bar{x}$", "<": r"$<$", ">": r"$>$", "|": r"$|$",
+                "π": r"$\pi$", "τ": r"$\tau$", "Δ": r"$\Delta$", "→": r"$\rightarrow$", "−": r"$-$",
+                "x̄": r"$\bar{x}$", "<": r"$<$", ">": r"$>$", "|": r"$|$",
                 "--": "-{}-"}
 
 
