@@ -49,7 +49,7 @@ def _no_prewarm(monkeypatch):
     monkeypatch.setenv("SAFEVLA_NO_PREWARM", "1")
 
 
-def app(store, page=None, **state):
+def app(store, page=None, **params):
     from streamlit.testing.v1 import AppTest
 
     os.environ["SAFEVLA_STORES"] = str(store)
@@ -57,8 +57,8 @@ def app(store, page=None, **state):
     at.query_params["store"] = str(store)
     if page:
         at.query_params["page"] = page
-    for k, v in state.items():
-        at.session_state[k] = v
+    for k, v in params.items():
+        at.query_params[k] = v
     return at.run()
 
 
@@ -79,6 +79,13 @@ def test_overview_shows_each_models_change_from_the_base_suite(store):
         got = table[(table.model == r.model) & (table.perturbation == r.perturbation)].iloc[0]
         assert got["Δ Safety pp"] == f"{100 * want.change('safety'):+.1f}"
         assert got["comparison"] == want.how
+
+
+def test_a_link_restores_the_perturbation_filter(store):
+    family = suite_perturbation(SWAP).family
+    at = ok(app(store, perturbation=family))
+    assert set(deltas(at)["perturbation"]) == {SWAP}
+    assert at.query_params.get("perturbation") in (family, [family])
 
 
 def test_compare_shows_the_changes_of_the_chosen_pair(store):
