@@ -121,3 +121,25 @@ def test_cached_file_is_made_once_and_the_folder_is_trimmed(tmp_path, monkeypatc
     assert p3.is_file() and not p1.exists()
     evict(tmp_path, 0, keep=p3, suffix=".bin")
     assert p3.is_file()  # the file just written is kept
+
+
+def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch):
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(300, 3))
+    pts = 0.1 * pts / np.linalg.norm(pts, axis=1, keepdims=True)  # a ball's hull: 300 vertices
+    xml = TOY_XML.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.5f}" for v in pts.ravel())
+                          + '"/></asset><worldbody><geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
+    m = scene_model(toy_record(mjcf=xml))
+    monkeypatch.setattr(W, "MAX_MESH_VERTS", 200)
+    head, arrays = W.read_blob(W.scene_blob(m))
+    mesh = head["meshes"][0]
+    assert mesh["source_vertices"] > 200 >= mesh["vertices"] > 20 and head["vertices"] == mesh["vertices"]
+    idx = arrays_by_ref(head, arrays, mesh["index"])
+    assert idx.size % 3 == 0 and idx.size >= 3 * 20 and idx.max() < mesh["vertices"]
+    tri = idx.reshape(-1, 3)
+    assert not ((tri[:, 0] == tri[:, 1]) | (tri[:, 1] == tri[:, 2]) | (tri[:, 0] == tri[:, 2])).any()
+    pos = arrays_by_ref(head, arrays, mesh["pos"]).reshape(-1, 3) / 32767 * mesh["half"] + mesh["centre"]
+    verts = m.mesh_vert[: m.mesh_vertnum[0]]
+    assert np.all(pos >= verts.min(axis=0) - 1e-4) and np.all(pos <= verts.max(axis=0) + 1e-4)
+    radius = np.linalg.norm(pos - verts.mean(axis=0), axis=1)
+    assert 0.085 < radius.min() and radius.max() < 0.115  # still the ball's surface

@@ -40,6 +40,7 @@ from replay.render.scene_models import AGENT_VIEWS, WRIST_VIEWS, replay_option  
 MAGIC = b"SVW1"
 FORMAT = 1  # bump when the layout changes: cached files of another format are made anew
 WEB_TEXTURE_PX = 256  # the largest texture side sent: a texture covers at most about the player's canvas
+MAX_MESH_VERTS = 16384  # a mesh with more corners is simplified (vertex clustering) to at most this many
 WINDOW = 3  # steps each side of a violation that are highlighted (Replayer's default window)
 MAX_POSE_FLOATS = 64_000_000  # 256 MB of poses: longer episodes play from server frames
 _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
@@ -100,8 +101,32 @@ def _drawn_geoms(model: mujoco.MjModel) -> list:
     return [scn.geoms[i] for i in range(scn.ngeom) if scn.geoms[i].objtype == _GEOM]
 
 
+def _cluster(pos: np.ndarray, normals: np.ndarray, uv: np.ndarray | None, tris: np.ndarray, limit: int):
+    """Vertex clustering: corners in one cell of a grid over the mesh's box (and, with texture
+    coordinates, one cell of a 64-per-unit grid of those, so seams stay) become one corner at
+    their mean; triangles left with two corners in one cell are dropped. The finest grid with
+    at most `limit` corners is used: 2.5 mm cells for a 20 cm object at 80 cells."""
+    lo, ext = pos.min(axis=0), np.maximum(np.ptp(pos, axis=0), 1e-12)
+    for cells in (256, 192, 160, 128, 96, 80, 64, 48, 32, 24, 16, 12, 8, 6, 4):
+        c = np.minimum(((pos - lo) / ext * cells).astype(np.int64), cells - 1)
+        key = (c[:, 0] * cells + c[:, 1]) * cells + c[:, 2]
+        if uv is not None:
+            t = np.floor(uv * 64).astype(np.int64)
+            key = key * 1_000_003 + (t[:, 0] % 1009) * 1013 + t[:, 1] % 1013
+        uniq, inv = np.unique(key, return_inverse=True)
+        if uniq.size <= limit:
+            break
+    n = uniq.size
+    count = np.bincount(inv, minlength=n)[:, None]
+    mean = lambda a: np.stack([np.bincount(inv, a[:, k], n) for k in range(a.shape[1])], axis=1)  # noqa: E731
+    t = inv[tris]
+    keep = (t[:, 0] != t[:, 1]) & (t[:, 1] != t[:, 2]) & (t[:, 0] != t[:, 2])
+    return (mean(pos) / count, mean(normals), None if uv is None else mean(uv) / count, t[keep])
+
+
 def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
-    """One mesh as indexed corners (vertex, normal and texture coordinate of each face corner)."""
+    """One mesh as indexed corners (vertex, normal and texture coordinate of each face corner),
+    simplified to `MAX_MESH_VERTS` corners when it has more (`_cluster`)."""
     va, vn = int(model.mesh_vertadr[i]), int(model.mesh_vertnum[i])
     fa, fn = int(model.mesh_faceadr[i]), int(model.mesh_facenum[i])
     na, nn = int(model.mesh_normaladr[i]), int(model.mesh_normalnum[i])
@@ -113,16 +138,22 @@ def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     ft = model.mesh_facetexcoord[fa:fa + fn].reshape(-1).astype(np.int64) if uv_on else np.zeros_like(fv)
     key = (fv * (nn + 1) + fnorm) * (tn + 1) + ft
     uniq, first, index = np.unique(key, return_index=True, return_inverse=True)
-    lo, hi = verts.min(axis=0), verts.max(axis=0)
+    pos, normals = verts[fv[first]], model.mesh_normal[na:na + nn][fnorm[first]].astype(np.float64)
+    uv = model.mesh_texcoord[ta:ta + tn][ft[first]].astype(np.float64) if uv_on else None
+    tris = index.reshape(-1, 3)
+    if uniq.size > MAX_MESH_VERTS:
+        pos, normals, uv, tris = _cluster(pos, normals, uv, tris, MAX_MESH_VERTS)
+    lo, hi = pos.min(axis=0), pos.max(axis=0)
     centre, half = (lo + hi) / 2, np.maximum((hi - lo) / 2, 1e-9)
-    pos = np.round((verts[fv[first]] - centre) / half * 32767).astype(np.int16)
-    normals = model.mesh_normal[na:na + nn][fnorm[first]].astype(np.float64) * half  # for the unit-box geometry
+    normals = normals * half  # for the unit-box geometry the browser scales by `half`
     normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
-    out = {"centre": centre.tolist(), "half": half.tolist(), "vertices": int(uniq.size),
-           "pos": pack.add(pos), "normal": pack.add(np.round(normals * 127).astype(np.int8)),
-           "index": pack.add(index.astype(np.uint16 if uniq.size < 65536 else np.uint32))}
-    if uv_on:
-        out["uv"] = pack.add(model.mesh_texcoord[ta:ta + tn][ft[first]].astype(np.float32))
+    n = len(pos)
+    out = {"centre": centre.tolist(), "half": half.tolist(), "vertices": int(n), "source_vertices": int(uniq.size),
+           "pos": pack.add(np.round((pos - centre) / half * 32767).astype(np.int16)),
+           "normal": pack.add(np.round(normals * 127).astype(np.int8)),
+           "index": pack.add(tris.reshape(-1).astype(np.uint16 if n < 65536 else np.uint32))}
+    if uv is not None:
+        out["uv"] = pack.add(uv.astype(np.float32))
     return out
 
 
@@ -209,7 +240,8 @@ def scene_blob(model: mujoco.MjModel) -> bytes:
         "znear": float(m.vis.map.znear * m.stat.extent), "zfar": float(m.vis.map.zfar * m.stat.extent),
         "extent": float(m.stat.extent), "center": m.stat.center.tolist(),
         "background": tex_of(sky) if sky is not None else -1,
-        "vertices": int(sum(x["vertices"] for x in meshes)), "buffers": {},
+        "vertices": int(sum(x["vertices"] for x in meshes)),
+        "source_vertices": int(sum(x["source_vertices"] for x in meshes)), "buffers": {},
     }
     header["buffers"] = {f"b{n}": ref for n, ref in enumerate(_refs(header))}
     return pack.blob(header)
