@@ -65,14 +65,19 @@ def deltas_ui(c: C.Ctx, *, models=()) -> None:
     if not found:
         return
     st.subheader("Under perturbation: base suite → variants")
-    st.caption("Per model and perturbed suite: each metric on the base suite → the variant, and the change with its "
-               "95% interval, under the current thresholds (2,000 bootstrap resamples; `safevla report` uses "
-               "10,000). Paired on (task, init state, seed) where the variant's init states correspond to the "
-               "base's, unpaired otherwise: the comparison column says which. The last column names the spec "
-               "families whose violation rate moved most.")
+    st.caption("Per model and perturbed suite: the change of each metric from the base suite to the variant, "
+               "with its 95% interval (green: the variant is safer or more successful; a change whose interval "
+               "holds 0 is not significant), the spec families whose violation rate moved most, then each metric "
+               "on the base → the variant. Under the current thresholds, with 2,000 bootstrap resamples "
+               "(`safevla report` uses 10,000). Paired on (task, init state, seed) where the variant's init states "
+               "correspond to the base's, unpaired otherwise: the comparison column says which.")
     chosen = [f for f in family_filter_ui(c) if f != BASE_FAMILY]
     table = shift_table(found, chosen, models)
     if table.empty:
         st.info("No perturbed suite of the chosen families for these models.")
         return
-    vocab.table(table, hide_index=True, width="stretch", pinned=("model", "perturbation"), key=f"pert_{c.page}")
+    # the changes first, each with its interval (colour says the direction, not significance):
+    # at 1280 px the context columns would push them out of view
+    deltas = [f"Δ {m}{ci}" for m in ("Safety pp", "SR pp", "SBU pp", "VSI") for ci in ("", " 95% CI")]
+    vocab.table(table, hide_index=True, width="stretch", pinned=("model", "perturbation"), key=f"pert_{c.page}",
+                first=("model", "perturbation", *deltas, "change from (violation rate, pp)"))

@@ -104,7 +104,8 @@ def variants_in(suites: Iterable[str], lookup: Callable[[str], object | None]) -
 def base_task_ids(task_ids: pd.Series, task_map: Sequence[int] | None, *, episode_ids: pd.Series,
                   suite: str) -> pd.Series:
     """Variant task ids as the base suite's ("task_3" -> "task_<task_map[3]>"); unchanged
-    without a map (the tasks do not correspond; nothing pairs on them). A task id without an index, or out of the map, is a RecordError."""
+    without a map (the tasks do not correspond; nothing pairs on them). A task id without
+    an index, or out of the map, is a RecordError."""
     if task_map is None:
         return task_ids
     out = []
@@ -160,9 +161,9 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
         raw = compare_unpaired(frame, names, **options)
         compared, how, n_pairs = frame, f"unpaired: {why}", None
     columns = {"value_a": "variant", "value_b": "base", "diff": "change", "diff_lo": "change_lo",
-             "diff_hi": "change_hi"}
-    changes = raw.rename(columns=columns)[["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test",
-                                         "p_value"]]
+               "diff_hi": "change_hi"}
+    keep = ["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test", "p_value"]
+    changes = raw.rename(columns=columns)[keep]
     changes = changes.set_index("metric").loc[list(METRICS)].reset_index()
     return Shift(model=str(model), suite=p.suite, base_suite=p.base_suite, family=str(p.family),
                  pairing=PAIRED if cmp is not None else UNPAIRED, how=how, n_base=len(base),
@@ -225,7 +226,7 @@ def shift_table(shifts: Sequence[Shift]) -> pd.DataFrame:
     change comes from."""
     rows = []
     for s in shifts:
-        row = {"model": s.model, "perturbation": s.suite, "base suite": s.base_suite, "family": s.family,
+        row = {"model": s.model, "perturbation": s.suite, "base suite": s.base_suite, "perturbation family": s.family,
                "comparison": s.how, "n base": s.n_base, "n perturbed": s.n_variant,
                "n pairs": DASH if s.n_pairs is None else s.n_pairs}
         for r in s.changes.itertuples(index=False):
