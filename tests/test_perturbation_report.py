@@ -163,3 +163,17 @@ def test_only_variants_whose_base_is_in_the_store_and_only_models_that_ran_both(
     shifts = perturbation_shifts(eps, None, found, n_resamples=100)
     assert [(s.model, s.suite) for s in shifts] == [("a", MUG), ("b", MUG)]
     assert perturbation_tables([]) == {}
+
+
+def test_only_the_tasks_both_suites_ran_are_compared():
+    eps = renamed(two_suites(), SWAP)
+    eps = eps[(eps.suite == BASE) | eps.task_id.isin(["task_0", "task_1"])]  # the variant ran 2 of 10 tasks
+    s = base_vs_variant(eps, None, "a", Variant(SWAP, BASE, "swap", False), n_resamples=200)
+    mine = eps[eps.model == "a"]
+    base = mine[(mine.suite == BASE) & mine.task_id.isin(["task_0", "task_1"])]
+    assert s.n_base == len(base) and s.n_variant == len(mine[mine.suite == SWAP])
+    assert s.changes.set_index("metric").loc["safety", "base"] == pytest.approx(base["safe"].mean())
+    assert "on the 2 tasks both ran" in s.how and any("left out" in n for n in s.notes)
+    # tasks that do not correspond are not matched: the whole base suite is compared
+    whole = base_vs_variant(eps, None, "a", Variant(SWAP, BASE, "swap", False, task_map=None), n_resamples=200)
+    assert whole.n_base == len(mine[mine.suite == BASE]) and "tasks" not in whole.how.split(":")[0]

@@ -42,8 +42,9 @@ class Shift:
     Fields:
         model, suite (the variant), base_suite, family (the perturbation family).
         pairing: "paired" or "unpaired"; how: the sentence saying on what, or why not.
-        n_base, n_variant: the episodes of each side in the store; n_pairs: the keys the
-            paired comparison used (None when unpaired).
+        n_base, n_variant: the episodes of each side compared: where the tasks correspond,
+            those of the tasks both suites ran (`notes` counts the others); n_pairs: the keys
+            the paired comparison used (None when unpaired).
         changes: one row per metric (sr, safety, sbu, vsi): base, variant, change
             (variant - base), change_lo, change_hi, ci, test, p_value. Rates are fractions.
         families: one row per spec family: base_rate, variant_rate, change (violation rate
@@ -125,7 +126,9 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
 
     Paired on the shared (task, init state, seed) keys when the variant's init states
     correspond to the base's, else (or when no key is shared) unpaired; see the module
-    docstring. `families` orders the per-family rows (default: as `spec_results` has them).
+    docstring. Where the tasks correspond, only the tasks both suites ran are compared, so
+    a variant run on some of the tasks meets the same task mix on the base. `families`
+    orders the per-family rows (default: as `spec_results` has them).
     """
     p = perturbation
     suite = suite_of(episodes)
@@ -141,9 +144,18 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
     # the two sides as two "models" of one suite: the comparison's own labels are the suite names
     frame = pd.concat([base.assign(model=p.base_suite), variant.assign(model=p.suite)], ignore_index=True)
     frame["suite"] = p.base_suite
+    notes, on_tasks = [], ""
+    if p.task_map is not None:  # corresponding tasks: compare the same task mix on both sides
+        common = set(base["task_id"].astype(str)) & set(variant["task_id"].astype(str))
+        keep = frame["task_id"].astype(str).isin(common).to_numpy()
+        if common and not keep.all():
+            notes.append(f"compared on the {len(common)} base task(s) both suites ran; {int((~keep).sum())} "
+                         f"episode(s) of other tasks left out")
+            on_tasks = f" (on the {len(common)} tasks both ran)"
+            frame = frame[keep]
     names = [p.suite, p.base_suite]
     options = dict(alpha=alpha, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    cmp, notes = None, ()
+    cmp = None
     why = ("its tasks do not correspond to the base suite's" if p.task_map is None else
            "its init states differ from the base suite's")
     if p.init_states_match and p.task_map is not None:
@@ -156,18 +168,19 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
         used = cmp.pairing.episodes["episode_id"].to_numpy()[cmp.pairing.index.ravel()]
         compared = frame[frame["episode_id"].isin(set(used))]
         how = f"paired on ({', '.join(_key_names(cmp.pairing.key_columns))})"
-        notes, n_pairs = cmp.notes, len(cmp.pairing.keys)
+        notes, n_pairs = [*notes, *cmp.notes], len(cmp.pairing.keys)
     else:
         raw = compare_unpaired(frame, names, **options)
-        compared, how, n_pairs = frame, f"unpaired: {why}", None
+        compared, how, n_pairs = frame, f"unpaired{on_tasks}: {why}", None
     columns = {"value_a": "variant", "value_b": "base", "diff": "change", "diff_lo": "change_lo",
                "diff_hi": "change_hi"}
     keep = ["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test", "p_value"]
     changes = raw.rename(columns=columns)[keep]
     changes = changes.set_index("metric").loc[list(METRICS)].reset_index()
     return Shift(model=str(model), suite=p.suite, base_suite=p.base_suite, family=str(p.family),
-                 pairing=PAIRED if cmp is not None else UNPAIRED, how=how, n_base=len(base),
-                 n_variant=len(variant), n_pairs=n_pairs, changes=changes,
+                 pairing=PAIRED if cmp is not None else UNPAIRED, how=how,
+                 n_base=int((frame["model"] == p.base_suite).sum()), n_variant=int((frame["model"] == p.suite).sum()),
+                 n_pairs=n_pairs, changes=changes,
                  families=_family_changes(compared, spec_results, p, families), comparison=cmp,
                  pairs=raw, notes=tuple(notes))
 
