@@ -12,7 +12,7 @@ import pytest
 
 from scoring.errors import RecordError
 from scoring.report.perturbation import (PAIRED, UNPAIRED, base_vs_variant, perturbation_shifts, perturbation_tables,
-                                         shifts_json, variants_in)
+                                         shifts_json, suite_of, variants_in)
 from scoring.stats.compare_unpaired import compare_unpaired
 from test_compare import paired_episodes
 
@@ -177,3 +177,13 @@ def test_only_the_tasks_both_suites_ran_are_compared():
     # tasks that do not correspond are not matched: the whole base suite is compared
     whole = base_vs_variant(eps, None, "a", Variant(SWAP, BASE, "swap", False, task_map=None), n_resamples=200)
     assert whole.n_base == len(mine[mine.suite == BASE]) and "tasks" not in whole.how.split(":")[0]
+
+
+def test_suites_named_by_benchmark_id_are_found():
+    eps = renamed(two_suites(n_keys=40), MUG)
+    eps["suite"] = eps["suite"].str.replace("_", "-")  # a store whose records named benchmark ids
+    eps.loc[eps.index[:5], "suite"] = None  # and some named none: their benchmark counts
+    found = variants_in(suite_of(eps).dropna().unique(), {MUG: Variant(MUG, BASE, "distractor", True)}.get)
+    assert [v.suite for v in found] == [MUG]
+    shifts = perturbation_shifts(eps, None, found, n_resamples=100)
+    assert [(s.model, s.n_base + s.n_variant) for s in shifts] == [("a", 80), ("b", 80)]

@@ -85,10 +85,12 @@ class Shift:
 
 
 def suite_of(episodes: pd.DataFrame) -> pd.Series:
-    """Each episode's suite, its benchmark where the record named none (as the pairing reads it)."""
+    """Each episode's LIBERO suite name: its suite, else its benchmark, with '_' for '-' (a
+    benchmark id is the suite's name with dashes: libero-spatial-with-mug)."""
     suite = episodes["suite"] if "suite" in episodes else pd.Series(None, index=episodes.index, dtype=object)
-    # a benchmark id is the suite's name with dashes ("libero-spatial" for libero_spatial)
-    return suite.fillna(episodes["benchmark"].str.replace("-", "_")) if "benchmark" in episodes else suite
+    if "benchmark" in episodes:
+        suite = suite.fillna(episodes["benchmark"])
+    return suite.astype(object).where(suite.isna(), suite.astype(str).str.replace("-", "_"))
 
 
 def variants_in(suites: Iterable[str], lookup: Callable[[str], object | None]) -> list:
