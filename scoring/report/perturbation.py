@@ -196,7 +196,9 @@ def _family_changes(compared: pd.DataFrame, spec_results: pd.DataFrame, p, famil
     cols = ["family", "base_rate", "variant_rate", "change"]
     if spec_results is None or spec_results.empty:
         return pd.DataFrame(columns=cols)
-    rates = spec_rates(compared, spec_results, by=("model",), ci=False, families=families)
+    # only the compared episodes' rows: spec_rates merges every row it is given
+    rows = spec_results[spec_results["episode_id"].isin(compared["episode_id"]).to_numpy()]
+    rates = spec_rates(compared, rows, by=("model",), ci=False, families=families)
     wide = rates.pivot_table(index="family", columns="model", values="rate", aggfunc="first", dropna=False)
     wide = wide.reindex(columns=[p.base_suite, p.suite])
     order = list(families) if families is not None else list(dict.fromkeys(rates["family"]))
