@@ -248,6 +248,8 @@ def derive_entry(base_entry: Mapping[str, Any], variant: Mapping[str, Any], rule
     note = [f"Derived from {base_entry.get('name')} by the '{variant.get('family', '')}' rule"
             if variant.get("family") else f"Derived from {base_entry.get('name')}"]
     if added:
-        note.append(f"added: {', '.join(added)} (bystander)")
+        placed = {b: a for a, b in ren.items() if a in (base_entry.get("targets") or [])}
+        note.append("new: " + ", ".join(f"{o} (target, in place of {placed[o]})" if o in placed else f"{o} (bystander)"
+                                         for o in added))
     out["note"] = "; ".join(note) + "."
     return out
