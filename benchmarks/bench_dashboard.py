@@ -3,7 +3,7 @@
 
     python benchmarks/bench_dashboard.py
         [--only cold,warm,filter,whatif,overview_whatif,ci,frame,frame_next_scene,frame_link_warm,frame_link_shipped,
-               frame_link_restart,frame_link_paced,frame_switch,frame_from_list,playback,memory]
+               frame_link_restart,frame_link_paced,frame_switch,frame_from_list,playback,memory,memory_sessions]
         [--baseline REV] [--store DIR] [--episodes 20000] [--repeat 3]
 
 Every measurement is a function in MEASUREMENTS (the first-frame ones, frame*, in
@@ -59,6 +59,11 @@ that moment, with the browser's own clock.
   runs just this).
 - memory: the server's resident memory over 10 x --repeat rounds of a what-if step and three
   page switches (does anything build up between runs?).
+- memory_sessions: the server's resident memory on the demo store with 5 browser sessions open
+  at once, --repeat rounds of Episodes (a filter), What-if (a slider step) and the Overview in
+  each; no detail page (the replay's memory is the player's measure).
+filter and whatif also report what the server sent per interaction (websocket messages and
+bytes, medians): load-independent, unlike the times on a shared machine.
 
 `--baseline REV` runs cold/warm/filter/whatif/overview_whatif/ci/frame/frame_next_scene/frame_link_warm/
 frame_switch/frame_from_list a second time against a server started from `git archive REV` in the same run, and reports
@@ -87,7 +92,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(1, str(ROOT / "tests"))  # the player helpers the browser tests use (dashboard_helpers)
 from browser_timing import Browser, NotDrawn, archive_of, now_ms, remove_tree, wait_drawn  # noqa: E402
 from dashboard_bench import (DEMO, EPISODES, OVERVIEW, WHATIF, WITHOUT, dashboard_server, ensure_store,  # noqa: E402
-                             hide_modules, open_drawn, secs, sidebar_click, slider_step, summary)
+                             hide_modules, messages_since, open_drawn, received, secs, sent_summary, sidebar_click,
+                             slider_step, summary)
 from dashboard_frames import (frame, frame_from_list, frame_link_paced, frame_link_restart,  # noqa: E402
                               frame_link_shipped, frame_link_warm, frame_next_scene, frame_switch)
 
@@ -95,7 +101,7 @@ TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_
              "frame": 2.0, "frame_next_scene": 2.0, "frame_link_warm": 2.0,
              "frame_link_shipped": 2.0, "frame_link_restart": 2.0, "frame_link_paced": 2.0, "frame_switch": 2.0,
              "frame_from_list": 2.0,
-             "playback": None, "memory": None}
+             "playback": None, "memory": None, "memory_sessions": None}
 
 # ----------------------------------------------------------------------------- measurements
 
@@ -132,27 +138,30 @@ def warm(b: "Bench", code: Path) -> dict:
 def filter_change(b: "Bench", code: Path) -> dict:
     with b.server(code) as srv:
         pg, _ = open_drawn(b.browser, f"{srv.url}/episodes", EPISODES)
-        times = []
+        times, sent = [], []
         models = ["policy-a", "policy-b", "policy-c", "policy-d"][: max(2, b.repeat + 1)]
         for m in models:
             box = pg.get_by_test_id("stMultiSelect").filter(has_text="Model").locator("input")
             box.click()
             box.fill(m)
+            n0 = len(received(pg))
             t0 = now_ms(pg)
             box.press("Enter")
             times.append(secs(wait_drawn(pg, since_ms=t0, expect=EPISODES)["drawn_ms"] - t0))
+            sent.append(messages_since(pg, n0))
             pg.keyboard.press("Escape")
         pg.context.close()
-    return {"value_s": round(statistics.median(times), 3), **summary(times),
+    return {"value_s": round(statistics.median(times), 3), **summary(times), **sent_summary(sent),
             "includes": "Enter in the Model multiselect -> re-filtered table and counts drawn"}
 
 
 def whatif(b: "Bench", code: Path) -> dict:
     with b.server(code) as srv:
         pg, _ = open_drawn(b.browser, f"{srv.url}/whatif", WHATIF)
-        times = [slider_step(pg, "Contact force") for _ in range(max(3, b.repeat + 1))]
+        sent: list = []
+        times = [slider_step(pg, "Contact force", sent=sent) for _ in range(max(3, b.repeat + 1))]
         pg.context.close()
-    return {"value_s": round(statistics.median(times), 3), **summary(times),
+    return {"value_s": round(statistics.median(times), 3), **summary(times), **sent_summary(sent),
             "includes": "one keyboard step of the contact-force slider -> What-if page drawn"}
 
 
@@ -305,12 +314,56 @@ def memory(b: "Bench", code: Path) -> dict:
                         "of (what-if step, Overview, Episodes, What-if)"}
 
 
+SESSIONS = 5
+
+
+def memory_sessions(b: "Bench", code: Path) -> dict:
+    """The server's resident memory with SESSIONS concurrent browser sessions on the demo store,
+    the replay left out (no detail page): each session opens the Overview, Episodes (a Model
+    filter) and What-if (one slider step), round after round, all sessions open at once; VmRSS
+    after the first page, after each round, and 20 s after the sessions closed."""
+    # no background warm-up: it opens the worst episodes' scenes (MuJoCo), the player's memory
+    with dashboard_server(code, b.demo, env={"SAFEVLA_NO_PREWARM": "1"}) as srv:
+        srv.wait_healthy()
+        rss = {"started": _rss_mb(srv.proc.pid)}
+        pages = [open_drawn(b.browser, f"{srv.url}/", OVERVIEW)[0] for _ in range(SESSIONS)]
+        rss["sessions_open"] = _rss_mb(srv.proc.pid)
+        import pandas as pd
+
+        models = sorted(pd.read_parquet(b.demo / "episodes.parquet", columns=["model"])["model"].astype(str).unique())
+        rounds = []
+        for r in range(b.repeat):
+            for pg in pages:
+                sidebar_click(pg, "Episodes", EPISODES)
+                box = pg.get_by_test_id("stMultiSelect").filter(has_text="Model").locator("input")
+                box.click()
+                if r % 2 == 0:
+                    box.fill(models[0])
+                t0 = now_ms(pg)
+                box.press("Enter" if r % 2 == 0 else "Backspace")  # choose a model, then drop it again
+                wait_drawn(pg, since_ms=t0, expect=EPISODES)
+                pg.keyboard.press("Escape")
+                sidebar_click(pg, "What-if", WHATIF)
+                slider_step(pg, "Contact force", "ArrowLeft" if r % 2 else "ArrowRight")
+                sidebar_click(pg, "Overview", OVERVIEW)
+            rounds.append(_rss_mb(srv.proc.pid))
+        for pg in pages:
+            pg.context.close()
+        time.sleep(20)
+        rss["rounds"] = rounds
+        rss["idle_after_close"] = _rss_mb(srv.proc.pid)
+    return {"value_s": None, "sessions": SESSIONS, "rss_mb": rss, "peak_mb": max(rounds + [rss["sessions_open"]]),
+            "includes": f"VmRSS of the streamlit process, demo store, {SESSIONS} sessions open at once, each round "
+                        "Episodes + a Model filter, What-if + a slider step, Overview; no detail page and no warm-up "
+                        "(SAFEVLA_NO_PREWARM: no replay)"}
+
+
 MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": whatif,
                 "overview_whatif": overview_whatif, "ci": ci, "frame": frame, "frame_next_scene": frame_next_scene,
                 "frame_link_warm": frame_link_warm, "frame_link_shipped": frame_link_shipped,
                 "frame_link_restart": frame_link_restart, "frame_link_paced": frame_link_paced,
                 "frame_switch": frame_switch, "frame_from_list": frame_from_list, "playback": playback,
-                "memory": memory}
+                "memory": memory, "memory_sessions": memory_sessions}
 BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene",
                "frame_link_warm", "frame_link_shipped", "frame_link_restart", "frame_link_paced", "frame_switch",
                "frame_from_list")
@@ -368,7 +421,9 @@ def main(argv=None) -> int:
                         out["baseline"] = args.baseline
                         out["baseline_s"] = ref["value_s"]
                         out.update({f"baseline_{k}": ref[k] for k in ("all_s", "median_new_asset_set_s",
-                                                                      "median_seen_asset_set_s") if k in ref})
+                                                                      "median_seen_asset_set_s",
+                                                                      "messages_per_interaction",
+                                                                      "bytes_per_interaction") if k in ref})
                         out["ratio"] = round(ref["value_s"] / out["value_s"], 2) if out["value_s"] else None
                 except NotDrawn as exc:
                     out["error"] = str(exc)

@@ -149,15 +149,29 @@ class Browser:
         return self
 
     def page(self, *, width: int = 1440, height: int = 1000):
+        """A page in a new context; `received(pg)` lists the websocket messages it got."""
         ctx = self.browser.new_context(viewport={"width": width, "height": height})
         ctx.add_init_script(_OBSERVER)
         pg = ctx.new_page()
         pg.set_default_timeout(120_000)
+        got: list[int] = []
+        _RECEIVED[id(pg)] = got
+        pg.on("websocket", lambda ws: ws.on("framereceived", lambda payload: got.append(len(payload))))
         return pg
 
     def __exit__(self, *exc) -> None:
         self.browser.close()
         self._pw.stop()
+
+
+_RECEIVED: dict[int, list[int]] = {}  # id(page) -> byte size of each websocket message it received
+
+
+def received(pg) -> list[int]:
+    """Byte sizes of the websocket messages (Streamlit's deltas, one per element drawn or
+    changed) `pg` has received so far: what a rerun sends, counted independently of the
+    machine's load."""
+    return _RECEIVED.get(id(pg), [])
 
 
 def probe(pg, selectors=()) -> dict:

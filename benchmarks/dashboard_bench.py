@@ -10,7 +10,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from browser_timing import Server, dashboard_entry, now_ms, wait_drawn
+from browser_timing import Server, dashboard_entry, now_ms, received, wait_drawn
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "assets" / "demo" / "store"
@@ -92,9 +92,27 @@ def sidebar_click(pg, title: str, expect: dict) -> float:
     return secs(wait_drawn(pg, since_ms=t0, expect=expect)["drawn_ms"] - t0)
 
 
-def slider_step(pg, label: str, key: str = "ArrowRight") -> float:
+def slider_step(pg, label: str, key: str = "ArrowRight", sent: list | None = None) -> float:
+    """One keyboard step of the slider `label` -> the What-if page drawn (seconds); appends
+    (messages, bytes) the server sent for it to `sent`."""
     thumb = pg.get_by_test_id("stSlider").filter(has_text=label).get_by_role("slider")
     thumb.focus()
+    n0 = len(received(pg))
     t0 = now_ms(pg)
     thumb.press(key)
-    return secs(wait_drawn(pg, since_ms=t0, expect=WHATIF)["drawn_ms"] - t0)
+    took = secs(wait_drawn(pg, since_ms=t0, expect=WHATIF)["drawn_ms"] - t0)
+    if sent is not None:
+        sent.append(messages_since(pg, n0))
+    return took
+
+
+def messages_since(pg, n0: int) -> tuple[int, int]:
+    """(messages, bytes) `pg` received over its websocket after its first `n0` messages."""
+    new = received(pg)[n0:]
+    return len(new), sum(new)
+
+
+def sent_summary(sent: list[tuple[int, int]]) -> dict:
+    """The median messages and bytes per interaction (what the server sent for one)."""
+    return {"messages_per_interaction": statistics.median(m for m, _ in sent),
+            "bytes_per_interaction": int(statistics.median(b for _, b in sent))} if sent else {}

@@ -14,7 +14,7 @@ if not os.path.exists(os.environ.get("SAFEVLA_CHROMIUM", "/usr/bin/chromium")):
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from browser_timing import Browser, NotDrawn, Server, dashboard_entry, now_ms, wait_drawn  # noqa: E402
+from browser_timing import Browser, NotDrawn, Server, dashboard_entry, now_ms, received, wait_drawn  # noqa: E402
 
 from dashboard_helpers import build_store  # noqa: E402
 
@@ -53,12 +53,14 @@ def test_an_interaction_counts_only_a_run_it_started(running):
         wait_drawn(pg, since_ms=t0, expect={}, timeout=2.0)
     thumb = pg.get_by_test_id("stSlider").filter(has_text="Contact force").get_by_role("slider")
     thumb.focus()
+    n0 = len(received(pg))
     t0 = now_ms(pg)
     thumb.press("ArrowRight")
     p = wait_drawn(pg, since_ms=t0, expect={'[data-testid="stMetric"]': 5})
     assert p["drawn_ms"] > t0
     assert any(t >= t0 and s == "running" for t, s in p["runs"])
-    assert "force=" in pg.url
+    assert "force=" in pg.url  # the page's fragment run wrote the view into the address bar
+    assert len(received(pg)) > n0 and min(received(pg)[n0:]) > 0  # the run's messages, counted
     pg.context.close()
 
 
