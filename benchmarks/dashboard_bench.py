@@ -23,9 +23,27 @@ WHATIF = {'[data-testid="stMetric"]': 5, '[data-testid="stDataFrame"]': 1,
 PLAYER_IFRAME = 'iframe[title*="safevla_timeline"]'  # the detail page's frame is the player's
 
 
+def store_stamp(n: int, *, renderable: bool, n_steps: int, contacts: int) -> str:
+    """What a synthetic store's content depends on: its parameters, the scripts that write and
+    score it (sha256 of their sources) and the registry's hash. A store in /tmp outlives
+    checkouts: reused across code versions, it measured a store the code no longer writes."""
+    import hashlib
+
+    from scoring.evaluate.score import SCORER_VERSION
+    from scoring.registry.lookup import load_registry
+
+    h = hashlib.sha256(f"{n}|{renderable}|{n_steps}|{contacts}|{SCORER_VERSION}|{load_registry().hash}".encode())
+    for rel in ("scripts/make_synthetic_store.py", "scoring/records/synthetic.py", "scoring/store/write.py",
+                "scoring/evaluate/score.py"):
+        h.update((ROOT / rel).read_bytes())
+    return h.hexdigest()
+
+
 def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int = 100, contacts: int = 4) -> Path:
-    man = path / "manifest.json"
-    if man.exists():
+    """The synthetic store at `path`, built unless one of this code's `store_stamp` is there."""
+    man, stamp_file = path / "manifest.json", path / ".bench_stamp"
+    stamp = store_stamp(n, renderable=renderable, n_steps=n_steps, contacts=contacts)
+    if man.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         m = json.loads(man.read_text())
         if m.get("n_episodes") == n and m.get("synthetic"):
             return path
@@ -37,6 +55,7 @@ def ensure_store(path: Path, n: int, *, renderable: bool = False, n_steps: int =
     spec.loader.exec_module(mod)
     shutil.rmtree(path, ignore_errors=True)
     mod.build_store(path, n, n_steps=n_steps, contacts_per_step=contacts, renderable=renderable, workers=1)
+    stamp_file.write_text(stamp)
     return path
 
 
