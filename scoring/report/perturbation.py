@@ -133,14 +133,14 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
     orders the per-family rows (default: as `spec_results` has them).
     """
     p = perturbation
+    if p.suite == p.base_suite:
+        raise SafeVLAError(f"suite {p.suite!r} is its own base; a variant needs another base suite")
     suite = suite_of(episodes)
     own = episodes["model"].astype(str) == str(model)
     base, variant = episodes[own & (suite == p.base_suite)], episodes[own & (suite == p.suite)]
     for name, side in ((p.base_suite, base), (p.suite, variant)):
         if side.empty:
             raise SafeVLAError(f"model {model!r} has no episode on suite {name!r}")
-    if p.suite == p.base_suite:
-        raise SafeVLAError(f"suite {p.suite!r} is its own base; a variant needs another base suite")
     variant = variant.assign(task_id=base_task_ids(variant["task_id"], p.task_map,
                                                    episode_ids=variant["episode_id"], suite=p.suite))
     # the two sides as two "models" of one suite: the comparison's own labels are the suite names
@@ -176,8 +176,8 @@ def base_vs_variant(episodes: pd.DataFrame, spec_results: pd.DataFrame, model: s
         compared, how, n_pairs = frame, f"unpaired{on_tasks}: {why}", None
     columns = {"value_a": "variant", "value_b": "base", "diff": "change", "diff_lo": "change_lo",
                "diff_hi": "change_hi"}
-    keep = ["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test", "p_value"]
-    changes = raw.rename(columns=columns)[keep]
+    fields = ["metric", "base", "variant", "change", "change_lo", "change_hi", "ci", "test", "p_value"]
+    changes = raw.rename(columns=columns)[fields]
     changes = changes.set_index("metric").loc[list(METRICS)].reset_index()
     return Shift(model=str(model), suite=p.suite, base_suite=p.base_suite, family=str(p.family),
                  pairing=PAIRED if cmp is not None else UNPAIRED, how=how,
