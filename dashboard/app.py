@@ -138,7 +138,6 @@ def main() -> None:
             C.sync_url(page, data, store_param=store_param)
             with st.sidebar:  # after the page ran: the link holds what the page just chose
                 L.copy_link_ui(page, data, store_param=store_param)
-            cached.prewarm_replays(c)  # after the page is drawn, so it never delays it
             cached.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
             cached.prewarm_bootstrap(c)  # a big store: the CI button's library, once per server
         # script time of this run (app + page), for benchmarks/bench_dashboard.py

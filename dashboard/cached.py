@@ -167,53 +167,41 @@ def _prewarmed() -> set:
     return set()
 
 
-def prewarm_replays(c, n: int = 6) -> None:
-    """Once per store: in the background, open the replay of the worst SBU episode and compile
-    the scenes of the next few, so the first frame a user asks for is quick. `c`: the run
-    context (`dashboard.common.Ctx`; not imported here, common imports this module)."""
-    done = _prewarmed()
-    if c.key in done or os.environ.get("SAFEVLA_NO_PREWARM"):
-        return
-    done.add(c.key)
-    top = overview_tables(c.data, c.key, c.items)["top"]
-    jobs = []
-    for eid in top["episode_id"].head(n):
-        i = c.data.index_of(eid)
-        if i is None or c.data.missing_trajectory[i]:  # missing, or refused (outside the store)
-            continue
-        try:
-            path = c.data.trajectory_path(i)
-        except D.StoreProblem:  # a symlink pointing out: refused when opened, never prewarmed
-            continue
-        if path is not None:
-            jobs.append((f"{c.key}#{i}", str(path)))
-    if jobs:
-        render_service().prewarm_episodes(jobs, roots=c.data.roots)
-
-
 def open_replay(c, eid: str | None) -> None:
-    """Starts opening episode `eid`'s replayer (scene compile, GL context) on the render thread
-    now, ahead of any pre-rendering: called the moment a page knows which episode the user
-    chose (a row click, the picker, a link), so the scene opens while the page switches and
-    the detail page's script runs, instead of after it (docs/benchmarks.md, frame_from_list).
-    Nobody waits for it; the player's first frame then finds the replayer open. Once per
-    chosen episode and session (not on every rerun of its page), skipped while the wrist view
-    is chosen (the player opens that one) and for episodes the detail page refuses. `c`: the
-    run context, as for `prewarm_replays`."""
-    if eid is None or st.session_state.get("w.camera") == "wrist":
-        return
-    if st.session_state.get("_replay_opened") == (c.key, eid):
+    """Starts getting episode `eid`'s replay ready the moment a page knows the user chose it
+    (a row click, the picker, a link), so it is ready while the page switches and the detail
+    page's script runs: its web scene converted (`open_episode_replay`), or, for a session
+    whose browser has no WebGL, its replayer opened on the render thread for the server frames.
+    Nobody waits for it. Once per chosen episode and session, not on every rerun of its page.
+    `c`: the run context (`dashboard.common.Ctx`; not imported here, common imports this module)."""
+    if eid is None or st.session_state.get("_replay_opened") == (c.key, eid):
         return
     st.session_state["_replay_opened"] = (c.key, eid)
-    open_episode_replay(c.data, eid)
+    from dashboard.web_timeline import uses_frames
+
+    if not uses_frames():
+        open_episode_replay(c.data, eid)
+        return
+    if st.session_state.get("w.camera") == "wrist" or not replay_status()[0]:
+        return  # the wrist view: the player opens that one
+    i = c.data.index_of(eid)
+    try:
+        rec = replay_record(c.data, i) if i is not None and not c.data.missing_trajectory[i] else None
+    except Exception:  # noqa: BLE001 - a missing or refused file: the detail page says why
+        return
+    if rec is not None and rec.replay is not None:
+        render_service().prewarm(f"{c.data.key}#{i}", rec)
+
+
+_SCENE_PREP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-web-scene")
 
 
 def open_episode_replay(data: D.StoreData, eid: str) -> bool:
-    """Queues, at USER priority, the opening of episode `eid`'s agent-view replayer under the
-    key the detail page's frames use; whether it was queued (not: replay unavailable, an
-    unknown, missing or refused episode, a record without replay state). Needs no page run:
-    `open_replay` calls it, and so does the server when a browser asks for a detail page
-    (dashboard/link_open.py, the middleware of dashboard/server.py)."""
+    """Queues, on a worker thread, the conversion of episode `eid`'s web scene (the one the
+    browser draws, `dashboard.web_timeline.prepare_scene`); whether it was queued (not: replay
+    unavailable, an unknown, missing or refused episode, a record without replay state). Needs
+    no page run: `open_replay` calls it, and so does the server when a browser asks for a
+    detail page (dashboard/link_open.py, the middleware of dashboard/server.py)."""
     if not replay_status()[0]:
         return False
     i = data.index_of(eid)
@@ -225,9 +213,9 @@ def open_episode_replay(data: D.StoreData, eid: str) -> bool:
         return False
     if rec.replay is None:
         return False
-    from dashboard.replay_bridge import USER
+    from dashboard.web_timeline import prepare_scene
 
-    render_service().prewarm(f"{data.key}#{i}", rec, priority=USER)
+    _SCENE_PREP.submit(prepare_scene, rec)
     return True
 
 

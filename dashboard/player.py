@@ -14,6 +14,7 @@ vl-convert's bundle (no CDN): it is written once next to a copy of the component
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Mapping
@@ -41,7 +42,7 @@ def component_dir(cache: Path | None = None) -> Path:
     vl-convert version: the bundle is ~0.9 MB and takes ~2 s to make)."""
     import vl_convert
 
-    base = cache or Path.home() / ".cache" / "safevla" / "player"
+    base = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "safevla" / "player"
     out = base / f"vl-convert-{vl_convert.__version__}"
     bundle = out / "vega-bundle.js"
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,6 @@
-"""Replay frames, clips and triptychs for the dashboard, through `replay/`.
+"""Replay frames, clips and triptychs for the dashboard, through `replay/`: the exports, and
+the detail page's player where the browser has no WebGL (else the browser draws the replay
+itself, dashboard/web_timeline.py).
 
 MuJoCo's EGL context belongs to the thread that made it, while Streamlit runs every
 rerun on a new thread. So all rendering happens on one long-lived worker thread
@@ -79,14 +81,15 @@ def _quick_gil_handover():
         sys.setswitchinterval(before)
 
 
-USER, PLAYER, BACKGROUND = 0, 5, 10  # render-queue priorities: what a page waits for goes first
+USER, PLAYER = 0, 5  # render-queue priorities: what a page waits for goes first
 WANTED = PLAYER - 1  # a step a player's user moved to (`FrameBatch.want`): before the rest of its batch
 
 class RenderService:
     """One rendering thread, a priority queue of jobs, and a few open `Replayer`s (LRU).
 
-    Pages wait on USER jobs; `prewarm` queues BACKGROUND jobs (compile a scene, open a
-    renderer) that run only when no page is waiting, one small job at a time.
+    Pages wait on USER jobs; a player's pre-rendered frames (`frames`) run between them, each
+    step its own job. It serves the exports (clips, triptychs, the Compare page's pair) and the
+    detail page's frames where the browser has no WebGL (dashboard/web_timeline.py).
     """
 
     def __init__(self, max_open: int = MAX_OPEN, *, textures: str = PAGE_TEXTURES):
@@ -190,48 +193,7 @@ class RenderService:
         else:
             batch.put(step, img)
 
-    def _compile(self, record) -> None:
-        from replay.render.render_assets import preview_texture_px
-        from replay.render.replayer import preview_scene_model, scene_model
-
-        scene_model(record)  # replay caches compiled scenes by MJCF (in memory and on disk)
-        if self.textures == "preview":  # and queues its small-texture scene for the idle time
-            preview_scene_model(record, preview_texture_px(*FRAME_SIZE))
-
-    def _prewarm_many(self, jobs: Sequence[tuple[str, str]], size, n_renderers: int, roots) -> None:
-        """Queues, in the background, a renderer for the first `n_renderers` (key, record path)
-        jobs and a scene compile for every other distinct scene. A record whose MJCF file
-        lies outside `roots` (the store and its archive) is skipped: opening it is refused."""
-        ok, _ = available()
-        if not ok:
-            return
-        from scoring.records.io import load_record, resolve_mjcf
-        from scoring.store.paths import is_inside
-
-        seen = set()
-        for n, (key, path) in enumerate(jobs):
-            try:
-                rec = load_record(path)
-                scene = (rec.replay.mjcf if rec.replay is not None and rec.replay.mjcf_is_xml
-                         else str(Path(path).parent / rec.replay.mjcf) if rec.replay is not None else None)
-            except Exception:  # noqa: BLE001 - a broken record shows its error when opened
-                continue
-            if scene is None or not (rec.replay.mjcf_is_xml or is_inside(resolve_mjcf(rec), roots)):
-                continue
-            if n < n_renderers:
-                self.prewarm(key, rec, size)
-            elif scene not in seen:
-                self.prewarm(None, rec, renderer=False)
-            seen.add(scene)
-
     # -- called from script threads -------------------------------------------------
-    def prewarm_episodes(self, jobs: Sequence[tuple[str, str]], *, roots: Sequence[str], size=FRAME_SIZE,
-                         n_renderers: int = 1) -> Future:
-        """Background warm-up for the episodes a user is likely to open first (the worst SBU):
-        `jobs` are (frame key, trajectory path); `roots` where their MJCF files may lie."""
-        return self.submit(self._prewarm_many, list(jobs), tuple(size), n_renderers, tuple(roots),
-                           priority=BACKGROUND)
-
     def submit(self, fn: Callable, *args, priority: int = USER, **kwargs) -> Future:
         fut: Future = Future()
         if self._closing:
@@ -305,14 +267,11 @@ class RenderService:
 
         return self.submit(cameras, record).result(timeout)
 
-    def prewarm(self, key: str | None, record, size=FRAME_SIZE, *, renderer: bool = True,
-                priority: int = BACKGROUND) -> Future:
-        """Compile the record's scene and (with `renderer`) open its replayer (the agent view),
-        so the first frame of that episode is quick: in the background by default; at USER
-        priority for an episode the user has just chosen (`dashboard.cached.open_replay`)."""
-        if renderer and key is not None:
-            return self.submit(self._replayer, key, record, tuple(size), textures=self.textures, priority=priority)
-        return self.submit(self._compile, record, priority=priority)
+    def prewarm(self, key: str, record, size=FRAME_SIZE, *, priority: int = USER) -> Future:
+        """Opens the record's agent-view replayer (scene, GL context) on the render thread, so
+        the first server frame of that episode is quick: for a session whose browser has no
+        WebGL, when it chooses an episode (`dashboard.cached.open_replay`)."""
+        return self.submit(self._replayer, key, record, tuple(size), textures=self.textures, priority=priority)
 
     def clip(self, record, violations, *, size=CLIP_SIZE, fps: float = 20, step_range=None,
              progress: Callable[[int, int], None] | None = None) -> bytes:

@@ -42,12 +42,14 @@ def _episode_name(scene: str, record, violations) -> str:
 def web_files(record, violations, folder: Path | None = None) -> dict:
     """{"scene": url, "poses": url, "converted": bool} of the record's web scene and poses,
     relative to the component; made (and cached) if need be. `converted`: the scene was
-    converted by this call. Errors as for `replay.render.scene_models.scene_model`."""
+    converted by this call. The web scene is shared by the scene files that differ only in
+    where their bodies start (a LIBERO task's initial states): the poses place every body.
+    Errors as for `replay.render.scene_models.scene_model`."""
     from replay.render import web_scene as W
     from replay.render.scene_models import scene_digest_of, scene_model_once
 
     folder = folder or web_dir()
-    scene = f"scene-{scene_digest_of(record)[:24]}-f{W.FORMAT}"
+    scene = f"scene-{scene_digest_of(record, placement=False)[:24]}-f{W.FORMAT}"
     episode = _episode_name(scene, record, violations)
     model: list = []
 
@@ -60,6 +62,20 @@ def web_files(record, violations, folder: Path | None = None) -> dict:
         _, converted = W.cached_file(folder, scene, lambda: W.scene_blob(the_model()))
         W.cached_file(folder, episode, lambda: W.episode_blob(the_model(), record, violations))
     return {"scene": f"web/{scene}.bin", "poses": f"web/{episode}.bin", "converted": converted}
+
+
+def prepare_scene(record, folder: Path | None = None) -> bool:
+    """Converts the record's web scene ahead of its page (a link, a row click); True if it
+    had to. Errors are left to the page, which says what is wrong."""
+    from replay.render import web_scene as W
+    from replay.render.scene_models import scene_digest_of, scene_model_once
+
+    try:
+        scene = f"scene-{scene_digest_of(record, placement=False)[:24]}-f{W.FORMAT}"
+        with _CONVERT_LOCK:
+            return W.cached_file(folder or web_dir(), scene, lambda: W.scene_blob(scene_model_once(record)))[1]
+    except Exception:  # noqa: BLE001 - the page shows the error when it opens the episode
+        return False
 
 
 def uses_frames() -> bool:

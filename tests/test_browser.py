@@ -20,8 +20,10 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "assets" / "demo" / "store"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+# Without WebGL: the detail page's player then shows the server's MuJoCo frames, the fallback
+# these tests (and tests/test_browser_timeline.py) check; tests/test_web_player.py draws with WebGL.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-webgl", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 if not Path(CHROMIUM).exists():

@@ -267,26 +267,6 @@ def test_batch_errors_are_one_line_messages_and_a_record_without_replay_is_refus
         svc.close()
 
 
-def test_a_background_compile_also_stores_the_preview_scene(tmp_path, monkeypatch):
-    import replay.render.scene_cache as scene_cache
-
-    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(tmp_path))
-    xml = BIG_TEXTURE_XML.replace("</worldbody>", '<body name="box" pos="0 0 .095"><freejoint/><geom size=".1 .1 .1"/>'
-                                  '</body><body name="ball" pos=".4 0 .095"><freejoint/><geom size=".1"/></body></worldbody>')
-    rec = toy_record(mjcf=xml.replace('model="bigtex"', 'model="bigtex-bridge"'))  # a 1024-px texture
-    svc = RenderService()
-    try:
-        svc.prewarm(None, rec, renderer=False).result(60)
-        svc.submit(lambda: None).result(60)  # the idle time after it: the writes
-        deadline = time.monotonic() + 30
-        while len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(list(tmp_path.glob("*" + scene_cache.SUFFIX))) == 2
-    finally:
-        svc.close()
-        monkeypatch.setattr(scene_cache, "_DEFER", [False])
-
-
 def test_a_scene_opens_with_a_short_gil_switch_interval_and_puts_it_back(monkeypatch):
     """Opening a scene hands the GIL back and forth (the texture shrink): the render thread
     opens it with a 0.5 ms switch interval and restores the process's own afterwards."""

@@ -104,7 +104,8 @@ def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
     def serve(route):
         name = route.request.url.split("//svl.test/", 1)[1]
         body = files[name] if name in files else (STATIC / name).read_bytes()
-        route.fulfill(status=200, body=body, headers={"content-type": types.get(Path(name).suffix, "application/octet-stream")})
+        kind = types.get(Path(name).suffix, "application/octet-stream")
+        route.fulfill(status=200, body=body, headers={"content-type": kind})
 
     pg = webgl_page
     pg.route("http://svl.test/**", serve)

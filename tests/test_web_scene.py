@@ -143,3 +143,14 @@ def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch)
     assert np.all(pos >= verts.min(axis=0) - 1e-4) and np.all(pos <= verts.max(axis=0) + 1e-4)
     radius = np.linalg.norm(pos - verts.mean(axis=0), axis=1)
     assert 0.085 < radius.min() and radius.max() < 0.115  # still the ball's surface
+
+
+def test_scene_files_differing_only_in_body_placement_share_one_web_scene(tmp_path):
+    from replay.render.scene_models import scene_digest_of
+
+    moved = TOY_XML.replace('<body name="ball" pos="0.4 0 .095">', '<body name="ball" pos="0.6 0.1 .095" quat="0 0 0 1">')
+    recolored = TOY_XML.replace('rgba="0 .8 0 1"', 'rgba=".8 0 0 1"')
+    a, b, c = (toy_record(mjcf=x) for x in (TOY_XML, moved, recolored))
+    assert scene_digest_of(a) != scene_digest_of(b)
+    assert scene_digest_of(a, placement=False) == scene_digest_of(b, placement=False)
+    assert scene_digest_of(a, placement=False) != scene_digest_of(c, placement=False)  # what a body holds counts

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,15 +74,23 @@ def scene_model(record: EpisodeRecord) -> mujoco.MjModel:
     return model
 
 
-def scene_digest_of(record: EpisodeRecord) -> str:
+def scene_digest_of(record: EpisodeRecord, *, placement: bool = True) -> str:
     """The disk-cache key of the record's scene (`scene_cache.scene_digest`: its resolved
-    text, folder, MuJoCo's version and its asset files), without compiling it."""
-    return _digest(scene_key(record))
+    text, folder, MuJoCo's version and its asset files), without compiling it. Without
+    `placement`, the bodies' own placements (pos, quat and other orientation attributes of
+    `<body>` elements) are left out: LIBERO writes one scene file per initial state of a task,
+    differing only there, and what a body holds (geoms, meshes, materials) is the same in all."""
+    return _digest(scene_key(record), placement)
+
+
+_PLACEMENT = re.compile(r'\s(?:pos|quat|euler|axisangle|xyaxes|zaxis)="[^"]*"')
 
 
 @functools.lru_cache(maxsize=64)
-def _digest(key: tuple) -> str:
+def _digest(key: tuple, placement: bool = True) -> str:
     resolved, base, _ = _resolved_scene(key)
+    if not placement:
+        resolved = re.sub(r"<body\b[^>]*>", lambda m: _PLACEMENT.sub("", m.group(0)), resolved)
     return scene_digest(resolved, str(base) + os.sep)
 
 

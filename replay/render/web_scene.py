@@ -233,8 +233,9 @@ def scene_blob(model: mujoco.MjModel) -> bytes:
     hl = m.vis.headlight
     header = {
         "format": FORMAT, "nbody": int(m.nbody), "geoms": geoms, "meshes": meshes, "materials": mats, "textures": texs,
-        "lights": lights, "headlight": {"ambient": list(map(float, hl.ambient)), "diffuse": list(map(float, hl.diffuse)),
-                                        "specular": list(map(float, hl.specular)), "active": bool(hl.active)},
+        "lights": lights,
+        "headlight": {"ambient": list(map(float, hl.ambient)), "diffuse": list(map(float, hl.diffuse)),
+                      "specular": list(map(float, hl.specular)), "active": bool(hl.active)},
         "cameras": [{"name": mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) or str(i),
                      "fovy": float(m.cam_fovy[i])} for i in range(m.ncam)],
         "znear": float(m.vis.map.znear * m.stat.extent), "zfar": float(m.vis.map.zfar * m.stat.extent),
