@@ -101,12 +101,12 @@ def host(tmp_path_factory):
 
 
 def _render(pg, *, step: int, answers: str | None, episode: str = "store#3#1|margin", frames: int = N_STEPS,
-            prerendering: bool = False) -> None:
+            prerendering: bool = False, web: dict | None = None) -> None:
     frame = _frame_url()
     pg.evaluate("(a) => window.renderArgs(a)", {
         "episode": episode, "spec": None, "n_steps": N_STEPS, "dt": 0.05, "step": step, "vstep": 40,
         "frames": {str(k): frame for k in range(frames)}, "total": N_STEPS, "violated": {}, "answers": answers,
-        "prerendering": prerendering})
+        "prerendering": prerendering, "web": web})
 
 
 def _player_step(pg) -> int:
@@ -276,6 +276,22 @@ def test_a_player_drawn_without_frames_asks_for_the_first_once_per_episode_witho
     values = page.evaluate("() => window.values")
     assert [v["episode"] for v in values] == ["store#3#1|margin", "store#4#1|margin"]
     assert _player_step(page) == 12
+
+
+def test_a_player_sent_a_web_scene_without_webgl_says_so_once_and_keeps_the_pages_step(host, page):
+    # this module's chromium runs without WebGL (tests/test_browser.py): the player asks for
+    # server frames (event "nowebgl") once, with the step the page gave it, and shows them
+    page.goto(host)
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    web = {"scene": "web/none.bin", "poses": "web/none.bin"}
+    _render(page, step=33, answers=None, frames=0, web=web)
+    sent = _wait_values(page, 1)
+    assert sent.pop("seq") and sent == {"step": 33, "event": "nowebgl", "episode": "store#3#1|margin"}
+    _render(page, step=33, answers=None, frames=0, web=web)  # a rerun before the page heard it: no second ask
+    _render(page, step=33, answers=None)  # the page's frames
+    page.wait_for_function(f"() => {PLAYER_ROOT}.dataset.frameStep === '33'", timeout=10_000)
+    assert page.evaluate(f"() => {PLAYER_ROOT}.dataset.renderer") == "frames"
+    assert len(page.evaluate("() => window.values")) == 1
 
 
 def test_the_chart_library_loads_once_the_first_frame_is_drawn(host, page):

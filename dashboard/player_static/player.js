@@ -196,7 +196,9 @@ function noWebgl(why) {
   root.classList.remove("web");
   root.dataset.renderer = "frames";
   rendererLine.textContent = `Renderer: frames rendered by MuJoCo on the server (${why}).`;
-  if (!S.saidNoWebgl) { S.saidNoWebgl = true; emit("nowebgl"); }
+  // told after the page's arguments are taken in (the value carries, and remembers, the step
+  // the player takes from them, not the step it had before them)
+  if (!S.saidNoWebgl) { S.saidNoWebgl = true; setTimeout(() => emit("nowebgl"), 0); }
 }
 async function openWeb(web, episode) {
   S.webState = "loading";
