@@ -19,6 +19,23 @@ from browser_timing import NotDrawn, remove_tree, wait_drawn
 from dashboard_bench import OVERVIEW, PLAYER_IFRAME, dashboard_server, open_drawn, server_env, summary
 
 
+# The player's first picture: a server frame shown, or a step drawn with WebGL (the player
+# then sets data-first-draw on its root).
+_DRAWN = """(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+    const img = d && d.querySelector('#frame'); const r = d && d.querySelector('#timeline');
+    return (!!r && r.dataset.firstDraw !== undefined)
+        || (!!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0); }"""
+
+
+def renderer(pg) -> str:
+    """"webgl" or "frames": what the page's player draws with (a player of before the WebGL
+    player names none: "frames")."""
+    got = pg.evaluate("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
+        const r = d && d.querySelector('#timeline'); return r ? (r.dataset.renderer || 'frames') : null; }""",
+                      PLAYER_IFRAME)
+    return got or "frames"
+
+
 def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None):
     """Seconds from navigating a new browser session to `url` until the player shows its first
     frame; with `keep`, {"value_s", "page"} and the page is left open for the caller to close.
@@ -29,10 +46,7 @@ def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None):
     try:
         t0 = time.perf_counter()
         pg.goto(url)
-        pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
-            const img = d && d.querySelector('#frame');
-            return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
-                             arg=PLAYER_IFRAME, timeout=300_000)
+        pg.wait_for_function(_DRAWN, arg=PLAYER_IFRAME, timeout=300_000)
         took = round(time.perf_counter() - t0, 3)
     except BaseException:
         close()

@@ -1,0 +1,220 @@
+"""The client-side player's measurements for benchmarks/bench_dashboard.py: what a user waits
+for with the replay drawn in the browser (WebGL), and what the server holds for it.
+
+- player: on a fresh server with empty caches (its own $XDG_CACHE_HOME and compiled-scene
+  cache, no warm-up), seconds from navigation to the first drawn picture of (a) a scene whose
+  web scene must first be converted, (b) another episode of that scene in a new session, and,
+  on a second fresh server sharing those caches, (c) a scene never opened in that server whose
+  web scene is on disk; then, in that last page, 30 key steps (each timed in the page until its
+  pixels can be read back) with the requests they made, and playback at 1x, 2x and 4x (steps
+  advanced per second against the recording's rate, pictures drawn per second).
+- replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
+  page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
+Run against a checkout before the WebGL player (`--baseline`), the same steps time its
+server frames (the player there shows pre-rendered JPEG frames).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from dashboard_bench import PLAYER_IFRAME, dashboard_server, summary
+from dashboard_frames import _DRAWN, _first_frame, _sbu_by_scene, renderer
+
+_ROOT_JS = "document.querySelector('iframe[title*=\"safevla_timeline\"]').contentDocument"
+
+# In the player's iframe: `n` steps by the → key, each timed until its picture can be read back
+# (a 1-pixel readPixels waits for the GPU, SwiftShader here); server frames: until the <img> decoded.
+STEP_JS = """async ([s, n]) => {
+  const d = document.querySelector(s).contentDocument, w = d.defaultView;
+  const r = d.querySelector('#timeline'), c = d.querySelector('#gl'), img = d.querySelector('#frame');
+  const gl = r.dataset.renderer === 'webgl' ? (c.getContext('webgl2') || c.getContext('webgl')) : null;
+  const px = new Uint8Array(4), out = [];
+  for (let k = 0; k < n; k++) {
+    const want = String(Number(r.dataset.step) + 1);
+    const t0 = w.performance.now();
+    d.dispatchEvent(new w.KeyboardEvent('keydown', { key: 'ArrowRight', bubbles: true }));
+    if (gl) gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.UNSIGNED_BYTE, px);
+    else {
+      while (img.dataset.step !== want) await new Promise((ok) => w.setTimeout(ok, 2));
+      await img.decode().catch(() => {});
+    }
+    out.push(w.performance.now() - t0);
+    await new Promise((ok) => w.requestAnimationFrame(ok));
+  }
+  return out;
+}"""
+
+
+@contextlib.contextmanager
+def fresh_caches():
+    """A $XDG_CACHE_HOME of its own (the player's web scenes) with vl-convert's vega bundle
+    copied in (made once per machine, as a user's earlier run leaves it), and an empty
+    compiled-scene cache; both removed after."""
+    home = Path(tempfile.mkdtemp(prefix="safevla-bench-xdg-"))
+    try:
+        for bundle in (Path.home() / ".cache" / "safevla" / "player").glob("vl-convert-*/vega-bundle.js"):
+            dest = home / "safevla" / "player" / bundle.parent.name
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(bundle, dest / bundle.name)
+        yield {"XDG_CACHE_HOME": str(home), "SAFEVLA_SCENE_CACHE": str(home / "scenes"), "SAFEVLA_NO_PREWARM": "1"}
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _same_scene_episode(store: Path, eid: str) -> str:
+    """Another episode of `eid`'s scene file (the same task), with a trajectory."""
+    import pandas as pd
+
+    from replay.render.scene_models import scene_key
+    from scoring.records.io import load_record
+
+    eps = pd.read_parquet(store / "episodes.parquet").set_index("episode_id")
+    key = scene_key(load_record(store / eps.at[eid, "trajectory"]))
+    for other, row in eps.iterrows():
+        if other != eid and isinstance(row["trajectory"], str) and (store / row["trajectory"]).is_file() \
+                and scene_key(load_record(store / row["trajectory"])) == key:
+            return other
+    raise LookupError(f"no other episode of {eid}'s scene")
+
+
+PLAY_S = {1: 3.0, 2: 1.5, 4: 0.9}  # played seconds per speed: within a 120-step episode at 20 Hz
+
+
+def _play(pg, speed: float, seconds: float | None = None) -> dict:
+    """Plays from step 0 at `speed` for `seconds` (`PLAY_S`: the episode's end is not reached,
+    where playback stops): steps advanced per second and pictures drawn per second."""
+    seconds = seconds or PLAY_S[speed]
+    pg.evaluate(f"""() => {{ const d = {_ROOT_JS}; d.getElementById('speed').value = '{speed:g}';
+        d.dispatchEvent(new d.defaultView.KeyboardEvent('keydown', {{ key: 'Home', bubbles: true }})); }}""")
+    time.sleep(0.5)
+    s0 = int(pg.evaluate(f"() => {_ROOT_JS}.getElementById('timeline').dataset.step"))
+    pg.evaluate(f"() => {_ROOT_JS}.getElementById('play').click()")
+    time.sleep(seconds)
+    got = pg.evaluate(f"() => {{ const r = {_ROOT_JS}.getElementById('timeline'); "
+                      "return [r.dataset.step, r.dataset.fps]; }")
+    pg.evaluate(f"() => {{ const d = {_ROOT_JS}; if (d.getElementById('timeline').dataset.playing === '1') "
+                "d.getElementById('play').click(); }")
+    return {"speed": speed, "steps_per_s": round((int(got[0]) - s0) / seconds, 1), "drawn_per_s": float(got[1] or 0)}
+
+
+def player(b, code: Path) -> dict:
+    store = b.demo
+    first, other_scene = _sbu_by_scene(store, 2)
+    same = _same_scene_episode(store, first)
+    out = {"store": str(store), "episodes": [first, same, other_scene]}
+    with fresh_caches() as env:
+        with dashboard_server(code, store, env) as srv:
+            srv.wait_healthy()
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
+            out["renderer"] = renderer(got["page"])
+            got["page"].context.close()
+            out["first_scene_converted_s"] = got["value_s"]
+            out["same_scene_other_episode_s"] = _first_frame(b.browser, f"{srv.url}/detail?ep={same}")
+            # the other scene's web scene to disk, as an earlier run leaves it (not timed)
+            _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}")
+        with dashboard_server(code, store, env) as srv:  # restarted: nothing in memory
+            srv.wait_healthy()
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}", keep=True)
+            pg = got["page"]
+            try:
+                out["never_opened_scene_on_disk_s"] = got["value_s"]
+                requests = []
+                pg.on("request", lambda r: requests.append(r.url))
+                time.sleep(1.0)
+                before = len(requests)
+                steps = pg.evaluate(STEP_JS, [PLAYER_IFRAME, 30])
+                time.sleep(1.0)  # the page's answer to the last key (one value after the keys stop)
+                out["step_ms"] = {"median": round(statistics.median(steps), 1), "max": round(max(steps), 1),
+                                  "n": len(steps)}
+                out["step_requests"] = [u for u in requests[before:] if not u.startswith("data:")]
+                out["playback"] = [_play(pg, v) for v in (1, 2, 4)]
+            finally:
+                pg.context.close()
+    out["value_s"] = out["first_scene_converted_s"]
+    out["includes"] = ("fresh servers with empty caches, no warm-up: navigation -> first picture drawn, for a scene "
+                       "converted on the way, another episode of that scene (new session), and a scene on disk in a "
+                       "restarted server; 30 key steps timed in the page to readable pixels; playback at 1x/2x/4x")
+    return out
+
+
+def _rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def _du_mb(path: Path) -> float:
+    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 1) if path.exists() else 0.0
+
+
+def replay_sessions(b, code: Path, sessions: int = 5) -> dict:
+    store = b.demo
+    eids = _sbu_by_scene(store, sessions)
+    with fresh_caches() as env:
+        with dashboard_server(code, store, env) as srv:
+            srv.wait_healthy()
+            rss = {"started": _rss_mb(srv.proc.pid)}
+            pages = []
+            try:
+                for eid in eids:
+                    pages.append(_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", keep=True)["page"])
+                rss["sessions_open"] = _rss_mb(srv.proc.pid)
+                for pg in pages:
+                    pg.evaluate(STEP_JS, [PLAYER_IFRAME, 10])
+                time.sleep(10)  # what each page's player still asks of the server (pre-rendering, polls)
+                rss["after_steps"] = _rss_mb(srv.proc.pid)
+                kinds = [renderer(pg) for pg in pages]
+            finally:
+                for pg in pages:
+                    pg.context.close()
+            time.sleep(10)
+            rss["idle_after_close"] = _rss_mb(srv.proc.pid)
+            home = Path(env["XDG_CACHE_HOME"])
+            disk = {"scenes_mb": _du_mb(Path(env["SAFEVLA_SCENE_CACHE"])),
+                    "player_mb": _du_mb(home / "safevla" / "player")}
+    return {"value_s": None, "sessions": sessions, "episodes": eids, "renderers": kinds, "rss_mb": rss,
+            "peak_mb": max(v for k, v in rss.items() if k != "idle_after_close"), "disk_mb": disk,
+            "includes": f"VmRSS of the streamlit process, demo store, {sessions} sessions at once, each on the detail "
+                        "page of a different scene's worst SBU episode (empty caches, no warm-up), 10 key steps each; "
+                        "and the disk its caches hold after"}
+
+
+def main(argv=None) -> int:
+    """Runs `player` and `replay_sessions` on this checkout and, with --baseline REV, on that
+    revision in the same run, and prints each result whole (one JSON line each)."""
+    import argparse
+    import json
+    import types
+
+    from browser_timing import Browser, archive_of, remove_tree
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default="player,replay_sessions")
+    p.add_argument("--baseline", default=None)
+    args = p.parse_args(argv)
+    root = Path(__file__).resolve().parent.parent
+    codes = [("HEAD", root)] + ([(args.baseline, archive_of(args.baseline, root))] if args.baseline else [])
+    try:
+        with Browser() as browser:
+            b = types.SimpleNamespace(demo=root / "assets" / "demo" / "store", browser=browser, repeat=1)
+            for name in args.only.split(","):
+                for rev, code in codes:
+                    out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
+                    out.update({"player": player, "replay_sessions": replay_sessions}[name](b, code))
+                    print(json.dumps(out), flush=True)
+    finally:
+        for rev, code in codes[1:]:
+            remove_tree(code)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
