@@ -10,6 +10,8 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   advanced per second against the recording's rate, pictures drawn per second).
 - replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
+- payload (this module's own command only): the web scene of every distinct demo scene, its
+  bytes, vertices, textures and conversion time, and one episode's poses each.
 Run against a checkout before the WebGL player (`--baseline`), the same steps time its
 server frames (the player there shows pre-rendered JPEG frames).
 """
@@ -185,6 +187,38 @@ def replay_sessions(b, code: Path, sessions: int = 5) -> dict:
                         "and the disk its caches hold after"}
 
 
+def payload(b, code: Path) -> dict:
+    """The web scene of every distinct scene of the demo store's episodes (scene files that
+    differ only in their bodies' placements share one) and one episode's poses each: bytes,
+    vertices (and the model's), textures, seconds to convert. In this process, compiled scenes
+    not cached on disk (each is compiled as on a first visit)."""
+    import glob
+
+    os.environ["SAFEVLA_SCENE_CACHE"] = "off"
+    from replay.render import web_scene as W
+    from replay.render.scene_models import scene_digest_of, scene_model_once
+    from scoring.records.io import load_record
+
+    rows, seen = [], set()
+    for path in sorted(glob.glob(str(code / "assets" / "demo" / "archive" / "*" / "task_*" / "*" / "ep_*.npz"))):
+        rec = load_record(path)
+        key = scene_digest_of(rec, placement=False)
+        if key in seen:
+            continue
+        seen.add(key)
+        model = scene_model_once(rec)
+        t0 = time.perf_counter()
+        blob = W.scene_blob(model)
+        took = time.perf_counter() - t0
+        head, _ = W.read_blob(blob)
+        rows.append({"episode": path.split("archive/")[1], "bytes": len(blob), "vertices": head["vertices"],
+                     "model_vertices": head["source_vertices"], "textures": len(head["textures"]),
+                     "model_texture_mb": round(model.ntexdata / 2**20, 1), "convert_s": round(took, 2),
+                     "poses_bytes": len(W.episode_blob(model, rec, [])), "steps": rec.n_steps})
+    files = glob.glob(str(code / "assets" / "demo" / "archive" / "models" / "*.xml"))
+    return {"value_s": None, "scenes": len(rows), "scene_files": len(files), "rows": rows}
+
+
 def main(argv=None) -> int:
     """Runs `player` and `replay_sessions` on this checkout and, with --baseline REV, on that
     revision in the same run, and prints each result whole (one JSON line each)."""
@@ -199,14 +233,16 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default=None)
     args = p.parse_args(argv)
     root = Path(__file__).resolve().parent.parent
-    codes = [("HEAD", root)] + ([(args.baseline, archive_of(args.baseline, root))] if args.baseline else [])
+    codes = [("HEAD", root)] + ([(args.baseline, archive_of(args.baseline, root))]
+                                if args.baseline and args.only != "payload" else [])
     try:
         with Browser() as browser:
             b = types.SimpleNamespace(demo=root / "assets" / "demo" / "store", browser=browser, repeat=1)
             for name in args.only.split(","):
                 for rev, code in codes:
                     out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
-                    out.update({"player": player, "replay_sessions": replay_sessions}[name](b, code))
+                    run = {"player": player, "replay_sessions": replay_sessions, "payload": payload}[name]
+                    out.update(run(b, code))
                     print(json.dumps(out), flush=True)
     finally:
         for rev, code in codes[1:]:
