@@ -111,18 +111,28 @@ def sidebar_click(pg, title: str, expect: dict) -> float:
     return secs(wait_drawn(pg, since_ms=t0, expect=expect)["drawn_ms"] - t0)
 
 
-def slider_step(pg, label: str, key: str = "ArrowRight", sent: list | None = None) -> float:
+def slider_step(pg, label: str, key: str = "ArrowRight", sent: list | None = None, pid: int | None = None) -> float:
     """One keyboard step of the slider `label` -> the What-if page drawn (seconds); appends
-    (messages, bytes) the server sent for it to `sent`."""
+    (messages, bytes, server CPU seconds of process `pid`) for it to `sent`."""
     thumb = pg.get_by_test_id("stSlider").filter(has_text=label).get_by_role("slider")
     thumb.focus()
-    n0 = len(received(pg))
+    n0, c0 = len(received(pg)), cpu_s(pid)
     t0 = now_ms(pg)
     thumb.press(key)
     took = secs(wait_drawn(pg, since_ms=t0, expect=WHATIF)["drawn_ms"] - t0)
     if sent is not None:
-        sent.append(messages_since(pg, n0))
+        sent.append((*messages_since(pg, n0), cpu_s(pid) - c0))
     return took
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds process `pid` has used (0 for None): the server's work for an
+    interaction, which the machine's load stretches far less than its wall time."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def messages_since(pg, n0: int) -> tuple[int, int]:
@@ -131,7 +141,12 @@ def messages_since(pg, n0: int) -> tuple[int, int]:
     return len(new), sum(new)
 
 
-def sent_summary(sent: list[tuple[int, int]]) -> dict:
-    """The median messages and bytes per interaction (what the server sent for one)."""
-    return {"messages_per_interaction": statistics.median(m for m, _ in sent),
-            "bytes_per_interaction": int(statistics.median(b for _, b in sent))} if sent else {}
+def sent_summary(sent: list[tuple]) -> dict:
+    """The median messages, bytes and server CPU per interaction (what the server did for one)."""
+    if not sent:
+        return {}
+    out = {"messages_per_interaction": statistics.median(x[0] for x in sent),
+           "bytes_per_interaction": int(statistics.median(x[1] for x in sent))}
+    if all(len(x) > 2 for x in sent):
+        out["server_cpu_s_per_interaction"] = round(statistics.median(x[2] for x in sent), 3)
+    return out
