@@ -8,7 +8,6 @@ import streamlit as st
 from dashboard import annotations as AN
 from dashboard import charts
 from dashboard import common as C
-from dashboard import page_fragment
 from dashboard import episode_groups as G
 from dashboard import perturbation_ui
 from dashboard import state as S
@@ -192,4 +191,4 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    page_fragment.run(render, "episodes")  # a filter or slider reruns this page alone
+    render()

@@ -8,7 +8,6 @@ import streamlit as st
 
 from dashboard import cached
 from dashboard import common as C
-from dashboard import page_fragment
 from dashboard import state as S
 from dashboard import vocab
 
@@ -134,4 +133,4 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    page_fragment.run(render, "whatif")  # a filter or slider reruns this page alone
+    render()
