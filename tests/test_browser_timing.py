@@ -59,7 +59,7 @@ def test_an_interaction_counts_only_a_run_it_started(running):
     p = wait_drawn(pg, since_ms=t0, expect={'[data-testid="stMetric"]': 5})
     assert p["drawn_ms"] > t0
     assert any(t >= t0 and s == "running" for t, s in p["runs"])
-    assert "force=" in pg.url  # the page's fragment run wrote the view into the address bar
+    assert "force=" in pg.url  # the run wrote the view into the address bar
     assert len(received(pg)) > n0 and min(received(pg)[n0:]) > 0  # the run's messages, counted
     pg.context.close()
 
