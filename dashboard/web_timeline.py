@@ -48,23 +48,34 @@ def web_files(record, violations, folder: Path | None = None) -> dict:
     from replay.render import web_scene as W
     from replay.render.scene_models import scene_digest_of, scene_model_once
 
+    from replay.render.scene_models import scene_key
+
     folder = folder or web_dir()
     scene = f"scene-{scene_digest_of(record, placement=False)[:24]}-f{W.FORMAT}"
     episode = _episode_name(scene, record, violations)
-    model: list = []
+    key = scene_key(record)
+    loaded = [False]
 
     def the_model():
-        if not model:
-            model.append(scene_model_once(record))
-        return model[0]
+        if _LAST_MODEL.get("key") != key:
+            _LAST_MODEL.clear()  # the one model kept goes before the next one loads
+            _give_back_memory()
+            _LAST_MODEL.update(key=key, model=scene_model_once(record))
+            loaded[0] = True
+        return _LAST_MODEL["model"]
 
     with _CONVERT_LOCK:
         _, converted = W.cached_file(folder, scene, lambda: W.scene_blob(the_model()))
         W.cached_file(folder, episode, lambda: W.episode_blob(the_model(), record, violations))
-        if model:
-            model.clear()
-            _give_back_memory()
+        if loaded[0]:
+            _give_back_memory()  # what the conversion freed; the model itself stays for the scene's next episode
     return {"scene": f"web/{scene}.bin", "poses": f"web/{episode}.bin", "converted": converted}
+
+
+# The last scene file's compiled model, for the poses of its next episode: loading a LIBERO
+# scene's model took 2.7 s of a second episode's 2.75 s at load 11 (2026-11-27); one is kept
+# (about 200 MB), the server's only replay memory besides what a conversion uses for a moment.
+_LAST_MODEL: dict = {}
 
 
 def _give_back_memory() -> None:
