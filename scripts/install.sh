@@ -55,19 +55,32 @@ if [ ! -x .venv/bin/python ]; then
   fi
   if [ -L .venv ]; then "$PYTHON3" -m venv "$(readlink -f .venv)"; else "$PYTHON3" -m venv .venv; fi
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 # The LeRobot serving environment, .venv-lerobot: LeRobot checkpoints run there and are served to
 # the LIBERO side over OpenPI's protocol (`python -m replay.record.serve --policy lerobot:PATH`), because
 # lerobot 0.4.4 pins torch<2.11 and numpy<2.3, which do not co-install with .venv's stack
 # (docs/libero.md). SAFEVLA_LEROBOT=0 skips it (tests/test_lerobot.py then fails, naming this script).
+# Its third-party wheels install in the background while .venv installs: the two pips unpack
+# wheels side by side, each mostly on one core. Both editable installs of this checkout write its
+# .egg-info, so the LeRobot side's runs after .venv's.
+lerobot_env=""
 if [ "$PROFILE" = all ] && [ "${SAFEVLA_LEROBOT:-1}" != 0 ]; then
   if [ ! -x .venv-lerobot/bin/python ]; then
     if [ -L .venv-lerobot ]; then "$PYTHON3" -m venv "$(readlink -f .venv-lerobot)"; else "$PYTHON3" -m venv .venv-lerobot; fi
   fi
-  .venv-lerobot/bin/python -m pip install -q --upgrade pip
-  .venv-lerobot/bin/python -m pip install -q -r scripts/lerobot-requirements.txt
-  .venv-lerobot/bin/python -m pip install -q --no-deps lerobot==0.4.4
+  (
+    .venv-lerobot/bin/python -m pip install -q --upgrade pip
+    .venv-lerobot/bin/python -m pip install -q -r scripts/lerobot-requirements.txt
+    .venv-lerobot/bin/python -m pip install -q --no-deps lerobot==0.4.4
+  ) &
+  lerobot_env=$!
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+if [ -n "$lerobot_env" ]; then
+  if ! wait "$lerobot_env"; then
+    echo "scripts/install.sh: installing the LeRobot environment .venv-lerobot failed (see pip's output above)" >&2
+    exit 1
+  fi
   .venv-lerobot/bin/python -m pip install -q --no-deps -e .
 fi
 echo "installed into $(cd .venv && pwd -P) ($(.venv/bin/python --version)); run commands with .venv/bin/..., or 'source .venv/bin/activate'"
