@@ -21,6 +21,8 @@ from dashboard import common as C
 
 RENDERER_KEY = "_player_renderer"  # "frames" once the browser said it has no WebGL
 NOWEBGL = "nowebgl"
+DRAWN = "drawn"  # the player's first picture of an episode is drawn: the page's tables may follow
+DRAWN_KEY = "_web_drawn"
 _CONVERT_LOCK = threading.Lock()  # one conversion at a time: each holds a scene's model (200 MB for LIBERO)
 
 
@@ -122,11 +124,23 @@ def heard_no_webgl(value: dict | None) -> bool:
     return False
 
 
+def heard_drawn(value: dict | None) -> bool:
+    """True for the player's value saying its first picture of the episode is drawn (the page's
+    tables then follow, `timeline_panel`); no step moves."""
+    if isinstance(value, dict) and value.get("event") == DRAWN:
+        st.session_state[DRAWN_KEY] = str(value.get("episode", "")).rsplit("::mode=", 1)[0]
+        return True
+    return False
+
+
 def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces,
                    on_page: bool = False) -> bool:
     """The robustness chart and the replay player, drawn in the browser; the server-frame
     player (`detail_timeline.timeline_panel`) where WebGL is missing or the episode has no
-    web scene. Returns what that one does: True when the tables wait for the first frame."""
+    web scene. True when the page's tables wait for the player's first picture: on the run
+    that first shows an episode where they are not on the page yet (a page load, a switch from
+    another page), as the frame player's do (`detail_timeline.tables_wait_for_frame`); the
+    player's value "drawn" (or "nowebgl") reruns the page, which draws them."""
     from dashboard import detail_timeline as DT
     from dashboard import player
 
@@ -153,9 +167,10 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     player.timeline(episode=f"{tag}{DT.MODE_SEP}{'raw' if raw else 'margin'}", spec=spec, n_steps=n_steps, dt=dt,
                     step=step, violating_step=vstep, frames={}, total=n_steps, violated=player.violated_by_step(traces),
                     key=DT.TIMELINE_KEY, answers=answers, web={"scene": web["scene"], "poses": web["poses"]})
+    wait = not on_page and st.session_state.get(DRAWN_KEY) != tag
     st.caption("Drawn in your browser with WebGL from the MuJoCo scene and the recorded poses. Space plays and "
                "pauses, ←/→ step (shift: 10 steps), v jumps to the violating step, n / p open the next / previous "
                "episode of the list above, a click on the chart seeks; the view menu switches between the scene "
                "camera, the wrist camera and a free orbit camera (drag to turn, wheel to zoom) that starts on the "
                "violation.")
-    return False
+    return wait

@@ -51,6 +51,10 @@ def test_detail_deep_link_chart_click_and_jump(store, tables):
     assert at.slider(key="w.step").value == int(row["violating_step"])
     at.toggle(key="w.raw").set_value(True).run()
     assert qp(ok(at), "raw") == ["1"]
+    # the tables follow the player's first picture (its value "drawn"), as in a browser
+    at.session_state[TIMELINE_KEY] = {"step": 0, "seq": "x:3", "event": "drawn", "episode": f"{tag}{MODE_SEP}raw"}
+    ok(at.run())
+    assert at.slider(key="w.step").value == int(row["violating_step"])  # drawn moves no step
     tables_ = [d.value for d in at.dataframe]
     specs = tables_[0]
     assert specs["violated"].any()

@@ -222,35 +222,3 @@ def test_n_and_p_open_the_next_and_previous_episode_of_the_list(server, store, p
     page.wait_for_function("(ep) => location.search.includes(encodeURIComponent(ep))", arg=first, timeout=120_000)
     wait_timeline(page, f"r.dataset.episode === {first_tag!r}", timeout=180)
     no_exception(page)
-
-
-_TABLES_AND_FRAME_TIMES = """(() => {
-  const at = () => performance.timeOrigin + performance.now();
-  if (window === window.top) {
-    new MutationObserver(() => {
-      if (!window.__tablesAt && document.querySelector('[data-testid="stDataFrame"]')) window.__tablesAt = at();
-    }).observe(document, {subtree: true, childList: true});
-  } else {
-    addEventListener('DOMContentLoaded', () => {
-      const img = document.getElementById('frame');
-      if (img) img.addEventListener('load', () => { if (!window.top.__frameAt) window.top.__frameAt = at(); });
-    });
-  }
-})();"""
-
-
-def test_a_page_load_draws_its_tables_after_the_players_first_frame(server, store, page):
-    """The detail page's tables (spec results, why each spec is active) wait for the player's
-    first frame on a page load, where they held it back, and then come without a user action."""
-    eps = pd.read_parquet(store / "episodes.parquet")
-    has_file = eps["trajectory"].map(lambda t: isinstance(t, str) and (store / t).is_file())
-    ep = eps[eps["safe"] & has_file].iloc[-1]  # no other test opens a safe episode: its frames are not rendered yet
-    page.add_init_script(_TABLES_AND_FRAME_TIMES)
-    page.goto(f"{server}/detail?" + urlencode({"ep": ep["episode_id"]}))
-    page.wait_for_function("() => !!window.__frameAt", timeout=180_000)
-    page.wait_for_function("() => !!window.__tablesAt", timeout=120_000)
-    frame_at, tables_at = page.evaluate("() => [window.__frameAt, window.__tablesAt]")
-    assert tables_at > frame_at, f"the tables came {frame_at - tables_at:.0f} ms before the player's first frame"
-    assert page.get_by_text("Why each spec is active or inactive").count() == 1
-    assert page.get_by_text("follow the first frame").count() == 0
-    no_exception(page)

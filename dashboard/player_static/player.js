@@ -8,7 +8,8 @@
 // sends frames rendered on the server instead).
 // Value sent back on pause / seek / stepping: {step, seq, event}; n / p send the event
 // "next" / "previous" (the page opens that episode of its picker's list); "frames" asks, once
-// per episode, for the first frame when the page's arguments came without one.
+// per episode, for the first frame when the page's arguments came without one; "drawn" says,
+// once per episode, that the WebGL picture is drawn (the page's tables follow it).
 (function () {
 "use strict";
 
@@ -48,6 +49,7 @@ const S = {
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
   lastSeq: null, queued: [], askedFirst: null, chartTimer: null,
   web: null, webState: "off", sceneView: null, sceneUrl: null, ep: null, viewName: null, saidNoWebgl: false,
+  saidDrawn: null,
 };
 
 function send(type, data) {
@@ -184,6 +186,10 @@ function onDraw(step, ms) {
   if (root.dataset.firstDraw === undefined) {
     root.dataset.firstDraw = String(Math.round(performance.now()));  // ms since this iframe's start
     openChartGate();  // the first picture is drawn: the chart's turn
+  }
+  if (S.saidDrawn !== S.episode) {  // once per episode: the page's tables follow the first picture
+    S.saidDrawn = S.episode;
+    setTimeout(() => emit("drawn"), 0);
   }
   const now = performance.now();
   S.loads.push(now);

@@ -222,8 +222,8 @@ def render() -> None:
         C.stop()
     # the player's last value (from the last run): n / p open a neighbour, the rest move the step
     value = timeline_value(st.session_state.get(TIMELINE_KEY), episode_tag(c, i))
-    if web_timeline.heard_no_webgl(value):  # this browser has no WebGL: the server's frames from now on
-        value = None
+    if web_timeline.heard_no_webgl(value) or web_timeline.heard_drawn(value):  # no step moves
+        value = None  # no WebGL: the server's frames from now on; drawn: the tables follow
     if value is not None and around.get(value.get("event")) is not None:
         _open_episode(c, around[value["event"]])
         st.rerun()
