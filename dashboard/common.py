@@ -14,6 +14,7 @@ from dashboard import cached
 from dashboard import data as D
 from dashboard import state as S
 from dashboard.cached import override_items, verdicts
+from scoring.errors import RecordError, SafeVLAError
 
 PAGE_TITLES = {"overview": "Overview", "episodes": "Episodes", "detail": "Episode detail", "whatif": "What-if",
                "export": "Export"}
@@ -129,6 +130,26 @@ def forget_render(key: str) -> None:
 def has_render(key: str) -> bool:
     """Whether `render_button_ui(key=key)` keeps a result (for whichever tag)."""
     return f"_{key}" in st.session_state
+
+
+# What loading an episode's trajectory raises for bad data: StoreProblem (the file is missing, or
+# refused: outside the store and its archive) and RecordError (unreadable: truncated, corrupt, not a
+# record). Both are SafeVLAErrors; a page that loads a trajectory catches these and shows
+# `trajectory_problem` instead of a traceback.
+TRAJECTORY_ERRORS = (SafeVLAError,)
+
+
+def trajectory_problem(exc: BaseException) -> str:
+    """One readable line (bold cause first) for a trajectory that cannot be loaded (`TRAJECTORY_ERRORS`)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__  # one line, however the message was built
+    if isinstance(exc, RecordError):
+        head = "Unreadable trajectory."
+        text += "; scores and tables still show, robustness over time and replay need a readable file"
+    elif "outside the run store" in text:
+        head = "Refused trajectory."
+    else:
+        head = "Missing trajectory."
+    return f"**{head}** {text}"
 
 
 def file_safe(name: str) -> str:

@@ -253,8 +253,8 @@ def render() -> None:
 
     try:
         cached.episode_record(data, i)
-    except C.D.StoreProblem as exc:
-        st.error(f"**Missing trajectory.** {exc}", icon=":material/block:")
+    except C.TRAJECTORY_ERRORS as exc:  # missing, refused or unreadable: one line, no traceback
+        st.error(C.trajectory_problem(exc), icon=":material/block:")
         vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",))
         explain(c, i)
         C.stop()

@@ -73,7 +73,11 @@ def charts_section(c: C.Ctx) -> None:
     a, b = st.columns([3, 1])
     name = a.selectbox("Chart", list(catalog), format_func=lambda n: catalog[n][0], key="x_chart")
     fmt = b.radio("Format", list(FORMATS), format_func=FORMATS.get, horizontal=True, key="x_fmt")
-    chart = catalog[name][1]()
+    try:
+        chart = catalog[name][1]()
+    except C.TRAJECTORY_ERRORS as exc:  # an episode's robustness chart: its trajectory is unreadable
+        st.error(C.trajectory_problem(exc), icon=":material/block:")
+        return
     st.download_button(f"Download {FORMATS[fmt]}", data=lambda: charts.chart_bytes(chart, fmt),
                        file_name=f"safevla_{name}.{fmt}", mime=charts.EXPORT_FORMATS[fmt], key="x_chart_dl",
                        type="primary", icon=":material/download:")
