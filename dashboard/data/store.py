@@ -19,7 +19,7 @@ from scoring.errors import SafeVLAError
 from scoring.evaluate.whatif import WhatIf
 from scoring.registry.lookup import Registry, load_registry
 from scoring.stats.metrics import outcome_class
-from scoring.store.paths import is_inside, store_roots
+from scoring.store.paths import ignored_sources, is_inside, store_roots
 from scoring.store.write import load_store
 
 
@@ -229,6 +229,10 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
     active[r, c] = act
     rho[r[act], c[act]] = scored["rho"].to_numpy(float)[act]
     roots = store_roots(path, manifest)
+    ignored = ignored_sources(path, manifest)
+    if ignored:
+        warnings.append(f"Ignored archive sources: {len(ignored)} of the manifest's sources allow no file "
+                        f"({'; '.join(ignored)}); trajectories there are refused.")
     missing, outside = _missing_trajectories(path, episodes, roots)
     if outside:
         warnings.append(f"Refused trajectories: {outside} trajectory path(s) point outside the run store and its "

@@ -60,7 +60,7 @@ def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | N
     (`scoring.store.paths`): a store may not point a replay at any file on disk.
     """
     from scoring.records.io import load_record, resolve_mjcf
-    from scoring.store.paths import confined, roots_of_store
+    from scoring.store.paths import confined, ignored_sources, read_manifest_quietly, store_roots
 
     row = row if row is not None else store_row(store_dir, episode_id)
     rel = row.get("trajectory")
@@ -68,14 +68,15 @@ def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | N
         raise RecordError("has no trajectory path; re-score with a record that carries replay state",
                           file=str(Path(store_dir) / "episodes.parquet"), episode=episode_id, field="trajectory")
     where = dict(file=str(Path(store_dir) / "episodes.parquet"), episode=episode_id)
-    roots = roots_of_store(store_dir)
-    path = confined(Path(store_dir) / rel, roots, what="trajectory", field="trajectory", **where)
+    manifest = read_manifest_quietly(store_dir)
+    roots, ignored = store_roots(store_dir, manifest), ignored_sources(store_dir, manifest)
+    path = confined(Path(store_dir) / rel, roots, what="trajectory", field="trajectory", ignored=ignored, **where)
     if not path.is_file():
         raise RecordError(f"trajectory file not found: {path}", field="trajectory", **where)
     rec = load_record(path)
     if rec.replay is not None and not rec.replay.mjcf_is_xml:
         confined(resolve_mjcf(rec), roots, what="replay.mjcf", file=str(path), episode=episode_id,
-                 field="replay.mjcf")
+                 field="replay.mjcf", ignored=ignored)
     return rec
 
 

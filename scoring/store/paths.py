@@ -1,16 +1,21 @@
 """Which files a run store may make a reader open: the store itself and its archive.
 
-A store's `trajectory` column and a record's `replay.mjcf` are paths written into data,
-so a crafted store or record could name any file (`/home/x/.ssh/...`, `../../etc/...`).
-Readers (the dashboard, `safevla replay`) open them only inside these roots:
+A store's `trajectory` column, its manifest's `sources` and a record's `replay.mjcf` are
+paths written into data, so a crafted or broken store could name any file
+(`/home/x/.ssh/...`, `../../etc/...`). Nothing in them is trusted: readers (the dashboard,
+`safevla replay` and `figure`) open them only inside these roots:
 
 - the store directory;
-- each archive the store was scored from (`manifest.json` "sources", relative to the
-  store): a directory, or the directory holding an archive file.
+- each archive the store was scored from, as its manifest's `sources` name them: a source
+  must be a relative path (`safevla score` writes each archive named on its command line
+  relative to the store), resolve to a directory or to a record file, and not resolve to
+  the filesystem root. A directory allows itself and what lies below it; a record file
+  allows that file alone. A source that is absolute, missing, of another kind or not a
+  string allows nothing: it is never widened to its parent folder. `ignored_sources` says
+  which were left out and why.
 
-Paths are compared after resolving symlinks, so a link inside the store that points
-elsewhere is refused too. A source that resolves to the filesystem root would allow
-everything and is ignored.
+Paths are compared after resolving symlinks, so a link inside the store or the archive
+that points elsewhere is refused too.
 """
 
 from __future__ import annotations
@@ -22,29 +27,75 @@ from pathlib import Path
 
 from scoring.errors import RecordError
 
+RECORD_SUFFIXES = (".json", ".jsonl", ".npz")  # scoring.records.archive's (not imported: it loads numpy)
+
+
+def malformed_source(store: str | os.PathLike, source) -> str:
+    """Why `source` can never be an archive of the store (not a path, absolute, resolving to the
+    filesystem root); "" when it is a relative path, whether or not it exists now."""
+    if not isinstance(source, str) or not source:
+        return f"{source!r:.80} is not a path"
+    if "\x00" in source:
+        return f"{source!r:.80} holds a NUL byte"
+    if os.path.isabs(source) or os.path.splitdrive(source)[0]:
+        return f"{source!r:.80} is absolute (a store names its archives relative to itself)"
+    path = os.path.realpath(os.path.join(store, source))
+    if path == os.path.dirname(path):
+        return f"{source!r:.80} resolves to the filesystem root"
+    return ""
+
+
+def source_root(store: str | os.PathLike, source) -> tuple[str | None, str]:
+    """(the resolved directory or file a manifest source allows, None if it allows nothing;
+    why not, "" when it is allowed). `store` is the store directory."""
+    why = malformed_source(store, source)
+    if why:
+        return None, why
+    path = os.path.realpath(os.path.join(store, source))
+    if os.path.isdir(path):
+        return path, ""
+    if os.path.isfile(path) and os.path.splitext(source)[1] in RECORD_SUFFIXES:
+        return path, ""
+    if os.path.exists(path):
+        return None, f"{source!r:.80} is neither a directory nor a record file"
+    return None, f"{source!r:.80} does not exist"
+
+
+def manifest_sources(manifest: Mapping | None) -> list:
+    """The manifest's `sources` as a list (whatever it holds; a lone value is a list of one)."""
+    sources = (manifest or {}).get("sources") or []
+    return sources if isinstance(sources, list) else [sources]
+
 
 def store_roots(store: str | os.PathLike, manifest: Mapping | None) -> tuple[str, ...]:
-    """The resolved directories the store's paths may point into (the store first)."""
-    store = os.path.realpath(store)
-    roots = [store]
-    sources = (manifest or {}).get("sources") or []
-    for source in sources if isinstance(sources, list) else []:
-        if not isinstance(source, str) or not source:
-            continue
-        path = os.path.realpath(os.path.join(store, source))
-        root = path if os.path.isdir(path) else os.path.dirname(path)
-        if root != os.path.dirname(root) and root not in roots:  # never "/"
+    """The resolved directories (and record files) the store's paths may point into (the store first)."""
+    real = os.path.realpath(store)
+    roots = [real]
+    for source in manifest_sources(manifest):
+        root, _ = source_root(real, source)
+        if root is not None and root not in roots:
             roots.append(root)
     return tuple(roots)
 
 
-def roots_of_store(store: str | os.PathLike) -> tuple[str, ...]:
-    """`store_roots` with the store's own manifest (just the store when it has none or it is unreadable)."""
+def ignored_sources(store: str | os.PathLike, manifest: Mapping | None) -> list[str]:
+    """Why each manifest source that allows nothing was ignored, one text each ("'/etc' is absolute ...")."""
+    real = os.path.realpath(store)
+    return [why for why in (source_root(real, s)[1] for s in manifest_sources(manifest)) if why]
+
+
+def read_manifest_quietly(store: str | os.PathLike) -> dict | None:
+    """The store's manifest as a dict, or None when it has none or it is unreadable."""
     try:
         manifest = json.loads((Path(store) / "manifest.json").read_text())
     except (OSError, ValueError):
-        manifest = None
-    return store_roots(store, manifest if isinstance(manifest, dict) else None)
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def roots_of_store(store: str | os.PathLike) -> tuple[str, ...]:
+    """`store_roots` with the store's own manifest (just the store when it has none or it is unreadable)."""
+    return store_roots(store, read_manifest_quietly(store))
 
 
 def is_inside(path: str | os.PathLike, roots: Iterable[str]) -> bool:
@@ -54,9 +105,13 @@ def is_inside(path: str | os.PathLike, roots: Iterable[str]) -> bool:
 
 
 def confined(path: str | os.PathLike, roots: tuple[str, ...], *, what: str, file: str | None = None,
-             episode: str | None = None, field: str | None = None) -> Path:
-    """`path` if it lies inside `roots`; otherwise a RecordError saying it was refused and why."""
+             episode: str | None = None, field: str | None = None, ignored: Iterable[str] = ()) -> Path:
+    """`path` if it lies inside `roots`; otherwise a RecordError saying it was refused and why.
+
+    `ignored`: `ignored_sources` of the store, named in the message when there are any."""
     if is_inside(path, roots):
         return Path(path)
+    note = "; ".join(ignored)
+    note = f"; the manifest's sources that allow nothing: {note}" if note else ""
     raise RecordError(f"{what} {str(path)!r} is outside the run store and its archive; refused (a store may only "
-                      f"point at its own files: {', '.join(roots)})", file=file, episode=episode, field=field)
+                      f"point at its own files: {', '.join(roots)}{note})", file=file, episode=episode, field=field)

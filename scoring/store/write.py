@@ -41,6 +41,7 @@ from scoring.store.job_plan import _batch_size, _jobs, _store_relative
 from scoring.store.jobs import (EPISODE_COLUMNS, SPEC_COLUMNS, STAGING, _error_row, _Run, commit_trajectory,
                                 local_engine)
 from scoring.store.lock import store_lock
+from scoring.store.paths import malformed_source, manifest_sources
 from scoring.store.read import (ERRORS, EPISODES, MANIFEST, PARTS, SPEC_RESULTS, _read_manifest,  # noqa: F401
                                 load_store, read_table)
 
@@ -305,8 +306,8 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
     merged.update({(e["file"], e.get("episode")): e for e in errors})
     atomic_write_bytes(store / ERRORS, json.dumps(list(merged.values()), indent=1).encode())
     manifest = _read_manifest(store)
-    sources = sorted(set(manifest.get("sources", [])) | {os.path.relpath(os.path.abspath(p), os.path.abspath(store))
-                                                           for p in files})
+    sources = sorted(set(_kept_sources(store, manifest)) | {os.path.relpath(os.path.abspath(p), os.path.abspath(store))
+                                                            for p in files})
     from scoring import __version__
     manifest.update({
         "schema_version": 1, "tool_version": __version__, "registry_hash": reg.hash,
@@ -317,6 +318,14 @@ def _consolidate(store: Path, reg: Registry, files: list[Path], errors: list[dic
         "synthetic": bool(manifest.get("synthetic", False) or synthetic),
     })
     atomic_write_bytes(store / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+
+
+def _kept_sources(store: Path, manifest: dict) -> list[str]:
+    """The sources of an earlier run's manifest that stay: relative paths (`safevla score` writes each
+    archive named on its command line relative to the store). An absolute one, one resolving to the
+    filesystem root or one that is not a path came from elsewhere and is dropped; a relative one
+    whose archive is gone for now is kept (readers ignore it while it is missing, `scoring.store.paths`)."""
+    return [source for source in manifest_sources(manifest) if not malformed_source(store, source)]
 
 
 def _now() -> str:
