@@ -87,6 +87,26 @@ def write(path: Path, data: bytes) -> Path:
     return path
 
 
+def link(path: Path, target: str | Path) -> Path:
+    path.symlink_to(target)
+    return path
+
+
+def link_out(a: Path) -> Path:
+    """A link inside the archive to a good record outside it."""
+    outside = a.parent / "outside"
+    outside.mkdir()
+    write(outside / "elsewhere.npz", record_to_npz_bytes(good_record("outside/ep")))
+    return link(a / "linked.npz", outside / "elsewhere.npz")
+
+
+def linked_dir(a: Path) -> Path:
+    more = a.parent / "more"
+    more.mkdir()
+    write(more / "below.npz", record_to_npz_bytes(good_record("more/ep")))
+    return link(a / "linked_dir", more)
+
+
 # finding, what it is, how to build it in the archive -> the file name the refusal must name
 ROWS = {
     "1 list header (a list where the header map belongs)": lambda a: write(a / "bad.npz", npz_bytes(
@@ -104,9 +124,21 @@ ROWS = {
     "5 zip bomb (400 MB from 0.4 MB)": lambda a: zip_bomb(a / "bad.npz", 400 * 2**20),
     "6 duplicate episode id": lambda a: (write(a / "dup_a.json", json_record(episode_id="dup", success=False)),
                                          write(a / "zz_dup.json", json_record(episode_id="dup", success=True)))[1],
+    # issue 37, section 3: the links that are not followed
+    "37.3 link to an .npz outside the archive": link_out,
+    "37.3 link loop": lambda a: link(a / "loop.json", "loop.json"),
+    "37.3 dangling link": lambda a: link(a / "dangling.npz", "gone.npz"),
+    "37.3 link to a directory": linked_dir,
 }
 # how the refusal names the file, where that is not its plain name (non-UTF-8 bytes are shown as \xNN)
 NAMED = {"3 non-UTF-8 file name": "caf\\\\xe9.npz"}
+# what the refusal says, beyond the file's name
+SAYS = {
+    "37.3 link to an .npz outside the archive": "a file outside the archive",
+    "37.3 link loop": "loops back on itself; not followed",
+    "37.3 dangling link": "dangling symbolic link to 'gone.npz'",
+    "37.3 link to a directory": "a directory; not followed",
+}
 
 
 def tree(root: Path, skip: Path) -> dict[str, tuple[int, int]]:
@@ -149,7 +181,8 @@ def test_bad_item_beside_good_episodes(tmp_path, row):
     store = tmp_path / "store"
     before = tree(tmp_path, store)
     out = score(str(archive), "--out", str(store))
-    assert_refused_beside_good(tmp_path, archive, good_ids, NAMED.get(row, bad.name), out, store, before)
+    errors = assert_refused_beside_good(tmp_path, archive, good_ids, NAMED.get(row, bad.name), out, store, before)
+    assert all(SAYS.get(row, "") in e["message"] for e in errors), errors
     eps = pd.read_parquet(store / "episodes.parquet")
     # only the accepted episodes' trajectories are kept: no orphans from a refused item
     kept = {p.name for p in (store / "trajectories").glob("*.npz")} if (store / "trajectories").exists() else set()
@@ -162,6 +195,24 @@ def test_bad_item_beside_good_episodes(tmp_path, row):
     assert set(eps["episode_id"]) == set(good_ids)
     rerun = score(str(archive), "--out", str(store))  # a re-run keeps the good ones and refuses the same item
     assert rerun.returncode == 3 and f"skipped {len(good_ids)} already scored" in rerun.stdout, rerun.stdout
+
+
+def test_a_link_inside_the_archive_is_followed_and_replays(tmp_path):
+    """Issue 37, section 3 (the rule's other half): a link to a record inside the archive is
+    scored, and the store's readers open it: what `score` scores, readers open."""
+    from replay.render.cli import store_record
+
+    archive, good_ids = good_archive(tmp_path)
+    first = sorted(archive.glob("*.npz"))[0]
+    first.rename(archive / ".kept_aside.npz")  # hidden: not listed itself, only through the link
+    link(first, ".kept_aside.npz")
+    store = tmp_path / "store"
+    out = score(str(archive), "--out", str(store))
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    eps = pd.read_parquet(store / "episodes.parquet")
+    assert set(eps["episode_id"]) == set(good_ids)
+    for eid in eps["episode_id"]:
+        assert store_record(store, eid).episode_id == eid
 
 
 def without_file_permissions() -> tuple[str, ...]:

@@ -1,9 +1,12 @@
 """The dashboard on stores with bad trajectories (issue 37): through `streamlit.testing.v1.AppTest`,
 every page shows one readable line, never a traceback, for a trajectory it cannot load (a
-truncated `.npz` raised load_record's RecordError on the detail page)."""
+truncated `.npz` raised load_record's RecordError on the detail page), and the sidebar counts every
+refused trajectory path (symbolic links out included)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -53,3 +56,33 @@ def test_a_truncated_trajectory_is_one_line_on_the_detail_and_export_pages(tmp_p
     # the other episodes still open
     at = app(broken, page="detail", ep=eps["episode_id"].iat[1])
     assert not at.exception and not at.error, [e.value for e in at.error]
+
+
+def test_the_sidebar_counts_every_refused_trajectory(tmp_path, store):
+    """Five refused paths, five counted: it counted three (a link to a file out was missed, and a
+    trajectory under an absolute manifest source was not refused at all)."""
+    crafted, eps = copy_of(store, tmp_path / "crafted")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for k in (2, 3, 4):
+        shutil.copy(crafted / eps["trajectory"].iat[k], outside / f"ep{k}.npz")
+    os.symlink(outside / "ep2.npz", crafted / "trajectories" / "link_out.npz")  # a file link out of the store
+    os.symlink(outside, crafted / "linked_dir")  # a folder link out of the store
+    manifest = json.loads((crafted / "manifest.json").read_text())
+    manifest["sources"] = [*manifest["sources"], str(outside)]  # absolute: allows nothing
+    (crafted / "manifest.json").write_text(json.dumps(manifest))
+    eps.loc[0, "trajectory"] = "/etc/passwd"
+    eps.loc[1, "trajectory"] = "../../../../../../../../etc/hostname"
+    eps.loc[2, "trajectory"] = "trajectories/link_out.npz"
+    eps.loc[3, "trajectory"] = "linked_dir/ep3.npz"
+    eps.loc[4, "trajectory"] = str(outside / "ep4.npz")
+    eps.to_parquet(crafted / "episodes.parquet")
+    at = app(crafted)
+    assert not at.exception
+    warnings = [w.value for w in at.sidebar.warning]
+    assert any(w.startswith("Refused trajectories: 5 trajectory path(s)") for w in warnings), warnings
+    assert not any(w.startswith("Missing trajectories") for w in warnings), warnings  # refused, not missing
+    assert any(w.startswith("Ignored archive sources: 1") and "is absolute" in w for w in warnings), warnings
+    for k in range(5):  # and each one's detail page says why, in one line
+        at = app(crafted, page="detail", ep=eps["episode_id"].iat[k])
+        one_line_error(at, "outside the run store and its archive; refused")

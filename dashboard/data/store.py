@@ -234,15 +234,17 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
         warnings.append(f"Ignored archive sources: {len(ignored)} of the manifest's sources allow no file "
                         f"({'; '.join(ignored)}); trajectories there are refused.")
     missing, outside = _missing_trajectories(path, episodes, roots)
-    if outside:
-        warnings.append(f"Refused trajectories: {outside} trajectory path(s) point outside the run store and its "
-                        "archive; those episodes show scores only.")
-    if missing.all():
+    if outside.any():
+        refused = pd.unique(episodes["trajectory"].to_numpy(object)[outside]).size
+        warnings.append(f"Refused trajectories: {refused} trajectory path(s) point outside the run store "
+                        "and its archive; those episodes show scores only.")
+    absent = missing & ~outside
+    if absent.all():
         warnings.append(f"Missing trajectories: none of the {n} trajectory files referenced by the store exist "
                         "(moved or deleted archive?). Scores, tables and what-if work; robustness traces and "
                         "replays do not.")
-    elif missing.any():
-        warnings.append(f"Missing trajectories: {int(missing.sum())} of {n} trajectory files do not exist; "
+    elif absent.any():
+        warnings.append(f"Missing trajectories: {int(absent.sum())} of {n} trajectory files do not exist; "
                         "those episodes show scores only.")
     if manifest.get("synthetic"):
         warnings.append("Synthetic store: these are generated trajectories, not rollouts.")
@@ -276,30 +278,38 @@ def provenance_text(episode: Mapping[str, Any]) -> str | None:
     return " · ".join(parts)
 
 
-def _missing_trajectories(path: str, episodes: pd.DataFrame, roots: tuple[str, ...]) -> tuple[np.ndarray, int]:
-    """((N,) bool, refused): the episode's trajectory file does not exist or lies outside
-    `roots` (one directory listing per folder); how many distinct paths were refused."""
+def _missing_trajectories(path: str, episodes: pd.DataFrame, roots: tuple[str, ...]
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """((N,) bool, (N,) bool): the episode's trajectory file does not exist or lies outside
+    `roots`; it lies outside `roots` (refused: its folder, or the file itself through a symbolic
+    link). One directory listing per folder; only the files that are links are resolved."""
     if "trajectory" not in episodes:
-        return np.ones(len(episodes), dtype=bool), 0
+        return np.ones(len(episodes), dtype=bool), np.zeros(len(episodes), dtype=bool)
     rel = episodes["trajectory"].to_numpy(object)
-    listing: dict[str, set] = {}
+    listing: dict[str, dict[str, bool]] = {}
     exists: dict[str, bool] = {}
     inside: dict[str, bool] = {}
-    refused = 0
+    refused: set[str] = set()
     # os.path on strings, not pathlib: 20k Path objects cost ~1 s of the dashboard's cold start
     for p in pd.unique(rel):
         if not isinstance(p, str) or not p:
             continue
-        folder, name = os.path.split(p if os.path.isabs(p) else os.path.join(path, p))
-        if folder not in inside:  # the file's own symlink is checked when it is opened
+        full = p if os.path.isabs(p) else os.path.join(path, p)
+        folder, name = os.path.split(full)
+        if folder not in inside:
             inside[folder] = is_inside(folder, roots)
         if not inside[folder]:
-            refused += 1
+            refused.add(p)
             continue
-        if folder not in listing:
+        if folder not in listing:  # file name -> whether it is a symbolic link
             try:
-                listing[folder] = {e.name for e in os.scandir(folder) if e.is_file()}
+                listing[folder] = {e.name: e.is_symlink() for e in os.scandir(folder) if e.is_file()}
             except OSError:
-                listing[folder] = set()
-        exists[p] = name in listing[folder]
-    return np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool), refused
+                listing[folder] = {}
+        link = listing[folder].get(name)
+        if link and not is_inside(full, roots):
+            refused.add(p)
+            continue
+        exists[p] = link is not None
+    missing = np.array([not exists.get(p, False) if isinstance(p, str) else True for p in rel], dtype=bool)
+    return missing, np.array([isinstance(p, str) and p in refused for p in rel], dtype=bool)

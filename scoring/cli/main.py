@@ -24,7 +24,8 @@ SCORE_EXIT_CODES = f"""exit codes:
   0  every item was scored (or was already in the store)
   {EXIT_INTERNAL}  internal error (a bug; SAFEVLA_DEBUG=1 prints the traceback)
   {EXIT_BAD_INPUT}  bad command, archive path or store; nothing was scored
-  {EXIT_REFUSED}  some items were refused (bad records, unreadable files, duplicate ids);
+  {EXIT_REFUSED}  some items were refused (bad records, unreadable files, duplicate ids, symbolic links
+     not followed);
      the rest were scored; each refusal is one line on stderr and in STORE/errors.json
   {EXIT_STORE_BUSY}  another `safevla score` is writing to the store (use --wait to queue)"""
 DEMO_STORE = Path(__file__).resolve().parents[2] / "assets" / "demo" / "store"

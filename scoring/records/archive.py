@@ -7,9 +7,11 @@ file as byte ranges instead of megabyte-long strings.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -52,18 +54,25 @@ def list_archive(paths: Iterable[str | os.PathLike]) -> Listing:
     An unreadable subdirectory or a file name that is not valid UTF-8 (the store keeps
     names as text) is a problem naming the path; the rest of the archive is still listed.
     A path that does not exist or is not a record file is a mistake in the command, and raises.
+
+    Symbolic links (docs/scoring.md, "Symbolic links"): a path named here is followed. Inside
+    a named directory, a link to a record file is followed when the file it resolves to lies
+    inside one of the named paths (the archive), as readers of the store require
+    (`scoring.store.paths`); every other link is a problem naming it, and is not followed: a
+    link to a file outside the archive, a dangling link, a link loop, and a link to a directory.
     """
+    paths = [Path(p) for p in paths]
+    roots = tuple(os.path.realpath(p) for p in paths if os.path.lexists(p))
     files: list[Path] = []
     problems: list[RecordError] = []
     for p in paths:
-        p = Path(p)
         try:
             is_dir, exists = p.is_dir(), p.exists()
         except OSError as exc:
             problems.append(RecordError(f"cannot read ({exc.strerror})", file=display_path(str(p))))
             continue
         if is_dir:
-            files.extend(_record_files_under(p, problems))
+            files.extend(_record_files_under(p, problems, roots))
         elif exists:
             if p.suffix not in RECORD_SUFFIXES:
                 raise RecordError(f"unsupported archive file; expected {', '.join(RECORD_SUFFIXES)} "
@@ -73,6 +82,40 @@ def list_archive(paths: Iterable[str | os.PathLike]) -> Listing:
         else:
             raise RecordError("no such file or directory", file=display_path(str(p)))
     return Listing(files, problems)
+
+
+def _inside(real: str, roots: tuple[str, ...]) -> bool:
+    return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _link_problem(path: str, roots: tuple[str, ...]) -> RecordError | None:
+    """Why the symbolic link `path` (a record file's name) is not followed, or None when it is:
+    it resolves to a regular file inside `roots`."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    shown = f"symbolic link to {display_path(target)!r}"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return RecordError(f"{shown} that loops back on itself; not followed", file=display_path(path))
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return RecordError(f"dangling {shown} (no such file); not followed", file=display_path(path))
+        return RecordError(f"{shown} that cannot be followed ({exc.strerror}); not followed",
+                           file=display_path(path))
+    if stat.S_ISDIR(st.st_mode):
+        return RecordError(f"{shown}, a directory; not followed: name it on the command line to score "
+                           "the records below it", file=display_path(path))
+    if not stat.S_ISREG(st.st_mode):
+        return RecordError(f"{shown}, not a regular file; not followed", file=display_path(path))
+    real = os.path.realpath(path)
+    if not _inside(real, roots):
+        return RecordError(f"{shown}, a file outside the archive ({display_path(real)!r}); not followed: a store "
+                           "may only point at files of the archives named on the command line (copy the file "
+                           "into the archive, or name its folder too)", file=display_path(path))
+    return None
 
 
 def display_path(path: str) -> str:
@@ -90,23 +133,45 @@ def _utf8_name(path: str, problems: list[RecordError]) -> bool:
         return False
 
 
-def _record_files_under(directory: Path, problems: list[RecordError]) -> list[Path]:
+def _record_files_under(directory: Path, problems: list[RecordError], roots: tuple[str, ...] = ()) -> list[Path]:
     """Record files below `directory`, hidden files excluded, in `sorted(Path)` order.
 
     os.walk and sorting on path components: rglob, is_file and Path comparisons cost
-    more than scoring on a 15k-file archive. Unreadable subdirectories become problems.
+    more than scoring on a 15k-file archive. Unreadable subdirectories become problems,
+    and so do the symbolic links that are not followed (`list_archive`; `roots`: the
+    resolved paths named on the command line, `directory`'s own by default).
     """
+    roots = roots or (os.path.realpath(directory),)
+
     def unreadable(exc: OSError) -> None:
         problems.append(RecordError(f"cannot list this directory ({exc.strerror}); its records were not scored",
                                     file=display_path(str(exc.filename))))
 
     found = []
-    for root, _dirs, names in os.walk(directory, onerror=unreadable):
+    for root, dirs, names in os.walk(directory, onerror=unreadable):
+        for name in dirs:  # os.walk lists a link to a directory here, and does not enter it
+            path = os.path.join(root, name)
+            if not name.startswith(".") and os.path.islink(path):
+                problems.append(_link_problem(path, roots))
         for name in names:
-            if not name.startswith(".") and os.path.splitext(name)[1] in RECORD_SUFFIXES:
-                path = os.path.join(root, name)
-                if os.path.isfile(path) and _utf8_name(path, problems):
-                    found.append(path)
+            if name.startswith(".") or os.path.splitext(name)[1] not in RECORD_SUFFIXES:
+                continue
+            path = os.path.join(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:  # gone since it was listed
+                continue
+            if stat.S_ISLNK(mode):
+                problem = _link_problem(path, roots)
+                if problem is not None:
+                    problems.append(problem)
+                    continue
+            elif not stat.S_ISREG(mode):
+                problems.append(RecordError("not a regular file (a FIFO, socket or device); not read",
+                                            file=display_path(path)))
+                continue
+            if _utf8_name(path, problems):
+                found.append(path)
     found.sort(key=lambda path: path.split(os.sep))
     return [Path(path) for path in found]
 

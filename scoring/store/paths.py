@@ -15,7 +15,8 @@ paths written into data, so a crafted or broken store could name any file
   which were left out and why.
 
 Paths are compared after resolving symlinks, so a link inside the store or the archive
-that points elsewhere is refused too.
+that points elsewhere is refused too: the same rule as `safevla score`'s for the links of
+an archive (`scoring.records.archive.list_archive`, docs/scoring.md "Symbolic links").
 """
 
 from __future__ import annotations
