@@ -68,7 +68,7 @@ def sidebar_store(path: str, origin: str) -> None:
     st.logo(str(HERE / "static" / "logo.svg"), icon_image=str(HERE / "static" / "icon.svg"), size="large")
     with st.sidebar:
         with st.expander("Run store", expanded=False):
-            st.caption(f"Showing `{path}` ({origin}).")
+            st.caption(stores.shown_caption(path, origin))
             others = stores.allowed_stores()
             if len(others) > 1:
                 st.caption("Stores this dashboard serves: " + ", ".join(f"`{p}`" for p in others))

@@ -137,6 +137,14 @@ def store_allowed(path: str) -> bool:
     return any(real == os.path.realpath(p) for p in allowed_stores())
 
 
+def shown_caption(path: str, origin: str) -> str:
+    """The sidebar's line on the store in use: which one it shows, or, for a path a link or the
+    sidebar may not open, that none is shown (the path is not echoed as if it were shown)."""
+    if store_allowed(path):
+        return f"Showing `{path}` ({origin})."
+    return "No store is shown: the one asked for is not available on this dashboard."
+
+
 def chosen_store() -> tuple[str, str]:
     """The session's store: chosen in the sidebar, else the URL's `store`, else the server default."""
     picked = st.session_state.get("s.store")

@@ -1,7 +1,8 @@
 """The dashboard on stores with bad trajectories (issue 37): through `streamlit.testing.v1.AppTest`,
 every page shows one readable line, never a traceback, for a trajectory it cannot load (a
-truncated `.npz` raised load_record's RecordError on the detail page), and the sidebar counts every
-refused trajectory path (symbolic links out included)."""
+truncated `.npz` raised load_record's RecordError on the detail page), the sidebar counts every
+refused trajectory path (symbolic links out included), and a store a link may not open is not
+announced as shown."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("streamlit")
-from dashboard_helpers import app, build_store  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from dashboard_helpers import APP, app, build_store  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +89,14 @@ def test_the_sidebar_counts_every_refused_trajectory(tmp_path, store):
     for k in range(5):  # and each one's detail page says why, in one line
         at = app(crafted, page="detail", ep=eps["episode_id"].iat[k])
         one_line_error(at, "outside the run store and its archive; refused")
+
+
+def test_a_store_that_may_not_be_opened_is_not_announced_as_shown(store):
+    os.environ["SAFEVLA_STORES"] = str(store)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["store"] = "/etc"
+    at.run()
+    assert not at.exception
+    captions = [c.value for c in at.sidebar.caption]
+    assert not any("Showing" in c and "/etc" in c for c in captions), captions
+    assert any(c.startswith("No store is shown") for c in captions), captions
