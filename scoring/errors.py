@@ -7,6 +7,14 @@ class SafeVLAError(Exception):
     """Root of every error this package raises on purpose."""
 
 
+def quoted(text) -> str:
+    """`repr(text)` for a message, with a backslash shown once: a file name that is not UTF-8 is
+    already written with `\\xNN` escapes (`scoring.records.archive.display_path`), which repr would
+    double. Line breaks and other control characters stay escaped, so the message stays one line."""
+    shown = repr(text)
+    return shown.replace("\\\\", "\\") if isinstance(text, str) else shown
+
+
 class RecordError(SafeVLAError, ValueError):
     """A trajectory record, registry or store that does not match its schema.
 
@@ -22,11 +30,11 @@ class RecordError(SafeVLAError, ValueError):
         self.detail = message
         where = []
         if file is not None:
-            where.append(f"file {file!r}")
+            where.append(f"file {quoted(file)}")
         if episode is not None:
-            where.append(f"episode {episode!r}")
+            where.append(f"episode {quoted(episode)}")
         if field is not None:
-            where.append(f"field {field!r}")
+            where.append(f"field {quoted(field)}")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 

@@ -87,6 +87,25 @@ def write(path: Path, data: bytes) -> Path:
     return path
 
 
+def json_steps(**per_step) -> bytes:
+    """A good JSON record with step fields set per step (`name=lambda i: value`)."""
+    obj = record_to_json(good_record())
+    for i, step in enumerate(obj["steps"]):
+        step.update({name: value(i) for name, value in per_step.items()})
+    return json.dumps(obj).encode()
+
+
+def too_deep(text: bytes) -> bytes:
+    """`text` (a JSON object) with one more key holding arrays nested 100,000 deep."""
+    return text[:-1] + b', "notes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+def npz_with_deep_header() -> bytes:
+    arrays = read_npz(record_to_npz_bytes(good_record()))
+    arrays["__header__"] = np.frombuffer(too_deep(arrays["__header__"].tobytes()), np.uint8)
+    return npz_bytes(arrays)
+
+
 def link(path: Path, target: str | Path) -> Path:
     path.symlink_to(target)
     return path
@@ -124,20 +143,39 @@ ROWS = {
     "5 zip bomb (400 MB from 0.4 MB)": lambda a: zip_bomb(a / "bad.npz", 400 * 2**20),
     "6 duplicate episode id": lambda a: (write(a / "dup_a.json", json_record(episode_id="dup", success=False)),
                                          write(a / "zz_dup.json", json_record(episode_id="dup", success=True)))[1],
+    # issue 37, section 4: values silently changed or unbounded
+    "37.4 seed -2**63-1 in JSON (read as a double, it rounded to -2**63)":
+        lambda a: write(a / "bad.json", json_record(seed=-2**63 - 1)),
+    "37.4 dt 1e-300": lambda a: write(a / "bad.json", json_record(dt=1e-300)),
+    "37.4 dt 1e300": lambda a: write(a / "bad.json", json_record(dt=1e300)),
+    "37.4 t beyond 1e10": lambda a: write(a / "bad.json", json_steps(t=lambda i: i * 1e300)),
+    "37.4 positions of 1e300 m (the signals overflow)":
+        lambda a: write(a / "bad.json", json_steps(eef_pos_m=lambda i: [1e300 * (i % 2), 0.0, 0.8])),
+    "37.4 JSON nested 100,000 deep": lambda a: write(a / "bad.json", too_deep(json_record())),
+    "37.4 .npz header nested 100,000 deep": lambda a: write(a / "bad.npz", npz_with_deep_header()),
     # issue 37, section 3: the links that are not followed
     "37.3 link to an .npz outside the archive": link_out,
     "37.3 link loop": lambda a: link(a / "loop.json", "loop.json"),
     "37.3 dangling link": lambda a: link(a / "dangling.npz", "gone.npz"),
     "37.3 link to a directory": linked_dir,
 }
-# how the refusal names the file, where that is not its plain name (non-UTF-8 bytes are shown as \xNN)
-NAMED = {"3 non-UTF-8 file name": "caf\\\\xe9.npz"}
+# how the refusal names the file, where that is not its plain name (non-UTF-8 bytes are shown as \xNN,
+# one backslash: the message is not the repr of a name already escaped)
+NAMED = {"3 non-UTF-8 file name": "caf\\xe9.npz"}
 # what the refusal says, beyond the file's name
 SAYS = {
+    "37.4 seed -2**63-1 in JSON (read as a double, it rounded to -2**63)": "field 'seed': expected an integer within int64",
+    "37.4 dt 1e-300": "field 'dt': expected a control step of 1e-06 to 60 seconds",
+    "37.4 dt 1e300": "field 'dt': expected a control step of 1e-06 to 60 seconds",
+    "37.4 t beyond 1e10": "field 't': expected step indices or times within +-1e+10",
+    "37.4 positions of 1e300 m (the signals overflow)": "values far outside physical ranges",
+    "37.4 JSON nested 100,000 deep": "not valid JSON (arrays or objects nested about 1,000 levels deep",
+    "37.4 .npz header nested 100,000 deep": "unreadable header (arrays or objects nested about 1,000 levels deep",
     "37.3 link to an .npz outside the archive": "a file outside the archive",
     "37.3 link loop": "loops back on itself; not followed",
     "37.3 dangling link": "dangling symbolic link to 'gone.npz'",
     "37.3 link to a directory": "a directory; not followed",
+    "5 zip bomb (400 MB from 0.4 MB)": "': its members declare more than",
 }
 
 
@@ -162,11 +200,19 @@ def score(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProce
 def assert_refused_beside_good(root: Path, archive: Path, good_ids: list[str], named: str,
                                out: subprocess.CompletedProcess, store: Path, before: dict) -> list[dict]:
     assert "Traceback" not in out.stderr, out.stderr
+    assert "Warning" not in out.stderr, out.stderr  # numpy's RuntimeWarnings on overflow, for one
     assert out.returncode == 3, (out.returncode, out.stdout, out.stderr)
     eps = pd.read_parquet(store / "episodes.parquet")
     assert set(good_ids) <= set(eps["episode_id"]), "a good episode was lost"
     refusals = [line for line in out.stderr.splitlines() if line.startswith("refused: ")]
     assert refusals and all(named in line for line in refusals), out.stderr
+    assert all("refused:" not in line[len("refused: "):] for line in refusals), out.stderr  # said once
+    assert all("please report it as a bug" not in line for line in refusals), out.stderr  # bad input, named
+    # no infinite robustness in the store, but the +inf of a gate that never opened (no extreme step)
+    specs = pd.read_parquet(store / "spec_results.parquet")
+    rho = specs.loc[specs["active"], "rho"]
+    vacuous = (rho == np.inf) & specs.loc[specs["active"], "extreme_step"].isna()
+    assert (np.isfinite(rho) | vacuous).all(), specs[specs["active"]][~(np.isfinite(rho) | vacuous)]
     assert f"refused {len(refusals)} (listed in {store / 'errors.json'})" in out.stdout
     errors = json.loads((store / "errors.json").read_text())
     assert len(errors) == len(refusals) and all(named in e["message"] for e in errors)
@@ -195,6 +241,19 @@ def test_bad_item_beside_good_episodes(tmp_path, row):
     assert set(eps["episode_id"]) == set(good_ids)
     rerun = score(str(archive), "--out", str(store))  # a re-run keeps the good ones and refuses the same item
     assert rerun.returncode == 3 and f"skipped {len(good_ids)} already scored" in rerun.stdout, rerun.stdout
+
+
+def test_a_corrupt_spec_results_table_is_named(tmp_path):
+    """Issue 37, section 4: a corrupt spec_results.parquet in the store being scored into was
+    reported as episodes.parquet."""
+    archive, _ = good_archive(tmp_path)
+    store = tmp_path / "store"
+    assert score(str(archive), "--out", str(store)).returncode == 0
+    (store / "spec_results.parquet").write_bytes(b"not parquet")
+    out = score(str(archive), "--out", str(store))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    line, = out.stderr.splitlines()
+    assert line.startswith(f"safevla score: file '{store / 'spec_results.parquet'}': corrupt Parquet file"), line
 
 
 def test_a_link_inside_the_archive_is_followed_and_replays(tmp_path):

@@ -213,7 +213,8 @@ FALLBACK_CASES = {
     "bodies in another order": lambda r: r["steps"][1].update(
         body_pos_m=dict(reversed(list(r["steps"][1]["body_pos_m"].items())))),
     "integer wider than 64 bits": lambda r: r.update(frame_counter=2 ** 64),  # seed is int64, checked
-    "wide integer t": lambda r: edit_steps(r, t=lambda i: 2 ** 64 + 4096 * i),
+    # (t itself is bounded to +-1e10, schema.T_LIMIT: a 64-bit-wide t is refused by both paths)
+    "wide integer eef_pos_m": lambda r: edit_steps(r, eef_pos_m=lambda i: [2 ** 64 + 4096 * i, 0.0, 0.8]),
     "null replay": lambda r: r.update(replay=None),
     "null mocap in replay": lambda r: r.update(replay={"mjcf": "<mujoco/>", "qpos": [[0], [1]], "qvel": [[0], [1]],
                                                        "mocap_pos": None, "extra": 1}),

@@ -126,6 +126,9 @@ class FieldChecks:
     def int64(self, name: str, value: Any) -> int:
         """An integer the store's int64 columns can hold (an integral float such as 3.0 is taken as 3)."""
         if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+            if not _INT64_MIN < value < _INT64_MAX:  # a double this large was rounded: -2**63 - 1 reads as -2**63
+                raise self.fail(name, f"expected an integer within int64 ({_INT64_MIN}..{_INT64_MAX}), got "
+                                      f"{value!r} (an integer beyond 64 bits, read as a double)")
             value = int(value)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise self.fail(name, f"expected an integer, got {value!r:.40}")

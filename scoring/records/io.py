@@ -22,7 +22,7 @@ import numpy as np
 from scoring.errors import RecordError
 from scoring.records import npz_format
 from scoring.records.json_fast import fast_record
-from scoring.records.json_record import loads, record_from_json, record_to_json
+from scoring.records.json_record import TOO_DEEP, loads, record_from_json, record_to_json
 from scoring.records.npz_format import NpzTooLarge, read_npz, write_npz_stored
 from scoring.records.schema import SCHEMA_VERSION, EpisodeRecord
 
@@ -89,8 +89,8 @@ def record_from_npz(data: Any, *, source: str | None = None) -> EpisodeRecord:
         raise RecordError(f"cannot read ({exc.strerror})", file=source) from None
     try:
         arrays = read_npz(raw)
-    except NpzTooLarge as exc:
-        raise RecordError(f"refused: {exc}", file=source) from None
+    except NpzTooLarge as exc:  # the CLI prints "refused: " before every refusal
+        raise RecordError(str(exc), file=source) from None
     except (OSError, ValueError, EOFError, struct.error, zlib.error, UnicodeDecodeError, TypeError, IndexError,
             KeyError, OverflowError, SyntaxError, MemoryError) as exc:
         raise RecordError(f"not a readable .npz archive ({exc})", file=source) from None
@@ -103,7 +103,9 @@ def _record_from_arrays(arrays: dict[str, np.ndarray], source: str | None) -> Ep
         raise RecordError("missing the __header__ member; expected a SafeVLA columnar record", file=source)
     try:
         h = json.loads(raw.tobytes().decode())
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise RecordError(f"unreadable header ({TOO_DEEP})", file=source, field="__header__") from None
+    except ValueError as exc:
         raise RecordError(f"unreadable header ({exc})", file=source, field="__header__") from None
     if not isinstance(h, dict):
         raise RecordError(f"expected the header to be a JSON object, got {type(h).__name__}", file=source,

@@ -246,14 +246,21 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
       whole line being "not valid JSON".
     """
     try:
-        obj = _DECODER.decode(data)
-    except msgspec.DecodeError as exc:
-        if isinstance(data, (bytes, bytearray)) and (b"NaN" in data or b"Infinity" in data):
-            return json.loads(data, parse_int=_json_int)
-        raise ValueError(str(exc)) from None
-    if not _may_hold_long_integer(data):
-        return obj
-    return json.loads(bytes(data) if isinstance(data, memoryview) else data, parse_int=_json_int)
+        try:
+            obj = _DECODER.decode(data)
+        except msgspec.DecodeError as exc:
+            if isinstance(data, (bytes, bytearray)) and (b"NaN" in data or b"Infinity" in data):
+                return json.loads(data, parse_int=_json_int)
+            raise ValueError(str(exc)) from None
+        if not _may_hold_long_integer(data):
+            return obj
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data, parse_int=_json_int)
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
+
+
+# JSON nested deeper than the decoders can follow (about 1,000 levels) is bad input, not a bug
+TOO_DEEP = "arrays or objects nested about 1,000 levels deep or more; a record nests a few levels"
 
 
 _DECODER = msgspec.json.Decoder()

@@ -24,6 +24,13 @@ ROLES = ("robot", "gripper", "target", "bystander", "furniture", "other")
 # is not a rotation (a rotation vector, Euler angles, a scaled quaternion). Signals
 # re-normalise before use, so the tolerance never changes a score.
 QUAT_NORM_TOL = 0.02
+# The control step `dt`, in seconds: from 1 MHz (faster than any robot's control loop) to one
+# step a minute. Outside it no controller runs, and the derivative signals (speed, acceleration
+# and jerk divide by dt, dt**2 and dt**3) leave double precision: dt = 1e-300 gave -inf robustness.
+DT_RANGE = (1e-6, 60.0)
+# The per-step `t` values (step indices or seconds; scoring reads dt, never t): within +-1e10,
+# ten billion steps, or 317 years of seconds with Unix time included.
+T_LIMIT = 1e10
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -178,6 +185,9 @@ class _Validator(FieldChecks):
         dt = float(dt)
         if not math.isfinite(dt) or dt <= 0:
             raise self.fail("dt", f"expected a finite number > 0 (seconds per step), got {dt}")
+        if not DT_RANGE[0] <= dt <= DT_RANGE[1]:
+            raise self.fail("dt", f"expected a control step of {DT_RANGE[0]:g} to {DT_RANGE[1]:g} seconds "
+                                  f"(1 MHz to one step a minute), got {dt:g}")
 
         body_roles = f.get("body_roles")
         if not isinstance(body_roles, Mapping) or not body_roles:
@@ -207,6 +217,9 @@ class _Validator(FieldChecks):
         t = self.array("t", f["t"] if f.get("t") is not None else np.arange(n_steps), (n_steps,), dtype=None)
         if n_steps > 1 and not (t[1:] > t[:-1]).all():
             raise self.fail("t", "expected strictly increasing step times")
+        if not (t >= -T_LIMIT).all() or not (t <= T_LIMIT).all():
+            raise self.fail("t", f"expected step indices or times within +-{T_LIMIT:g} (seconds: 317 years, Unix "
+                                 f"time included), got values from {t.min():g} to {t.max():g}")
 
         pose_bodies = self.names("body_pos_m", f.get("pose_bodies"))
         quat_bodies = self.names("body_quat_wxyz", f.get("quat_bodies"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -329,9 +330,14 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
             held += _record_bytes(loaded[-1][1])
             if held > _LOAD_BYTES:
                 break
-        outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg, force_sampling=force_sampling)
+        # values far outside physical ranges overflow the signals' arithmetic: no numpy warnings on
+        # stderr, and an episode whose robustness came out infinite is refused (`_unphysical`)
+        with np.errstate(all="ignore"):
+            outcomes = score_outcomes([rec for _, rec, _ in loaded], registry=reg, force_sampling=force_sampling)
         for (k, rec, converted), out in zip(loaded, outcomes):
             kind, payload, source = items[start + k]
+            if not isinstance(out, RecordError):
+                out = _unphysical(rec, out, columns.plan) or out
             if isinstance(out, RecordError):
                 chunk_errors[k] = _error_row(out, source)
                 continue
@@ -343,6 +349,20 @@ def _run_job(job: _Job, store: str, copy: bool, registry: Registry | None = None
     episodes, specs = columns.tables()
     return _Batch(episodes, specs, [len(columns.plan)] * episodes.num_rows, errors, len(job.items),
                   columns.origins, columns.staged)
+
+
+def _unphysical(rec: EpisodeRecord, out: EpisodeOutcome, plan) -> RecordError | None:
+    """A RecordError when an active clause's robustness is not a number or infinite other than
+    the vacuous +inf of a gate that never opened (no extreme step): the record holds values
+    (positions, forces, dt) so far outside physical ranges that the arithmetic overflowed, and a
+    store never holds such a rho."""
+    for clause, active, rho, step in zip(plan, out.active, out.rho, out.extreme_step):
+        if not active or rho is None or math.isfinite(rho) or (rho == math.inf and step is None):
+            continue
+        return RecordError(f"robustness of {clause.spec.spec_id} came out {rho} (its signal "
+                           f"{clause.spec.signal} overflowed): the record holds values far outside physical "
+                           "ranges; not scored", file=rec.source, episode=rec.episode_id)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

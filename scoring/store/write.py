@@ -93,11 +93,12 @@ def _existing(store: Path) -> tuple[list[pa.Table], list[pa.Table]]:
     for ep_path in [store / EPISODES, *sorted((store / PARTS).glob("episodes-*.parquet"))]:
         sp_path = ep_path.with_name(ep_path.name.replace("episodes", "spec_results"))
         if ep_path.exists() and sp_path.exists():
-            try:
-                eps.append(pq.read_table(ep_path))
-                specs.append(pq.read_table(sp_path))
-            except (pa.ArrowException, OSError) as exc:
-                raise RecordError(f"corrupt Parquet file ({exc}); delete it to re-score", file=str(ep_path)) from None
+            for path, tables in ((ep_path, eps), (sp_path, specs)):  # the error names the file that is corrupt
+                try:
+                    tables.append(pq.read_table(path))
+                except (pa.ArrowException, OSError) as exc:
+                    raise RecordError(f"corrupt Parquet file ({exc}); delete it to re-score",
+                                      file=str(path)) from None
     return eps, specs
 
 
