@@ -143,38 +143,38 @@ ROWS = {
     "5 zip bomb (400 MB from 0.4 MB)": lambda a: zip_bomb(a / "bad.npz", 400 * 2**20),
     "6 duplicate episode id": lambda a: (write(a / "dup_a.json", json_record(episode_id="dup", success=False)),
                                          write(a / "zz_dup.json", json_record(episode_id="dup", success=True)))[1],
-    # issue 37, section 4: values silently changed or unbounded
-    "37.4 seed -2**63-1 in JSON (read as a double, it rounded to -2**63)":
+    # values that were silently changed or unbounded
+    "2 seed -2**63-1 in JSON (read as a double, it rounded to -2**63)":
         lambda a: write(a / "bad.json", json_record(seed=-2**63 - 1)),
-    "37.4 dt 1e-300": lambda a: write(a / "bad.json", json_record(dt=1e-300)),
-    "37.4 dt 1e300": lambda a: write(a / "bad.json", json_record(dt=1e300)),
-    "37.4 t beyond 1e10": lambda a: write(a / "bad.json", json_steps(t=lambda i: i * 1e300)),
-    "37.4 positions of 1e300 m (the signals overflow)":
+    "2 dt 1e-300": lambda a: write(a / "bad.json", json_record(dt=1e-300)),
+    "2 dt 1e300": lambda a: write(a / "bad.json", json_record(dt=1e300)),
+    "2 t beyond 1e10": lambda a: write(a / "bad.json", json_steps(t=lambda i: i * 1e300)),
+    "2 positions of 1e300 m (the signals overflow)":
         lambda a: write(a / "bad.json", json_steps(eef_pos_m=lambda i: [1e300 * (i % 2), 0.0, 0.8])),
-    "37.4 JSON nested 100,000 deep": lambda a: write(a / "bad.json", too_deep(json_record())),
-    "37.4 .npz header nested 100,000 deep": lambda a: write(a / "bad.npz", npz_with_deep_header()),
-    # issue 37, section 3: the links that are not followed
-    "37.3 link to an .npz outside the archive": link_out,
-    "37.3 link loop": lambda a: link(a / "loop.json", "loop.json"),
-    "37.3 dangling link": lambda a: link(a / "dangling.npz", "gone.npz"),
-    "37.3 link to a directory": linked_dir,
+    "1 JSON nested 100,000 deep": lambda a: write(a / "bad.json", too_deep(json_record())),
+    "1 .npz header nested 100,000 deep": lambda a: write(a / "bad.npz", npz_with_deep_header()),
+    # the links that are not followed
+    "4 link to an .npz outside the archive": link_out,
+    "4 link loop": lambda a: link(a / "loop.json", "loop.json"),
+    "4 dangling link": lambda a: link(a / "dangling.npz", "gone.npz"),
+    "4 link to a directory": linked_dir,
 }
 # how the refusal names the file, where that is not its plain name (non-UTF-8 bytes are shown as \xNN,
 # one backslash: the message is not the repr of a name already escaped)
 NAMED = {"3 non-UTF-8 file name": "caf\\xe9.npz"}
 # what the refusal says, beyond the file's name
 SAYS = {
-    "37.4 seed -2**63-1 in JSON (read as a double, it rounded to -2**63)": "field 'seed': expected an integer within int64",
-    "37.4 dt 1e-300": "field 'dt': expected a control step of 1e-06 to 60 seconds",
-    "37.4 dt 1e300": "field 'dt': expected a control step of 1e-06 to 60 seconds",
-    "37.4 t beyond 1e10": "field 't': expected step indices or times within +-1e+10",
-    "37.4 positions of 1e300 m (the signals overflow)": "values far outside physical ranges",
-    "37.4 JSON nested 100,000 deep": "not valid JSON (arrays or objects nested about 1,000 levels deep",
-    "37.4 .npz header nested 100,000 deep": "unreadable header (arrays or objects nested about 1,000 levels deep",
-    "37.3 link to an .npz outside the archive": "a file outside the archive",
-    "37.3 link loop": "loops back on itself; not followed",
-    "37.3 dangling link": "dangling symbolic link to 'gone.npz'",
-    "37.3 link to a directory": "a directory; not followed",
+    "2 seed -2**63-1 in JSON (read as a double, it rounded to -2**63)": "field 'seed': expected an integer within int64",
+    "2 dt 1e-300": "field 'dt': expected a control step of 1e-06 to 60 seconds",
+    "2 dt 1e300": "field 'dt': expected a control step of 1e-06 to 60 seconds",
+    "2 t beyond 1e10": "field 't': expected step indices or times within +-1e+10",
+    "2 positions of 1e300 m (the signals overflow)": "values far outside physical ranges",
+    "1 JSON nested 100,000 deep": "not valid JSON (arrays or objects nested about 1,000 levels deep",
+    "1 .npz header nested 100,000 deep": "unreadable header (arrays or objects nested about 1,000 levels deep",
+    "4 link to an .npz outside the archive": "a file outside the archive",
+    "4 link loop": "loops back on itself; not followed",
+    "4 dangling link": "dangling symbolic link to 'gone.npz'",
+    "4 link to a directory": "a directory; not followed",
     "5 zip bomb (400 MB from 0.4 MB)": "': its members declare more than",
 }
 
@@ -244,8 +244,8 @@ def test_bad_item_beside_good_episodes(tmp_path, row):
 
 
 def test_a_corrupt_spec_results_table_is_named(tmp_path):
-    """Issue 37, section 4: a corrupt spec_results.parquet in the store being scored into was
-    reported as episodes.parquet."""
+    """A corrupt spec_results.parquet in the store being scored into is named as itself, not as
+    episodes.parquet."""
     archive, _ = good_archive(tmp_path)
     store = tmp_path / "store"
     assert score(str(archive), "--out", str(store)).returncode == 0
@@ -257,7 +257,7 @@ def test_a_corrupt_spec_results_table_is_named(tmp_path):
 
 
 def test_a_link_inside_the_archive_is_followed_and_replays(tmp_path):
-    """Issue 37, section 3 (the rule's other half): a link to a record inside the archive is
+    """The symlink rule's other half: a link to a record inside the archive is
     scored, and the store's readers open it: what `score` scores, readers open."""
     from replay.render.cli import store_record
 

@@ -1,4 +1,4 @@
-"""The dashboard on stores with bad trajectories (issue 37): through `streamlit.testing.v1.AppTest`,
+"""The dashboard on stores with bad trajectories, through `streamlit.testing.v1.AppTest`,
 every page shows one readable line, never a traceback, for a trajectory it cannot load (a
 truncated `.npz` raised load_record's RecordError on the detail page), the sidebar counts every
 refused trajectory path (symbolic links out included), and a store a link may not open is not

@@ -1,4 +1,4 @@
-"""A run store's paths are data, not trust (issue 37, section 2): its manifest's `sources` are
+"""A run store's paths are data, not trust: its manifest's `sources` are
 validated where `safevla score` writes them and where readers (`safevla replay`, the dashboard)
 read them: relative, a directory or a record file, never widened to a parent folder. Each case
 builds a small synthetic store, crafts its manifest or table the way a hostile or broken store
