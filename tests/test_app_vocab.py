@@ -118,7 +118,7 @@ def test_whatif_disables_a_slider_inactive_in_every_episode():
     at = ok(app(_demo(), page="whatif"))
     tilt = at.slider(key="w.knob.tilt")
     assert tilt.disabled
-    assert any("Inactive in all 360 episodes" in c.value for c in at.caption)
+    assert any("Inactive in all 600 episodes" in c.value for c in at.caption)
     assert not at.slider(key="w.knob.disp").disabled and not at.slider(key="w.knob.force").disabled
 
 

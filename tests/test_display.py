@@ -18,7 +18,7 @@ DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo" / "store"
 
 
 def demo_store():
-    """The bundled demo store (360 real LIBERO rollouts), loaded by the dashboard's data layer."""
+    """The bundled demo store (600 real LIBERO rollouts), loaded by the dashboard's data layer."""
     from dashboard import data as D
     if not (DEMO / "manifest.json").exists():
         pytest.skip("the bundled demo store is not installed")

@@ -129,7 +129,7 @@ def test_both_panels_with_embedded_data(spec):
     assert spec["datasets"] and all(len(rows) for rows in spec["datasets"].values())  # no URL data
     heat = next(rows for rows in spec["datasets"].values() if rows and "axis" in rows[0])
     assert {r["label"] for r in heat} == {"Scene interaction", "Object handling", "Execution"}
-    assert len(heat) == 3 * 9  # 3 models x 3 suites in the demo store
+    assert len(heat) == 3 * 15  # 3 axes x 3 models x 5 suites in the demo store (2 of them LIBERO-PRO variants)
     assert any("joint 5" in line for line in right["title"]["subtitle"])
 
 
