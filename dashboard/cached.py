@@ -177,7 +177,7 @@ def open_replay(c, eid: str | None) -> None:
     if eid is None or st.session_state.get("_replay_opened") == (c.key, eid):
         return
     st.session_state["_replay_opened"] = (c.key, eid)
-    from dashboard.web_timeline import uses_frames
+    from dashboard.web_files import uses_frames
 
     if not uses_frames():
         open_episode_replay(c.data, eid)
@@ -198,7 +198,7 @@ _SCENE_PREP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-web-
 
 def open_episode_replay(data: D.StoreData, eid: str) -> bool:
     """Queues, on a worker thread, the conversion of episode `eid`'s web scene (the one the
-    browser draws, `dashboard.web_timeline.prepare_scene`); whether it was queued (not: replay
+    browser draws, `dashboard.web_files.prepare_scene`); whether it was queued (not: replay
     unavailable, an unknown, missing or refused episode, a record without replay state). Needs
     no page run: `open_replay` calls it, and so does the server when a browser asks for a
     detail page (dashboard/link_open.py, the middleware of dashboard/server.py)."""
@@ -213,7 +213,7 @@ def open_episode_replay(data: D.StoreData, eid: str) -> bool:
         return False
     if rec.replay is None:
         return False
-    from dashboard.web_timeline import prepare_scene
+    from dashboard.web_files import prepare_scene
 
     _SCENE_PREP.submit(prepare_scene, rec)
     return True

@@ -145,7 +145,8 @@ def test_a_safe_episode_detail_names_its_closest_call(store, tables):
 
 
 def test_detail_draws_the_demo_replay_in_the_browser_and_offers_the_wrist_frames_without_webgl(store, tables):
-    from dashboard.web_timeline import NOWEBGL, RENDERER_KEY, web_dir
+    from dashboard.web_files import RENDERER_KEY, web_dir
+    from dashboard.web_timeline import NOWEBGL
 
     demo = ROOT / "assets" / "demo" / "store"
     demo_eps = pd.read_parquet(demo / "episodes.parquet")
