@@ -98,6 +98,7 @@ from dashboard_bench import (DEMO, EPISODES, OVERVIEW, WHATIF, WITHOUT, dashboar
                              sidebar_click, slider_step, summary)
 from dashboard_frames import (frame, frame_from_list, frame_link_paced, frame_link_restart,  # noqa: E402
                               frame_link_shipped, frame_link_warm, frame_next_scene, frame_switch)
+from dashboard_player import player, replay_sessions  # noqa: E402
 
 TARGETS_S = {"cold": 5.0, "warm": None, "filter": 0.3, "whatif": 0.3, "overview_whatif": 0.3, "ci": 2.0,
              "frame": 2.0, "frame_next_scene": 2.0, "frame_link_warm": 2.0,
@@ -360,10 +361,11 @@ MEASUREMENTS = {"cold": cold, "warm": warm, "filter": filter_change, "whatif": w
                 "frame_link_warm": frame_link_warm, "frame_link_shipped": frame_link_shipped,
                 "frame_link_restart": frame_link_restart, "frame_link_paced": frame_link_paced,
                 "frame_switch": frame_switch, "frame_from_list": frame_from_list, "playback": playback,
+                "player": player, "replay_sessions": replay_sessions,
                 "memory": memory, "memory_sessions": memory_sessions}
 BASELINE_OK = ("cold", "warm", "filter", "whatif", "overview_whatif", "ci", "frame", "frame_next_scene",
                "frame_link_warm", "frame_link_shipped", "frame_link_restart", "frame_link_paced", "frame_switch",
-               "frame_from_list")
+               "frame_from_list", "player", "replay_sessions")
 
 
 class Bench:
