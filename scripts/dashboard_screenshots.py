@@ -152,19 +152,17 @@ def take_screenshots(url: str, out: Path, *, sbu_episode: str | None) -> dict:
             settle(pg, 2.0)
             wait_title(pg, "Episode detail")
             player = 'iframe[title*="safevla_timeline"]'  # the chart and the replay frames (dashboard/player.py)
-            try:  # the first replay frame renders after the page (MuJoCo on the CPU)
+            try:  # the player's first picture: drawn by WebGL in the browser, or a MuJoCo frame from the server
                 pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
-                    const img = d && d.querySelector('#frame');
-                    return !!img && img.dataset.step !== '-1' && img.complete && img.naturalWidth > 0; }""",
-                                     arg=player, timeout=180_000)
+                    const r = d && d.querySelector('#timeline');
+                    return !!r && r.dataset.firstDraw !== undefined; }""", arg=player, timeout=180_000)
             except Exception:  # noqa: BLE001 - no replay stack here: the page is still worth a picture
                 pass
-            try:  # every frame pre-rendered: the page reruns once then, and the player is rebuilt
+            try:  # server frames: every frame pre-rendered (the page reruns once then); WebGL needs none
                 pg.wait_for_function("""(s) => { const f = document.querySelector(s); const d = f && f.contentDocument;
-                    const r = d && d.querySelector('#timeline'); const img = d && d.querySelector('#frame');
-                    const status = d && d.querySelector('#status');
-                    return !!r && !!img && !!status && !/frames ready|not rendered/.test(status.textContent || '')
-                        && img.complete && img.naturalWidth > 0; }""", arg=player, timeout=300_000)
+                    const r = d && d.querySelector('#timeline'); const status = d && d.querySelector('#status');
+                    return !!r && !!status && (r.dataset.renderer === 'webgl'
+                        || !/frames ready|not rendered/.test(status.textContent || '')); }""", arg=player, timeout=300_000)
             except Exception:  # noqa: BLE001 - a picture of the page as it is
                 pass
             settle(pg, 3.0)
