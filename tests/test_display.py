@@ -182,7 +182,7 @@ def test_normalised_depth_is_the_deepest_margin_over_its_threshold():
 def test_knob_active_count_sees_inactive_families():
     from dashboard import data as D
     data = demo_store()
-    assert D.knob_active_count(data, D.KNOB_BY_NAME["tilt"]) == 0  # tilt: inactive in all 360
+    assert D.knob_active_count(data, D.KNOB_BY_NAME["tilt"]) == 0  # tilt: inactive in all 600
     assert D.knob_active_count(data, D.KNOB_BY_NAME["disp"]) > 0
 
 
