@@ -182,45 +182,32 @@ def test_selecting_a_row_opens_its_detail(store):
     assert metric(at, "Violating step") == str(int(table["violating_step"].iloc[2]))
 
 
-@pytest.mark.render
-def test_choosing_an_episode_opens_its_scene_before_the_page_asks_for_frames(store, tables, monkeypatch):
-    """A row click, and the picker's next button, start opening the chosen episode's replayer
-    at a page's priority before the detail page queues its first frame, so the scene opens
-    while the page switches and its script runs."""
-    from dashboard.replay_bridge import USER, RenderService, available
-    good, why = available()
-    if not good:
-        pytest.skip(why)
-    jobs, submit = [], RenderService.submit
+def test_choosing_an_episode_starts_converting_its_web_scene_before_its_page(store, tables, monkeypatch):
+    """A row click, and the picker's next button, queue the chosen episode's web-scene
+    conversion (the scene the browser draws) the moment the choice is known, so it converts
+    while the page switches and its script runs; a rerun of the same episode queues nothing."""
+    from dashboard import cached
 
-    def logged(self, fn, *args, priority=USER, **kwargs):
-        key = next((a for a in args[:2] if isinstance(a, str)), None)  # _replayer(key, ...), _batch_frame(batch, key, ...)
-        jobs.append((fn.__name__, key, priority))
-        return submit(self, fn, *args, priority=priority, **kwargs)
+    queued = []
 
-    monkeypatch.setattr(RenderService, "submit", logged)
+    class Logged:
+        def submit(self, fn, record):
+            queued.append((fn.__name__, record.episode_id))
 
-    def opened_first(eid: str) -> bool:
-        """The episode's first render job is its replayer's open at USER priority, and every frame
-        job of it (none when an earlier test left its frames cached) comes after it."""
-        i = list(tables[0]["episode_id"]).index(eid)
-        mine = [j for j in jobs if j[1] is not None and j[1].endswith(f"#{i}")]
-        return bool(mine) and mine[0][0] == "_replayer" and mine[0][2] == USER and all(
-            j[1] == mine[0][1] for j in mine if j[0] == "_batch_frame")
-
+    monkeypatch.setattr(cached, "_SCENE_PREP", Logged())
     at = ok(app(store, page="episodes", outcome="SBU"))
     table = at.dataframe(key="ep_table").value
-    jobs.clear()
+    queued.clear()
     at.session_state["ep_table"] = {"selection": {"rows": [1], "columns": []}}
     ok(at.run())
     assert qp(at, "ep") == [table["episode_id"].iloc[1]]
-    assert opened_first(table["episode_id"].iloc[1]), jobs
-    jobs.clear()
+    assert queued[:1] == [("prepare_scene", table["episode_id"].iloc[1])], queued
+    queued.clear()
     ok(at.button(key="ep_next").click().run())
-    assert opened_first(qp(at, "ep")[0]), jobs
-    jobs.clear()
-    ok(at.run())  # a rerun of the same episode opens nothing again
-    assert not [j for j in jobs if j[0] == "_replayer" and j[2] == USER]
+    assert queued[:1] == [("prepare_scene", qp(at, "ep")[0])], queued
+    queued.clear()
+    ok(at.run())  # a rerun of the same episode queues nothing again
+    assert queued == []
 
 
 # ----------------------------------------------------------------------------- what-if
