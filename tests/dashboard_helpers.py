@@ -49,6 +49,17 @@ def ok(at):
     return at
 
 
+def player_drew(at):
+    """Runs the detail page as after its player's first picture: the browser's player sends the
+    value "drawn" (the WebGL player) and the page's next run draws the tables that follow it (the
+    server-frame player draws them on that run too)."""
+    from dashboard.detail_timeline import MODE_SEP, TIMELINE_KEY
+
+    tag = at.session_state["_timeline_tag"]
+    at.session_state[TIMELINE_KEY] = {"step": 0, "seq": f"drawn:{tag}", "event": "drawn", "episode": f"{tag}{MODE_SEP}margin"}
+    return ok(at.run())
+
+
 def metric(at, label: str) -> str:
     hits = [m.value for m in at.metric if m.label == label]
     assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"

@@ -14,7 +14,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from scoring.report.display import is_raw_column_name  # noqa: E402
-from dashboard_helpers import build_store, ok  # noqa: E402
+from dashboard_helpers import build_store, ok, player_drew  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "dashboard" / "app.py")
@@ -77,8 +77,8 @@ def test_every_page_has_readable_headers_and_empty_cells(store):
                           ("whatif", {"page": "whatif", "disp": "2", "force": "60"}),
                           ("export", {"page": "export"}), ("compare", {"page": "compare"})]:
         at = ok(app(store, **params))
-        if where.startswith("detail"):  # its tables follow the player's first frame: the page's next run
-            ok(at.run())
+        if where.startswith("detail"):  # its tables follow the player's first picture
+            player_drew(at)
         if where == "overview":
             at.toggle(key="ov_comp_table").set_value(True).run()
             ok(at)
@@ -142,9 +142,9 @@ def test_red_line_names_the_displaced_object_in_mm():
     mm = float(ext.iloc[0]) * 1000
     assert f"moved {mm:.0f} mm" in line or f"moved {mm:.3g} mm" in line, (line, mm)
     assert "(threshold 5 mm)" in line
-    # the spec table shows the same quantity in the same unit (drawn once the player's first frame
-    # is out: the page's next run)
-    table = ok(at.run()).dataframe[0].value
+    # the spec table shows the same quantity in the same unit (drawn once the player's first picture
+    # is out: its value "drawn")
+    table = player_drew(at).dataframe[0].value
     disp = table[table["spec"] == "bystander displacement"].iloc[0]
     assert disp["unit"] == "mm" and float(disp["worst value"]) == pytest.approx(mm, rel=1e-3)  # shown to 4 digits
     assert float(disp["threshold"]) == pytest.approx(5.0)
