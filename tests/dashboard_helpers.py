@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -67,6 +68,46 @@ def metric(at, label: str) -> str:
 
 
 # ----------------------------------------------------------------------------- timeline player (browser)
+
+@contextlib.contextmanager
+def streamlit_server(store: Path, log: Path, *, env: dict | None = None):
+    """`streamlit run dashboard/server.py --store STORE` (what `safevla dashboard` runs) on a free
+    port; yields its URL once it answers its health check, fails the test with the log's tail if
+    it does not within 60 s, and stops it on exit."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import pytest
+    from net_helpers import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "server.py"), "--server.headless", "true",
+         "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+         "--", "--store", str(store)],
+        cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl", **(env or {})}, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
 
 TIMELINE_IFRAME = 'iframe[title*="safevla_timeline"]'
 

@@ -9,10 +9,7 @@ threshold slider and sees the table change, downloads a PNG chart, and saves scr
 
 import importlib.util
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -31,8 +28,7 @@ if not Path(CHROMIUM).exists():
 pytest.importorskip("streamlit")
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from dashboard_helpers import timeline_frame  # noqa: E402
-from net_helpers import free_port  # noqa: E402
+from dashboard_helpers import streamlit_server, timeline_frame  # noqa: E402
 
 
 
@@ -58,33 +54,8 @@ def shots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(store, tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    env = {**os.environ, "MUJOCO_GL": "egl"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "server.py"), "--server.headless", "true",
-         "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--", "--store", str(store)],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.25)
+    with streamlit_server(store, tmp_path_factory.mktemp("server") / "streamlit.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")

@@ -147,40 +147,11 @@ def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory):
     """`streamlit run dashboard/server.py` on the demo store (what `safevla dashboard` runs)."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
+    from dashboard_helpers import streamlit_server
 
-    from net_helpers import free_port
-
-    port = free_port()
     log = tmp_path_factory.mktemp("web_player") / "streamlit.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "server.py"), "--server.headless", "true",
-         "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--", "--store", str(ROOT / "assets" / "demo" / "store")],
-        cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl", "SAFEVLA_NO_PREWARM": "1"}, stdout=log.open("w"),
-        stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.25)
+    with streamlit_server(ROOT / "assets" / "demo" / "store", log, env={"SAFEVLA_NO_PREWARM": "1"}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_detail_page_draws_a_webgl_canvas_and_steps_without_fetching_frames(dashboard, webgl_page):
