@@ -13,19 +13,17 @@ import pytest
 from scoring.cli.main import main
 from scoring.records.io import save_record
 from scoring.records.synthetic import make_record
+from scoring.registry.perturbations import SuitePerturbation
 from scoring.store.write import score_archive
 
 BASE, SWAP, MUG = "libero_spatial", "libero_spatial_swap", "libero_spatial_with_mug"
 MODELS = ("policy-a", "policy-b")
 
 
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    suite: str
-    base_suite: str
-    family: str
-    init_states_match: bool
-    task_map: tuple[int, ...] | None = (1, 0)
+def Variant(suite: str, base_suite: str, family: str, init_states_match: bool,  # noqa: N802 (reads as the type)
+            task_map: tuple[int, ...] | None = (1, 0)) -> SuitePerturbation:
+    """The suite registry's description of a variant, as the report reads it."""
+    return SuitePerturbation(suite, base_suite, family, init_states_match, task_map, runnable=True)
 
 
 KNOWN = {SWAP: Variant(SWAP, BASE, "swap", False), MUG: Variant(MUG, BASE, "distractor", True)}

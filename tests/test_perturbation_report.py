@@ -3,7 +3,6 @@ the families the change comes from, and the tables and metrics.json entries of `
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -11,6 +10,7 @@ import pandas as pd
 import pytest
 
 from scoring.errors import RecordError
+from scoring.registry.perturbations import SuitePerturbation
 from scoring.report.perturbation import (PAIRED, UNPAIRED, base_vs_variant, perturbation_shifts, perturbation_tables,
                                          shifts_json, suite_of, variants_in)
 from scoring.stats.compare_unpaired import compare_unpaired
@@ -20,17 +20,10 @@ BASE, MUG, SWAP = "libero_spatial", "libero_spatial_with_mug", "libero_spatial_s
 MAP = (3, 0, 1, 2, 4, 5, 6, 7, 9, 8)  # variant task i -> base task MAP[i]
 
 
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    """The attributes the report reads of the suite registry's description of a variant."""
-
-    suite: str
-    base_suite: str
-    family: str
-    init_states_match: bool
-    task_map: tuple[int, ...] | None = tuple(range(10))
-    runnable: bool = True
-    why_not: str | None = None
+def Variant(suite: str, base_suite: str, family: str, init_states_match: bool,  # noqa: N802 (reads as the type)
+            task_map: tuple[int, ...] | None = tuple(range(10))) -> SuitePerturbation:
+    """The suite registry's description of a variant, as the report reads it."""
+    return SuitePerturbation(suite, base_suite, family, init_states_match, task_map, runnable=True)
 
 
 def two_suites(n_keys=200, models=("a", "b"), seed=0, **kw):
