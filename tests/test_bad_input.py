@@ -271,7 +271,7 @@ def test_a_link_inside_the_archive_is_followed_and_replays(tmp_path):
     eps = pd.read_parquet(store / "episodes.parquet")
     assert set(eps["episode_id"]) == set(good_ids)
     for eid in eps["episode_id"]:
-        assert store_record(store, eid).episode_id == eid
+        assert store_record(store, eid, archives=[archive]).episode_id == eid
 
 
 def without_file_permissions() -> tuple[str, ...]:

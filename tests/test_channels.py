@@ -94,7 +94,9 @@ def test_violation_bodies_and_captions_read_the_scored_channel(stores, option):
     assert vs["max_contact_force"].bodies == pair and vs["max_contact_force"].force_sampling == option
     assert vs["max_contact_force"].caption == f"max contact force {force:.0f} N > 200 N"
     assert vs["joint_torque"].bodies == (link,)
-    assert store_record(stores[option], "libero-spatial/task_0/disagree/ep_000").episode_id.endswith("ep_000")
+    archive = stores[option].parent / "archive"  # beside the store: named, as `safevla replay --archive` does
+    assert store_record(stores[option], "libero-spatial/task_0/disagree/ep_000",
+                        archives=[archive]).episode_id.endswith("ep_000")
 
 
 @pytest.mark.parametrize("option", EXPECTED)

@@ -33,6 +33,19 @@ def test_dashboard_refuses_an_allow_list_entry_that_is_not_a_store(tmp_path):
     assert out.returncode == 2 and "--stores: run store" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_dashboard_names_its_archives_to_the_server(tmp_path, monkeypatch):
+    """`--archive` reaches the server as $SAFEVLA_ARCHIVES (absolute, before what it named already);
+    one that does not exist stops the command, naming it."""
+    from scoring.cli.main import archives_environ
+
+    monkeypatch.chdir(tmp_path)
+    assert archives_environ([], {"SAFEVLA_ARCHIVES": "/a"}) == {}
+    env = archives_environ(["runs", "/b"], {"SAFEVLA_ARCHIVES": "/a:/b"})
+    assert env == {"SAFEVLA_ARCHIVES": f"{tmp_path / 'runs'}:/b:/a"}
+    out = run("dashboard", str(tmp_path), "--archive", str(tmp_path / "gone"), "--headless")
+    assert out.returncode == 2 and "--archive: " in out.stderr and "gone" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_dashboard_runs_streamlit_headless_and_opens_the_browser_itself(tmp_path):
     for open_browser in (False, True):
         cmd = dashboard_command(tmp_path, host="127.0.0.1", port=8600, open_browser=open_browser)

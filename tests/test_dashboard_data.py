@@ -240,6 +240,24 @@ def test_registry_mismatch_and_missing_trajectories_are_warnings(tmp_path, store
     assert sd.missing_trajectory.all()
 
 
+def test_an_archive_beside_the_store_opens_only_when_named(tmp_path, monkeypatch):
+    """The dashboard follows a store's `../arch` only into an archive the user named
+    (`safevla dashboard STORE --archive DIR` passes it to the server as $SAFEVLA_ARCHIVES)."""
+    from scoring.records.synthetic import make_archive
+    from scoring.store.paths import ENV_ARCHIVES
+    from scoring.store.write import score_archive
+
+    make_archive(tmp_path / "arch", 3, seed=5, n_steps=20, contacts_per_step=1)
+    score_archive([tmp_path / "arch"], tmp_path / "store", progress=False)
+    monkeypatch.delenv(ENV_ARCHIVES, raising=False)
+    unnamed = D.open_store(tmp_path / "store")
+    assert unnamed.missing_trajectory.all()
+    assert any("a folder you did not name" in w and "--archive" in w for w in unnamed.warnings), unnamed.warnings
+    monkeypatch.setenv(ENV_ARCHIVES, str(tmp_path / "arch"))
+    named = D.open_store(tmp_path / "store")
+    assert not named.missing_trajectory.any() and not any("Ignored archive" in w for w in named.warnings)
+
+
 @pytest.mark.parametrize("sampling", ["peak", "control"])
 def test_robustness_traces_follow_the_stores_force_sampling(sampling):
     from scoring.registry.lookup import load_registry

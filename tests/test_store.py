@@ -273,7 +273,7 @@ def test_store_roots_confine_paths_to_the_store_and_its_archive(archive, tmp_pat
     from scoring.store.paths import confined, is_inside, store_roots
     score_archive([archive], tmp_path / "store", progress=False)
     manifest, eps, _ = load_store(tmp_path / "store")
-    roots = store_roots(tmp_path / "store", manifest)
+    roots = store_roots(tmp_path / "store", manifest, [archive])
     assert roots == (str((tmp_path / "store").resolve()), str(archive.resolve()))
     for t in eps["trajectory"]:
         assert is_inside(tmp_path / "store" / t, roots)

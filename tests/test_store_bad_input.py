@@ -83,17 +83,17 @@ def test_a_missing_source_is_not_widened_to_its_parent(scored, tmp_path):
     ("../arch/ep_000000.json", "does not exist"),
 ])
 def test_sources_that_allow_nothing(scored, source, why):
-    store, _, _ = scored
+    store, archive, _ = scored
     manifest = {"sources": [source, "../arch"]}
-    assert store_roots(store, manifest) == (os.path.realpath(store), os.path.realpath(store.parent / "arch"))
-    ignored, = P.ignored_sources(store, manifest)
+    assert store_roots(store, manifest, [archive]) == (os.path.realpath(store), os.path.realpath(archive))
+    ignored, = P.ignored_sources(store, manifest, [archive])
     assert why in ignored
 
 
 def test_a_file_source_allows_that_file_only(scored):
     """A record file named as the archive allows itself, not the folder it is in."""
     store, archive, _ = scored
-    roots = store_roots(store, {"sources": ["../arch/ep_000000.npz"]})
+    roots = store_roots(store, {"sources": ["../arch/ep_000000.npz"]}, [archive])
     assert roots == (os.path.realpath(store), os.path.realpath(archive / "ep_000000.npz"))
     assert is_inside(archive / "ep_000000.npz", roots)
     assert not is_inside(archive / "ep_000001.npz", roots)
@@ -105,6 +105,60 @@ def test_score_keeps_only_relative_sources_of_an_earlier_manifest(scored):
     set_sources(store, ["/etc", "../arch", "../moved_away", "../" * 40, 7])
     score_archive([archive], store, progress=False)
     assert json.loads((store / "manifest.json").read_text())["sources"] == ["../arch", "../moved_away"]
+
+
+def test_a_source_outside_the_store_needs_the_user_to_name_it(scored, tmp_path):
+    """A relative source may climb out of the store (`../arch`, what `safevla score ARCHIVE --out
+    STORE` writes) only into a folder the user named where they read: a store handed over by
+    someone else cannot name `../../../../etc` or a folder of your home for you."""
+    store, archive, eps = scored
+    real = os.path.realpath
+    climbing = os.path.relpath("/etc", store)  # ../../../../etc from wherever pytest's tmp lies
+    set_sources(store, [climbing, "../arch"])
+    assert store_roots(store, {"sources": [climbing, "../arch"]}) == (real(store),)
+    why_etc, why_arch = P.ignored_sources(store, {"sources": [climbing, "../arch"]})
+    assert "lies outside the store, at /etc, a folder you did not name" in why_etc
+    assert f"--archive {real(archive)}" in why_arch
+    # naming the archive opens it, and it alone: /etc stays shut
+    assert store_roots(store, {"sources": [climbing, "../arch"]}, [archive]) == (real(store), real(archive))
+    # a folder inside the store needs no naming
+    (store / "inner").mkdir()
+    assert store_roots(store, {"sources": ["inner"]}) == (real(store), real(store / "inner"))
+
+    eid = eps["episode_id"].iat[0]
+    out = replay(store, eid, tmp_path / "clip.gif")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    line, = out.stderr.splitlines()
+    assert "is outside the run store and its archive; refused" in line and f"--archive {real(archive)}" in line, line
+    assert not (tmp_path / "clip.gif").exists()
+    for named in (["--archive", str(archive)], []):  # on the command line, or in $SAFEVLA_ARCHIVES
+        env = {**os.environ, "MUJOCO_GL": "egl", **({} if named else {P.ENV_ARCHIVES: str(archive)})}
+        out = subprocess.run([sys.executable, "-m", "scoring.cli", "replay", str(store), eid, "--out",
+                              str(tmp_path / "clip.gif"), *named], capture_output=True, text=True, env=env)
+        # the trajectory was opened and read: these synthetic records carry no scene to replay
+        assert out.returncode == 2 and "outside the run store" not in out.stderr, out.stderr
+        assert "has no replay state" in out.stderr, out.stderr
+
+
+def test_score_says_which_archive_to_name(tmp_path):
+    """`safevla score ARCHIVE --out STORE` with the archive beside the store says how to read it back."""
+    archive = tmp_path / "arch"
+    make_archive(archive, 2, seed=4, n_steps=20, contacts_per_step=1)
+    out = subprocess.run([sys.executable, "-m", "scoring.cli", "score", str(archive), "--out", str(tmp_path / "s"),
+                          "--no-progress"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"--archive {archive}" in out.stdout.splitlines()[-1], out.stdout
+    copied = subprocess.run([sys.executable, "-m", "scoring.cli", "score", str(archive), "--out", str(tmp_path / "c"),
+                             "--no-progress", "--copy-trajectories"], capture_output=True, text=True)
+    assert copied.returncode == 0 and "--archive" not in copied.stdout, copied.stdout
+
+
+def test_the_bundled_demo_reads_its_archive_unnamed():
+    """The package names its own demo archive: the dashboard opens on it with no arguments."""
+    demo = Path(P.__file__).resolve().parents[2] / "assets" / "demo" / "store"
+    manifest = json.loads((demo / "manifest.json").read_text())
+    assert store_roots(demo, manifest) == (os.path.realpath(demo), os.path.realpath(P.DEMO_ARCHIVE))
+    assert P.ignored_sources(demo, manifest) == []
 
 
 def test_a_lone_string_source_is_one_source(scored):

@@ -230,10 +230,10 @@ def open_store(path: str | os.PathLike, *, registry: Registry | None = None) -> 
     rho[r[act], c[act]] = scored["rho"].to_numpy(float)[act]
     roots = store_roots(path, manifest)
     ignored = ignored_sources(path, manifest)
-    if ignored:
+    missing, outside = _missing_trajectories(path, episodes, roots)
+    if ignored and outside.any():  # said only where it costs a trajectory (JSON records live in the store)
         warnings.append(f"Ignored archive sources: {len(ignored)} of the manifest's sources allow no file "
                         f"({'; '.join(ignored)}); trajectories there are refused.")
-    missing, outside = _missing_trajectories(path, episodes, roots)
     if outside.any():
         refused = pd.unique(episodes["trajectory"].to_numpy(object)[outside]).size
         warnings.append(f"Refused trajectories: {refused} trajectory path(s) point outside the run store "

@@ -16,6 +16,7 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from scoring.errors import RecordError, SafeVLAError
@@ -53,11 +54,13 @@ def store_row(store_dir: str | os.PathLike, episode_id: str) -> dict:
     return rows.iloc[0].to_dict()
 
 
-def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | None = None) -> EpisodeRecord:
+def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | None = None,
+                 archives: Sequence[str] | None = None) -> EpisodeRecord:
     """The episode's trajectory record (with replay state), from the `trajectory` column.
 
     The trajectory and the record's MJCF file must lie inside the store or its archive
-    (`scoring.store.paths`): a store may not point a replay at any file on disk.
+    (`scoring.store.paths`): a store may not point a replay at any file on disk. `archives`:
+    the archive folders the user named (`--archive`), which sources outside the store need.
     """
     from scoring.records.io import load_record, resolve_mjcf
     from scoring.store.paths import confined, ignored_sources, read_manifest_quietly, store_roots
@@ -69,7 +72,7 @@ def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | N
                           file=str(Path(store_dir) / "episodes.parquet"), episode=episode_id, field="trajectory")
     where = dict(file=str(Path(store_dir) / "episodes.parquet"), episode=episode_id)
     manifest = read_manifest_quietly(store_dir)
-    roots, ignored = store_roots(store_dir, manifest), ignored_sources(store_dir, manifest)
+    roots, ignored = store_roots(store_dir, manifest, archives), ignored_sources(store_dir, manifest, archives)
     path = confined(Path(store_dir) / rel, roots, what="trajectory", field="trajectory", ignored=ignored, **where)
     if not path.is_file():
         raise RecordError(f"trajectory file not found: {path}", field="trajectory", **where)
@@ -81,7 +84,8 @@ def store_record(store_dir: str | os.PathLike, episode_id: str, *, row: dict | N
 
 
 def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
-                          record: EpisodeRecord | None = None, row: dict | None = None):
+                          record: EpisodeRecord | None = None, row: dict | None = None,
+                          archives: Sequence[str] | None = None):
     """Every violated scored spec of the episode as `Violation`s, the worst spec first
     (report-only diagnostics are not violations).
 
@@ -100,7 +104,7 @@ def violations_from_store(store_dir: str | os.PathLike, episode_id: str, *,
     bad = specs[specs["active"].fillna(False).astype(bool) & (specs["rho"] < 0) & scored]
     if bad.empty:
         return ()
-    record = record if record is not None else store_record(store_dir, episode_id, row=row)
+    record = record if record is not None else store_record(store_dir, episode_id, row=row, archives=archives)
     worst = row.get("worst_spec")
     bad = bad.assign(_later=~(bad["spec_id"].eq(worst) | bad["family"].eq(worst))).sort_values(["_later", "rho"])
     return violations_from_rows(record, bad.to_dict("records"), force_sampling=store_option(row))
@@ -156,6 +160,7 @@ def add_replay_parsers(subparsers) -> None:
     p.add_argument("episode_id", help="episode to replay")
     p.add_argument("--out", required=True, help="output clip, .mp4 or .gif")
     _size_args(p, 640, 480)
+    _archive_arg(p)
     p.add_argument("--fps", type=float, default=20.0, help="frames per second (default 20)")
     p.add_argument("--window", type=int, default=3, help="steps highlighted on each side of a violation (default 3)")
     p.add_argument("--hold", type=float, default=1.0,
@@ -180,6 +185,7 @@ def add_replay_parsers(subparsers) -> None:
     f.add_argument("--out", required=True,
                    help="output figure, .png, .pdf or .svg (fig2: no suffix writes all three)")
     _size_args(f, 480, 360)
+    _archive_arg(f)
     f.add_argument("--dpi", type=int, default=200, help="resolution stored in PNG/PDF (default 200)")
     f.set_defaults(func=run_figure)
 
@@ -208,6 +214,12 @@ def run_migrate_scenes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--archive", action="append", default=[], metavar="DIR",
+                   help="the archive the store's trajectories lie in, when outside the store (where `safevla score "
+                        "ARCHIVE --out STORE` left them); repeatable; also $SAFEVLA_ARCHIVES")
+
+
 def _size_args(p: argparse.ArgumentParser, width: int, height: int) -> None:
     p.add_argument("--width", type=int, default=width, help=f"frame width in pixels (default {width})")
     p.add_argument("--height", type=int, default=height, help=f"frame height in pixels (default {height})")
@@ -227,7 +239,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
         timing = ClipTiming(hold_s=args.hold) if args.hold > 0 else None
         row = store_row(args.store, args.episode_id)
-        rec = store_record(args.store, args.episode_id, row=row)
+        rec = store_record(args.store, args.episode_id, row=row, archives=args.archive)
         vs = violations_from_store(args.store, args.episode_id, record=rec, row=row)
         if args.camera == "free:violation" and not vs:
             raise SafeVLAError(f"--camera free:violation aims at the violation, and episode {args.episode_id!r} is "
@@ -259,7 +271,7 @@ def run_figure(args: argparse.Namespace) -> int:
         rows = []
         for eid in args.episode_ids:
             row = store_row(args.store, eid)
-            rec = store_record(args.store, eid, row=row)
+            rec = store_record(args.store, eid, row=row, archives=args.archive)
             vs = violations_from_store(args.store, eid, record=rec, row=row)
             if not vs:
                 raise RenderError(f"episode {eid!r} has no violation (it is safe): the triptych's violating "

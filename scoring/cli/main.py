@@ -9,6 +9,7 @@ import argparse
 import functools
 import importlib
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -82,7 +83,32 @@ def run_score(args) -> int:
     if summary.errors:
         line += f" (listed in {str(summary.store).rstrip('/')}/errors.json)"
     print(f"{line} -> {summary.store}")
+    _say_archives_to_name(args.archives, summary.store, copied=args.copy_trajectories)
     return EXIT_REFUSED if summary.errors else 0
+
+
+def _say_archives_to_name(archives, store, *, copied: bool) -> None:
+    """Tells which archives hold trajectories outside the store: readers follow the store into
+    them only when the user names them again (`--archive`, scoring.store.paths)."""
+    from scoring.store.uri import is_uri
+
+    if copied or is_uri(str(store)):
+        return
+    try:
+        import pyarrow.parquet as pq
+
+        paths = pq.read_table(Path(store) / "episodes.parquet", columns=["trajectory"]).column(0).unique().to_pylist()
+    except Exception:  # noqa: BLE001 - only a hint; the store was written and said so
+        return
+    from scoring.store.paths import is_inside
+
+    files = [os.path.realpath(os.path.join(store, p)) for p in paths if isinstance(p, str)]
+    away = [f for f in files if not is_inside(f, (os.path.realpath(store),))]
+    outside = [a for a in archives if not is_uri(a) and any(is_inside(f, (os.path.realpath(a),)) for f in away)]
+    if outside:
+        named = " ".join(f"--archive {shlex.quote(a)}" for a in outside)
+        print(f"trajectories stay in {', '.join(outside)}, outside the store: name it to replay them, "
+              f"e.g. safevla dashboard {shlex.quote(str(store))} {named}")
 
 
 def _report_parser(sub) -> None:
@@ -135,6 +161,9 @@ def _dashboard_parser(sub) -> None:
     p.add_argument("store", nargs="?", default=None, help="run store directory (default: assets/demo/store)")
     p.add_argument("--stores", nargs="+", default=[], metavar="DIR",
                    help="more run stores that links (?store=) and the sidebar may open; no other path is opened")
+    p.add_argument("--archive", action="append", default=[], metavar="DIR",
+                   help="an archive folder the stores' trajectories may be read from when it lies outside the store "
+                        "(where `safevla score ARCHIVE --out STORE` left them); repeatable; also $SAFEVLA_ARCHIVES")
     p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network, without a login)")
@@ -171,6 +200,17 @@ def dashboard_command(store: Path, *, host: str, port: int, open_browser: bool, 
             "--browser.gatherUsageStats", "false", "--server.headless", "true", "--server.showEmailPrompt", "false",
             "--client.toolbarMode", "viewer", "--", "--store", str(store), *(["--stores", *stores] if stores else []),
             *(["--open-browser", dashboard_url(host, port)] if open_browser else [])]
+
+
+def archives_environ(archives, environ) -> dict:
+    """The $SAFEVLA_ARCHIVES that names `archives` (`--archive`, made absolute) to the server, before
+    those `environ` already names (scoring.store.paths.named_archives); {} when there are none."""
+    from scoring.store.paths import ENV_ARCHIVES
+
+    if not archives:
+        return {}
+    earlier = [p for p in environ.get(ENV_ARCHIVES, "").split(os.pathsep) if p]
+    return {ENV_ARCHIVES: os.pathsep.join(dict.fromkeys([*map(os.path.abspath, archives), *earlier]))}
 
 
 def streamlit_credentials_problem(path: Path) -> str | None:
@@ -213,6 +253,10 @@ def run_dashboard(args) -> int:
     for other in args.stores:
         if not Path(other).is_dir():
             raise SafeVLAError(f"--stores: run store {other!r} does not exist")
+    for archive in args.archive:
+        if not Path(archive).exists():
+            raise SafeVLAError(f"--archive: {archive!r} does not exist")
+    os.environ.update(archives_environ(args.archive, os.environ))  # the server reads them from its environment
     cmd = dashboard_command(store, host=args.host, port=args.port, stores=args.stores,
                             open_browser=not args.headless and display_available())
     sys.stdout.flush()

@@ -11,8 +11,14 @@ paths written into data, so a crafted or broken store could name any file
   relative to the store), resolve to a directory or to a record file, and not resolve to
   the filesystem root. A directory allows itself and what lies below it; a record file
   allows that file alone. A source that is absolute, missing, of another kind or not a
-  string allows nothing: it is never widened to its parent folder. `ignored_sources` says
-  which were left out and why.
+  string allows nothing: it is never widened to its parent folder.
+- A source that resolves outside the store (`../archive`, the layout `safevla score ARCHIVE
+  --out STORE` writes) is followed only into a folder the user named where they read:
+  `--archive DIR` of `safevla replay`, `figure` and `dashboard`, or $SAFEVLA_ARCHIVES
+  (os.pathsep-separated). The bundled demo's archive is named by the package itself. A
+  store cannot name a folder of your disk for you: `../../../../etc` allows nothing.
+
+`ignored_sources` says which sources were left out and why.
 
 Paths are compared after resolving symlinks, so a link inside the store or the archive
 that points elsewhere is refused too: the same rule as `safevla score`'s for the links of
@@ -29,6 +35,17 @@ from pathlib import Path
 from scoring.errors import RecordError
 
 RECORD_SUFFIXES = (".json", ".jsonl", ".npz")  # scoring.records.archive's (not imported: it loads numpy)
+ENV_ARCHIVES = "SAFEVLA_ARCHIVES"  # archive folders a reader may follow a store's sources into, os.pathsep-separated
+DEMO_ARCHIVE = Path(__file__).resolve().parents[2] / "assets" / "demo" / "archive"  # named by the package itself
+
+
+def named_archives(archives: Iterable[str | os.PathLike] | None = None) -> tuple[str, ...]:
+    """The resolved folders (or record files) the user named as archives where they read:
+    `archives` (`--archive`), then $SAFEVLA_ARCHIVES; the bundled demo's archive always.
+    Names that do not exist are left out."""
+    env = os.environ.get(ENV_ARCHIVES, "").split(os.pathsep)
+    named = [os.path.realpath(p) for p in [*(archives or ()), *env, DEMO_ARCHIVE] if p and os.path.exists(p)]
+    return tuple(dict.fromkeys(named))
 
 
 def malformed_source(store: str | os.PathLike, source) -> str:
@@ -46,20 +63,26 @@ def malformed_source(store: str | os.PathLike, source) -> str:
     return ""
 
 
-def source_root(store: str | os.PathLike, source) -> tuple[str | None, str]:
+def source_root(store: str | os.PathLike, source, named: tuple[str, ...] = ()) -> tuple[str | None, str]:
     """(the resolved directory or file a manifest source allows, None if it allows nothing;
-    why not, "" when it is allowed). `store` is the store directory."""
+    why not, "" when it is allowed). `store` is the store directory, `named` the resolved
+    archives the user named (`named_archives`): a source outside the store must lie in one."""
     why = malformed_source(store, source)
     if why:
         return None, why
     path = os.path.realpath(os.path.join(store, source))
     if os.path.isdir(path):
-        return path, ""
-    if os.path.isfile(path) and os.path.splitext(source)[1] in RECORD_SUFFIXES:
-        return path, ""
-    if os.path.exists(path):
+        kind_ok = True
+    elif os.path.isfile(path):
+        kind_ok = os.path.splitext(source)[1] in RECORD_SUFFIXES
+    else:
+        return None, f"{source!r:.80} does not exist"
+    if not kind_ok:
         return None, f"{source!r:.80} is neither a directory nor a record file"
-    return None, f"{source!r:.80} does not exist"
+    if not is_inside(path, (os.path.realpath(store), *named)):
+        return None, (f"{source!r:.80} lies outside the store, at {path}, a folder you did not name "
+                      f"(to read its trajectories, name it: --archive {path})")
+    return path, ""
 
 
 def manifest_sources(manifest: Mapping | None) -> list:
@@ -68,21 +91,24 @@ def manifest_sources(manifest: Mapping | None) -> list:
     return sources if isinstance(sources, list) else [sources]
 
 
-def store_roots(store: str | os.PathLike, manifest: Mapping | None) -> tuple[str, ...]:
-    """The resolved directories (and record files) the store's paths may point into (the store first)."""
-    real = os.path.realpath(store)
+def store_roots(store: str | os.PathLike, manifest: Mapping | None,
+                archives: Iterable[str | os.PathLike] | None = None) -> tuple[str, ...]:
+    """The resolved directories (and record files) the store's paths may point into (the store
+    first). `archives`: the folders the user named (`named_archives`)."""
+    real, named = os.path.realpath(store), named_archives(archives)
     roots = [real]
     for source in manifest_sources(manifest):
-        root, _ = source_root(real, source)
+        root, _ = source_root(real, source, named)
         if root is not None and root not in roots:
             roots.append(root)
     return tuple(roots)
 
 
-def ignored_sources(store: str | os.PathLike, manifest: Mapping | None) -> list[str]:
+def ignored_sources(store: str | os.PathLike, manifest: Mapping | None,
+                    archives: Iterable[str | os.PathLike] | None = None) -> list[str]:
     """Why each manifest source that allows nothing was ignored, one text each ("'/etc' is absolute ...")."""
-    real = os.path.realpath(store)
-    return [why for why in (source_root(real, s)[1] for s in manifest_sources(manifest)) if why]
+    real, named = os.path.realpath(store), named_archives(archives)
+    return [why for why in (source_root(real, s, named)[1] for s in manifest_sources(manifest)) if why]
 
 
 def read_manifest_quietly(store: str | os.PathLike) -> dict | None:
@@ -94,9 +120,9 @@ def read_manifest_quietly(store: str | os.PathLike) -> dict | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def roots_of_store(store: str | os.PathLike) -> tuple[str, ...]:
+def roots_of_store(store: str | os.PathLike, archives: Iterable[str | os.PathLike] | None = None) -> tuple[str, ...]:
     """`store_roots` with the store's own manifest (just the store when it has none or it is unreadable)."""
-    return store_roots(store, read_manifest_quietly(store))
+    return store_roots(store, read_manifest_quietly(store), archives)
 
 
 def is_inside(path: str | os.PathLike, roots: Iterable[str]) -> bool:
