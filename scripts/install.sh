@@ -76,6 +76,10 @@ if [ "$PROFILE" = all ] && [ "${SAFEVLA_LEROBOT:-1}" != 0 ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+# The checkout's own modules, compiled once here as pip compiles site-packages: where
+# PYTHONDONTWRITEBYTECODE is set, Python never writes them, and every dashboard start of a fresh
+# clone would compile ~150 modules from source (docs/benchmarks.md, "Compiled bytecode").
+.venv/bin/python -m compileall -q -j 0 scoring replay dashboard >/dev/null
 if [ -n "$lerobot_env" ]; then
   if ! wait "$lerobot_env"; then
     echo "scripts/install.sh: installing the LeRobot environment .venv-lerobot failed (see pip's output above)" >&2
