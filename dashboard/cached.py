@@ -180,7 +180,7 @@ def open_replay(c, eid: str | None) -> None:
     from dashboard.web_files import uses_frames
 
     if not uses_frames():
-        open_episode_replay(c.data, eid)
+        open_episode_replay(c.data, eid, c.items)
         return
     if st.session_state.get("w.camera") == "wrist" or not replay_status()[0]:
         return  # the wrist view: the player opens that one
@@ -196,12 +196,14 @@ def open_replay(c, eid: str | None) -> None:
 _SCENE_PREP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-web-scene")
 
 
-def open_episode_replay(data: D.StoreData, eid: str) -> bool:
+def open_episode_replay(data: D.StoreData, eid: str, items: tuple = ()) -> bool:
     """Queues, on a worker thread, the conversion of episode `eid`'s web scene (the one the
-    browser draws, `dashboard.web_files.prepare_scene`); whether it was queued (not: replay
-    unavailable, an unknown, missing or refused episode, a record without replay state). Needs
-    no page run: `open_replay` calls it, and so does the server when a browser asks for a
-    detail page (dashboard/link_open.py, the middleware of dashboard/server.py)."""
+    browser draws, `dashboard.web_files.prepare_scene`), then its poses with the violations
+    its page marks under the thresholds `items` (`prepare_poses`); whether it was queued (not:
+    replay unavailable, an unknown, missing or refused episode, a record without replay state).
+    Needs no page run: `open_replay` calls it, and so does the server when a browser asks for a
+    detail page (dashboard/link_open.py, the middleware of dashboard/server.py), with the
+    default thresholds. The page's own `web_files` then finds both made, or waits for them."""
     if not replay_status()[0]:
         return False
     i = data.index_of(eid)
@@ -213,9 +215,17 @@ def open_episode_replay(data: D.StoreData, eid: str) -> bool:
         return False
     if rec.replay is None:
         return False
-    from dashboard.web_files import prepare_scene
+    from dashboard.web_files import prepare_poses, prepare_scene
+
+    def poses_ahead(record) -> bool:
+        try:
+            marked = violations(data, data.key, i, items)
+        except Exception:  # noqa: BLE001 - the page computes (and reports) them itself
+            return False
+        return prepare_poses(record, marked)
 
     _SCENE_PREP.submit(prepare_scene, rec)
+    _SCENE_PREP.submit(poses_ahead, rec)
     return True
 
 

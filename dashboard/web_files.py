@@ -8,6 +8,7 @@ Below the pages and the caches (`dashboard.cached` queues conversions ahead of a
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import streamlit as st
 
 RENDERER_KEY = "_player_renderer"  # "frames" once the browser said it has no WebGL
 _CONVERT_LOCK = threading.Lock()  # one conversion at a time: each holds a scene's model (200 MB for LIBERO)
+_POSES_LOCK = threading.Lock()  # one episode's poses at a time: a page waits for those a worker is making
 
 
 def web_dir() -> Path:
@@ -22,6 +24,15 @@ def web_dir() -> Path:
     from dashboard import player
 
     return player.component_dir() / "web"
+
+
+def _scene_name(record) -> str:
+    """The web scene's file name: shared by the scene files that differ only in where their
+    bodies start (a LIBERO task's initial states), since the poses place every body."""
+    from replay.render import web_scene as W
+    from replay.render.scene_models import scene_digest_of
+
+    return f"scene-{scene_digest_of(record, placement=False)[:24]}-f{W.FORMAT}"
 
 
 def _episode_name(scene: str, record, violations) -> str:
@@ -35,40 +46,44 @@ def _episode_name(scene: str, record, violations) -> str:
 def web_files(record, violations, folder: Path | None = None) -> dict:
     """{"scene": url, "poses": url, "converted": bool} of the record's web scene and poses,
     relative to the component; made (and cached) if need be. `converted`: the scene was
-    converted by this call. The web scene is shared by the scene files that differ only in
-    where their bodies start (a LIBERO task's initial states): the poses place every body.
-    Errors as for `replay.render.scene_models.scene_model`."""
-    from replay.render import web_scene as W
-    from replay.render.scene_models import scene_digest_of, scene_model_once
-
-    from replay.render.scene_models import scene_key
-
+    converted by this call. Errors as for `replay.render.scene_models.scene_model`."""
     folder = folder or web_dir()
-    scene = f"scene-{scene_digest_of(record, placement=False)[:24]}-f{W.FORMAT}"
-    episode = _episode_name(scene, record, violations)
-    key = scene_key(record)
-    loaded = [False]
-
-    def the_model():
-        if _LAST_MODEL.get("key") != key:
-            _LAST_MODEL.clear()  # the one model kept goes before the next one loads
-            _give_back_memory()
-            _LAST_MODEL.update(key=key, model=scene_model_once(record))
-            loaded[0] = True
-        return _LAST_MODEL["model"]
-
-    with _CONVERT_LOCK:
-        _, converted = W.cached_file(folder, scene, lambda: W.scene_blob(the_model()))
-        W.cached_file(folder, episode, lambda: W.episode_blob(the_model(), record, violations))
-        if loaded[0]:
-            _give_back_memory()  # what the conversion freed; the model itself stays for the scene's next episode
+    scene = _scene_name(record)
+    converted = _convert(record, folder, scene)
+    episode = _poses(record, violations, folder, scene)
     return {"scene": f"web/{scene}.bin", "poses": f"web/{episode}.bin", "converted": converted}
 
 
-# The last scene file's compiled model, for the poses of its next episode: loading a LIBERO
-# scene's model took 2.7 s of a second episode's 2.75 s at load 11 (2026-11-27); one is kept
-# (about 200 MB), the server's only replay memory besides what a conversion uses for a moment.
-_LAST_MODEL: dict = {}
+def _convert(record, folder: Path, scene: str) -> bool:
+    """Makes the web scene `scene` unless it is on disk; whether it did. The full model (its
+    textures) is needed only here, once per scene: compiled, it is not written to the
+    compiled-scene cache (1-2 s on a first page's way; the server-frame player writes its own)
+    nor kept."""
+    from replay.render import web_scene as W
+    from replay.render.scene_models import scene_model_once
+
+    try:  # on disk: marked recently used, with no wait behind another scene's conversion
+        os.utime(folder / f"{scene}.bin")
+        return False
+    except OSError:
+        pass
+    with _CONVERT_LOCK:
+        made = W.cached_file(folder, scene, lambda: W.scene_blob(scene_model_once(record, store=False)))[1]
+        if made:
+            _give_back_memory()
+    return made
+
+
+def _poses(record, violations, folder: Path, scene: str) -> str:
+    """The name of the episode's poses file, made unless on disk, from the scene's texture-free
+    model (`scene_models.pose_model`: the same poses and marks as the full model's)."""
+    from replay.render import web_scene as W
+    from replay.render.scene_models import pose_model
+
+    episode = _episode_name(scene, record, violations)
+    with _POSES_LOCK:
+        W.cached_file(folder, episode, lambda: W.episode_blob(pose_model(record), record, violations))
+    return episode
 
 
 def _give_back_memory() -> None:
@@ -88,16 +103,19 @@ def _give_back_memory() -> None:
 def prepare_scene(record, folder: Path | None = None) -> bool:
     """Converts the record's web scene ahead of its page (a link, a row click); True if it
     had to. Errors are left to the page, which says what is wrong."""
-    from replay.render import web_scene as W
-    from replay.render.scene_models import scene_digest_of, scene_model_once
-
     try:
-        scene = f"scene-{scene_digest_of(record, placement=False)[:24]}-f{W.FORMAT}"
-        with _CONVERT_LOCK:
-            made = W.cached_file(folder or web_dir(), scene, lambda: W.scene_blob(scene_model_once(record)))[1]
-            if made:
-                _give_back_memory()
-            return made
+        return _convert(record, folder or web_dir(), _scene_name(record))
+    except Exception:  # noqa: BLE001 - the page shows the error when it opens the episode
+        return False
+
+
+def prepare_poses(record, violations, folder: Path | None = None) -> bool:
+    """Makes the episode's poses ahead of its page (after `prepare_scene`, on the same worker),
+    for the violations its page will mark; whether it succeeded. Errors are left to the page."""
+    try:
+        folder = folder or web_dir()
+        _poses(record, violations, folder, _scene_name(record))
+        return True
     except Exception:  # noqa: BLE001 - the page shows the error when it opens the episode
         return False
 

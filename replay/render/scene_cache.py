@@ -263,8 +263,10 @@ def build_later(resolved_xml: str, modelfiledir: str, build: Callable[[], mujoco
     _WAKE.set()
 
 
-def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[], mujoco.MjModel]) -> mujoco.MjModel:
-    """The scene's model from the disk cache, else `compile_fn()` (then stored for next time).
+def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[], mujoco.MjModel], *,
+                   store: bool = True) -> mujoco.MjModel:
+    """The scene's model from the disk cache, else `compile_fn()` (then stored for next time,
+    unless `store` is False).
 
     Errors of `compile_fn` pass through; a cache that cannot be read or written is skipped.
     """
@@ -280,6 +282,8 @@ def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[]
         except (ValueError, OSError, mujoco.FatalError):
             path.unlink(missing_ok=True)  # truncated or from an incompatible build: compile anew
     model = compile_fn()
+    if not store:
+        return model
     if _DEFER[0]:
         _queue((model, path, None))
     else:

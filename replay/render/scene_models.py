@@ -1,6 +1,7 @@
 """A record's compiled MuJoCo scene, compiled once and shared: per MJCF in memory (a few
 scenes) and on disk (replay/render/scene_cache.py), with a texture-shrunk preview variant for
-the dashboard's first frames, and the cameras the scene offers.
+the dashboard's first frames, a texture-free variant for the browser's poses, and the cameras
+the scene offers.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import copy
 import functools
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +32,9 @@ AGENT_VIEWS = ("agentview", "robot0_agentview_center")
 WRIST_VIEWS = ("robot0_eye_in_hand",)  # robosuite's wrist camera (LIBERO's observation/wrist_image)
 _MODEL_CACHE: OrderedDict = OrderedDict()
 _MODEL_CACHE_SIZE = 4
+_POSE_CACHE: OrderedDict = OrderedDict()
+_POSE_CACHE_SIZE = 2  # a LIBERO scene's pose model is about 60 MB
+_POSE_LOCK = threading.Lock()  # the page's script and the dashboard's worker threads ask for them
 
 
 def scene_key(record: EpisodeRecord) -> tuple:
@@ -94,16 +99,41 @@ def _digest(key: tuple, placement: bool = True) -> str:
     return scene_digest(resolved, str(base) + os.sep)
 
 
-def scene_model_once(record: EpisodeRecord) -> mujoco.MjModel:
+def scene_model_once(record: EpisodeRecord, *, store: bool = True) -> mujoco.MjModel:
     """The record's compiled model, as `scene_model` gives it, but not kept in memory when
     it was not already: for a one-off use (a web scene's conversion), so the process does
-    not hold a LIBERO scene's 200 MB after it."""
+    not hold a LIBERO scene's 200 MB after it. Without `store`, a scene compiled here is not
+    written to the disk cache either (1-2 s for a LIBERO scene, which a one-off use need not
+    wait for); one already there is read."""
     key = scene_key(record)
     model = _MODEL_CACHE.get(key)
     if model is not None:
         return model
     resolved, base, origin = _resolved_scene(key)
-    return compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin))
+    return compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin), store=store)
+
+
+def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
+    """The record's scene compiled with every texture a one-texel flat colour: the same bodies,
+    joints, geoms, meshes, materials and cameras as `scene_model` (so the same kinematics,
+    contacts and highlights) without the images, which only a renderer reads. For an episode's
+    poses and violation marks (replay/render/web_scene.py): a LIBERO scene's is 60 MB and
+    compiles in a third of the time, against 200 MB. The last few are kept in memory, and
+    all on disk (replay/render/scene_cache.py); errors as for `scene_model`."""
+    key = scene_key(record)
+    with _POSE_LOCK:
+        model = _POSE_CACHE.get(key)
+        if model is not None:
+            _POSE_CACHE.move_to_end(key)
+            return model
+    resolved, base, origin = _resolved_scene(key)
+    model = compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
+                           lambda: _compile(resolved, base, origin, flat_textures=True))
+    with _POSE_LOCK:
+        _POSE_CACHE[key] = model
+        while len(_POSE_CACHE) > _POSE_CACHE_SIZE:
+            _POSE_CACHE.popitem(last=False)
+    return model
 
 
 def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
@@ -170,12 +200,18 @@ def cameras(record: EpisodeRecord) -> tuple[str, ...]:
     return (*first, *(c for c in names if c not in first), FREE, FREE_VIOLATION)
 
 
-def _compile(resolved: str, base: Path, origin: str) -> mujoco.MjModel:
+def _compile(resolved: str, base: Path, origin: str, *, flat_textures: bool = False) -> mujoco.MjModel:
     try:
         spec = mujoco.MjSpec.from_string(resolved)
     except (ValueError, mujoco.FatalError) as exc:
         raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
     spec.modelfiledir = str(base) + os.sep
+    if flat_textures:  # decoding the images is most of a LIBERO scene's compile
+        for t in spec.textures:
+            t.file, t.content_type, t.cubefiles = "", "", [""] * 6
+            t.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
+            t.width = t.height = 1
+            t.gridsize, t.hflip, t.vflip = [1, 1], False, False
     try:
         return spec.compile()
     except (ValueError, mujoco.FatalError) as exc:

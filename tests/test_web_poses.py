@@ -1,0 +1,91 @@
+"""An episode's poses and violation marks for the browser (replay/render/web_scene.py
+`episode_blob`) come out the same from the scene's texture-free model
+(`scene_models.pose_model`) as from its full model, on a toy scene and on a demo LIBERO
+episode with a contact-force and a displacement violation; and the dashboard makes them ahead
+of the page (dashboard/web_files.py `prepare_scene`, `prepare_poses`)."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from render_helpers import VIOL, toy_record, toy_scene  # noqa: E402
+from replay.render import web_scene as W  # noqa: E402
+from replay.render.scene_models import pose_model, scene_model_once  # noqa: E402
+
+pytestmark = pytest.mark.render
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_STORE = ROOT / "assets" / "demo" / "store"
+DEMO_EPISODE = "libero-goal/task_1/scripted-hasty/ep_001"  # two violations: a displacement and a contact force
+
+
+def _same(a, b, path="header") -> None:
+    """Equal JSON-like values, numbers to 1e-6 (float32 poses of float64 kinematics)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(a)} != {sorted(b)}"
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{path}: {len(a)} != {len(b)} items"
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{k}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-6), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _assert_same_blobs(full: bytes, flat: bytes) -> dict:
+    (h1, a1), (h2, a2) = W.read_blob(full), W.read_blob(flat)
+    _same({k: v for k, v in h1.items() if k != "buffers"}, {k: v for k, v in h2.items() if k != "buffers"})
+    for name in ("static", "poses", "cams"):
+        assert a1[name].shape == a2[name].shape, name
+        np.testing.assert_allclose(a2[name], a1[name], atol=1e-6, err_msg=name)
+    return h1
+
+
+def test_toy_poses_and_marks_of_the_texture_free_model_are_the_full_models():
+    rec = toy_record(mjcf=toy_scene(1))  # a textured floor
+    full, flat = scene_model_once(rec), pose_model(rec)
+    assert full.ntexdata > 64 * 64 and flat.ntexdata < 100 and flat.ntex == full.ntex
+    head = _assert_same_blobs(W.episode_blob(full, rec, [VIOL]), W.episode_blob(flat, rec, [VIOL]))
+    assert head["marks"][str(VIOL.step)]["discs"]  # there were marks to compare
+    assert pose_model(rec) is flat  # kept for the scene's next episode
+
+
+def test_libero_poses_and_marks_of_the_texture_free_model_are_the_full_models():
+    from dashboard import data as D
+    from dashboard.replay_bridge import build_violations
+    from scoring.records.io import load_record
+
+    data = D.open_store(DEMO_STORE)
+    i = data.index_of(DEMO_EPISODE)
+    rec = load_record(data.trajectory_path(i))
+    rows = D.episode_specs(data, D.verdicts(data, {}), i)
+    bad = rows[rows["violated"] & ~rows["report_only"].astype(bool)]
+    viol = build_violations(rec, bad.to_dict("records"), force_sampling=D.scored_option(data, i))
+    assert len(viol) >= 2
+    full, flat = scene_model_once(rec), pose_model(rec)
+    assert flat.ntexdata * 1000 < full.ntexdata and (flat.nbody, flat.ngeom, flat.nmesh) == (
+        full.nbody, full.ngeom, full.nmesh)
+    head = _assert_same_blobs(W.episode_blob(full, rec, viol), W.episode_blob(flat, rec, viol))
+    marks = head["marks"].values()
+    assert any(m["tint"] for m in marks) and any(m["arrows"] for m in marks) and any(m["discs"] for m in marks)
+
+
+def test_the_page_finds_what_was_made_ahead(tmp_path):
+    from dashboard.web_files import prepare_poses, prepare_scene, web_files
+
+    rec = toy_record(mjcf=toy_scene(1))
+    assert prepare_scene(rec, tmp_path) is True
+    assert prepare_poses(rec, [VIOL], tmp_path) is True
+    made = sorted(p.name for p in tmp_path.glob("*.bin"))
+    got = web_files(rec, [VIOL], tmp_path)
+    assert got["converted"] is False and sorted(p.name for p in tmp_path.glob("*.bin")) == made
+    assert {got["scene"], got["poses"]} == {f"web/{n}" for n in made}
+    other = web_files(rec, [], tmp_path)  # another mark set: its own poses, the same scene
+    assert other["scene"] == got["scene"] and other["poses"] != got["poses"] and not other["converted"]
