@@ -5,9 +5,11 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   cache, no warm-up), seconds from navigation to the first drawn picture of (a) a scene whose
   web scene must first be converted, (b) another episode of that scene in a new session, and,
   on a second fresh server sharing those caches, (c) a scene never opened in that server whose
-  web scene is on disk; then, in that last page, 30 key steps (each timed in the page until its
-  pixels can be read back) with the requests they made, and playback at 1x, 2x and 4x (steps
-  advanced per second against the recording's rate, pictures drawn per second).
+  web scene is on disk, each with where its time went (`first_draw_breakdown`); then, in that last
+  page once it has settled (`settle`: its tables drawn, no request for 1 s), 30 key steps (each
+  timed in the page until its pixels can be read back) with the requests they made, and
+  playback at 1x, 2x and 4x (steps advanced per second against the recording's rate, pictures
+  drawn per second).
 - replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
@@ -86,6 +88,42 @@ def _same_scene_episode(store: Path, eid: str) -> str:
     raise LookupError(f"no other episode of {eid}'s scene")
 
 
+# The page's rest follows the player's first picture: its value "drawn" reruns the page, which
+# then draws the tables (Streamlit fetches its DataFrame code for the first one).
+_TABLES_DRAWN = """() => { const app = document.querySelector('[data-testid="stApp"]');
+    return !!app && app.dataset.testScriptState === 'notRunning'
+        && document.querySelector('[data-testid="stDataFrame"]') !== null; }"""
+
+
+def settle(pg, requests: list, *, quiet_s: float = 1.0, timeout_s: float = 60.0) -> float:
+    """Waits until the page has settled after its first picture: the script not running, the
+    tables drawn and no request made for `quiet_s` (`requests`: the page's request log, kept
+    by the caller); seconds waited."""
+    t0 = time.perf_counter()
+    pg.wait_for_function(_TABLES_DRAWN, timeout=timeout_s * 1000)
+    seen, quiet_since = len(requests), time.perf_counter()
+    while time.perf_counter() - quiet_since < quiet_s and time.perf_counter() - t0 < timeout_s:
+        time.sleep(0.05)
+        if len(requests) != seen:
+            seen, quiet_since = len(requests), time.perf_counter()
+    return round(time.perf_counter() - t0, 3)
+
+
+# Where the player's first picture went, in ms since the page's navigation: the player's frame
+# created, its files fetched (the web scene, the poses), the scene built, the picture drawn.
+_BREAKDOWN = """(s) => { const f = document.querySelector(s), w = f.contentWindow, d = f.contentDocument;
+    const o = w.performance.timeOrigin - performance.timeOrigin;
+    const mark = (n) => { const e = w.performance.getEntriesByName(n)[0]; return e ? Math.round(o + e.startTime) : null; };
+    const bins = w.performance.getEntriesByType('resource').filter((e) => e.name.endsWith('.bin'));
+    return { frame: Math.round(o), files_from: bins.length ? Math.round(o + Math.min(...bins.map((e) => e.startTime))) : null,
+             files: mark('web:files'), scene_built: mark('web:scene'),
+             drawn: Math.round(o + Number(d.querySelector('#timeline').dataset.firstDraw)) }; }"""
+
+
+def first_draw_breakdown(pg) -> dict:
+    return pg.evaluate(_BREAKDOWN, PLAYER_IFRAME)
+
+
 PLAY_S = {1: 3.0, 2: 1.5, 4: 0.9}  # played seconds per speed: within a 120-step episode at 20 Hz
 
 
@@ -116,9 +154,13 @@ def player(b, code: Path) -> dict:
             srv.wait_healthy()
             got = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
             out["renderer"] = renderer(got["page"])
+            out["first_scene_breakdown_ms"] = first_draw_breakdown(got["page"])
             got["page"].context.close()
             out["first_scene_converted_s"] = got["value_s"]
-            out["same_scene_other_episode_s"] = _first_frame(b.browser, f"{srv.url}/detail?ep={same}")
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={same}", keep=True)
+            out["same_scene_other_episode_s"] = got["value_s"]
+            out["same_scene_breakdown_ms"] = first_draw_breakdown(got["page"])
+            got["page"].context.close()
             # the other scene's web scene to disk, as an earlier run leaves it (not timed)
             _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}")
         with dashboard_server(code, store, env) as srv:  # restarted: nothing in memory
@@ -127,9 +169,10 @@ def player(b, code: Path) -> dict:
             pg = got["page"]
             try:
                 out["never_opened_scene_on_disk_s"] = got["value_s"]
+                out["first_draw_breakdown_ms"] = first_draw_breakdown(pg)
                 requests = []
                 pg.on("request", lambda r: requests.append(r.url))
-                time.sleep(1.0)
+                out["settled_s"] = settle(pg, requests)
                 before = len(requests)
                 steps = pg.evaluate(STEP_JS, [PLAYER_IFRAME, 30])
                 time.sleep(1.0)  # the page's answer to the last key (one value after the keys stop)
@@ -142,7 +185,9 @@ def player(b, code: Path) -> dict:
     out["value_s"] = out["first_scene_converted_s"]
     out["includes"] = ("fresh servers with empty caches, no warm-up: navigation -> first picture drawn, for a scene "
                        "converted on the way, another episode of that scene (new session), and a scene on disk in a "
-                       "restarted server; 30 key steps timed in the page to readable pixels; playback at 1x/2x/4x")
+                       "restarted server (each with where its time went, ms since navigation); then, once that page "
+                       "has settled (tables drawn, no request for 1 s), 30 key steps timed in the page to readable "
+                       "pixels and the requests they made; playback at 1x/2x/4x")
     return out
 
 

@@ -216,11 +216,13 @@ async function openWeb(web, episode) {
       return r.arrayBuffer();
     });
     const [sceneBuf, posesBuf] = await Promise.all([S.sceneUrl === web.scene ? null : get(web.scene), get(web.poses)]);
+    performance.mark("web:files");  // for the benchmark's breakdown (benchmarks/dashboard_player.py)
     if (sceneBuf !== null) {
       if (S.sceneView) S.sceneView.renderer.dispose();
       S.sceneView = null;
       S.sceneView = await mod.openScene(glCanvas, marksCanvas, sceneBuf);
       S.sceneUrl = web.scene;
+      performance.mark("web:scene");
     }
     if (S.episode !== episode) return;  // another episode was chosen meanwhile
     S.ep = mod.openEpisode(S.sceneView, posesBuf, { onDraw: onDraw });
