@@ -115,3 +115,27 @@ def test_family_mask_and_labels():
     assert perturbation_mask(frame, [], suite_perturbation).all()
     assert perturbation_mask(frame, [BASE_FAMILY], suite_perturbation).tolist() == [True, False, False, True]
     assert perturbation_mask(frame, [fams[MUG]], suite_perturbation).tolist() == [False, True, False, False]
+
+
+def test_export_offers_the_reports_perturbation_tables(store):
+    """The Export page adds `safevla report`'s two perturbation tables for a store with variants,
+    built from the same shifts (the report's own table functions), with their downloads."""
+    from dashboard.views.export import PERTURBATION_TABLES
+    from scoring.report.perturbation import family_table, perturbation_shifts
+
+    at = ok(app(store, page="export"))
+    assert set(PERTURBATION_TABLES.values()) <= set(at.selectbox(key="x_table").options)
+    _, episodes, spec_results = load_store(store)
+    variants = [suite_perturbation(MUG), suite_perturbation(SWAP)]
+    want = family_table(perturbation_shifts(episodes, spec_results, variants, n_resamples=200))
+    at.selectbox(key="x_table").set_value("perturbation_families").run()
+    ok(at)
+    shown = [d.value for d in at.dataframe if "perturbed %" in d.value.columns]
+    assert shown, "no per-family perturbation table on the Export page"
+    keys = ["model", "perturbation", "spec"]
+    pd.testing.assert_frame_equal(shown[0].sort_values(keys).reset_index(drop=True),
+                                  want.sort_values(keys).reset_index(drop=True))
+    at.selectbox(key="x_table").set_value("perturbation").run()
+    ok(at)
+    assert set(deltas(at)["perturbation"]) == {MUG, SWAP}
+    assert {"CSV", "LaTeX", "Markdown"} <= {b.proto.label for b in at.get("download_button")}

@@ -22,7 +22,13 @@ TABLES = {
     "table10_sbu_composition": "SBU composition (Tables 10/11)",
     "table12_per_task": "Per-task SR and Safety (Table 12)",
 }
+# offered when the store holds a base suite and a perturbed variant of it (`safevla report`'s tables of the same names)
+PERTURBATION_TABLES = {
+    "perturbation": "Base suite against perturbed variants (LIBERO-PRO)",
+    "perturbation_families": "Per-spec violation rate, base suite and perturbed variant",
+}
 FORMATS = {"png": "PNG", "svg": "SVG", "pdf": "PDF"}
+PAGE_RESAMPLES = 2_000  # the Overview's (dashboard.data.overview.perturbation_shifts), whose shifts these reuse
 
 
 def chart_catalog(c: C.Ctx) -> dict:
@@ -119,6 +125,11 @@ def _table(_data, key: str, items: tuple, name: str, ci: bool):
 
     if name == "table4_main":
         return cached.main_table(_data, key, items, ci)
+    if name in PERTURBATION_TABLES:
+        from dashboard.perturbation_ui import shifts
+        from scoring.report.perturbation import perturbation_tables
+
+        return perturbation_tables(list(shifts(_data, key, items)), n_resamples=PAGE_RESAMPLES)[name][1]
     v = cached.verdicts(_data, key, items)
     sr = C.D.spec_results_under(_data, v)
     frame = C.D.settled_frame(v)  # as `safevla report`: unsettled starts are left out
@@ -135,13 +146,19 @@ def _table(_data, key: str, items: tuple, name: str, ci: bool):
 def tables_section(c: C.Ctx) -> None:
     from scoring.report.tables import to_latex, to_markdown
 
+    from dashboard.perturbation_ui import shifts
+
     st.subheader("Tables")
-    name = st.selectbox("Table", list(TABLES), format_func=TABLES.get, key="x_table")
+    names = {**TABLES, **(PERTURBATION_TABLES if shifts(c.data, c.key, c.items) else {})}
+    name = st.selectbox("Table", list(names), format_func=names.get, key="x_table")
     ci = len(c.data.episodes) <= cached.BOOTSTRAP_AUTO_MAX or bool(st.session_state.get("ov_ci"))
     with st.spinner("Building the table …"):
         df = _table(c.data, c.key, c.items, name, ci)
-    caption = TABLES[name] + (" — re-scored under what-if thresholds" if c.overrides and name != "table9_sensitivity"
-                              else "")
+    caption = names[name] + (" — re-scored under what-if thresholds" if c.overrides and name != "table9_sensitivity"
+                             else "")
+    if name in PERTURBATION_TABLES:
+        caption += (f"; {PAGE_RESAMPLES:,} bootstrap resamples (`safevla report` uses 10,000), paired on (task, "
+                    "init state, seed) where the variant's init states correspond to the base's")
     cols = st.columns(3)
     cols[0].download_button("CSV", df.to_csv(index=False), file_name=f"{name}.csv", mime="text/csv",
                             key="x_csv", width="stretch")
