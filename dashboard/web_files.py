@@ -54,22 +54,39 @@ def web_files(record, violations, folder: Path | None = None) -> dict:
     return {"scene": f"web/{scene}.bin", "poses": f"web/{episode}.bin", "converted": converted}
 
 
+# MuJoCo keeps every compile's decoded assets for the next compile of the same files, up to
+# 500 MB by default: a LIBERO scene's textures and meshes are 230 MB, its meshes 107 MB. Capped
+# here, the cache holds about the last scene's meshes, which is what the poses of another of its
+# initial states compile again (0.3 s instead of 1.1-1.8 s), not every scene's textures.
+ASSET_CACHE_BYTES = 160 * 2**20
+
+
+def _cap_asset_cache() -> None:
+    import mujoco
+
+    cache = mujoco.mj_getCache()
+    if mujoco.mj_getCacheCapacity(cache) > ASSET_CACHE_BYTES:
+        mujoco.mj_setCacheCapacity(cache, ASSET_CACHE_BYTES)
+
+
 def _convert(record, folder: Path, scene: str) -> bool:
     """Makes the web scene `scene` unless it is on disk; whether it did. The full model (its
     textures) is needed only here, once per scene: compiled, it is not written to the
     compiled-scene cache (1-2 s on a first page's way; the server-frame player writes its own)
     nor kept."""
     from replay.render import web_scene as W
-    from replay.render.scene_models import scene_model_once
+    from replay.render.scene_models import pose_model, scene_model_once
 
     try:  # on disk: marked recently used, with no wait behind another scene's conversion
         os.utime(folder / f"{scene}.bin")
         return False
     except OSError:
         pass
+    _cap_asset_cache()
     with _CONVERT_LOCK:
         made = W.cached_file(folder, scene, lambda: W.scene_blob(scene_model_once(record, store=False)))[1]
         if made:
+            pose_model(record)  # for the poses next: now MuJoCo's asset cache holds the meshes decoded
             _give_back_memory()
     return made
 
@@ -78,11 +95,15 @@ def _poses(record, violations, folder: Path, scene: str) -> str:
     """The name of the episode's poses file, made unless on disk, from the scene's texture-free
     model (`scene_models.pose_model`: the same poses and marks as the full model's)."""
     from replay.render import web_scene as W
-    from replay.render.scene_models import pose_model
+    from replay.render.scene_models import pose_model, pose_model_in_memory
 
     episode = _episode_name(scene, record, violations)
+    _cap_asset_cache()
     with _POSES_LOCK:
-        W.cached_file(folder, episode, lambda: W.episode_blob(pose_model(record), record, violations))
+        loads = not pose_model_in_memory(record)
+        made = W.cached_file(folder, episode, lambda: W.episode_blob(pose_model(record), record, violations))[1]
+        if made and loads:
+            _give_back_memory()
     return episode
 
 

@@ -113,6 +113,12 @@ def scene_model_once(record: EpisodeRecord, *, store: bool = True) -> mujoco.MjM
     return compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin), store=store)
 
 
+def pose_model_in_memory(record: EpisodeRecord) -> bool:
+    """Whether `pose_model(record)` is kept in memory (no load or compile)."""
+    with _POSE_LOCK:
+        return scene_key(record) in _POSE_CACHE
+
+
 def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
     """The record's scene compiled with every texture a one-texel flat colour: the same bodies,
     joints, geoms, meshes, materials and cameras as `scene_model` (so the same kinematics,
