@@ -93,7 +93,7 @@ def test_sources_that_allow_nothing(scored, source, why):
 def test_a_file_source_allows_that_file_only(scored):
     """A record file named as the archive allows itself, not the folder it is in."""
     store, archive, _ = scored
-    roots = store_roots(store, {"sources": ["../arch/ep_000000.npz"]}, [archive])
+    roots = store_roots(store, {"sources": ["../arch/ep_000000.npz"]}, [archive / "ep_000000.npz"])
     assert roots == (os.path.realpath(store), os.path.realpath(archive / "ep_000000.npz"))
     assert is_inside(archive / "ep_000000.npz", roots)
     assert not is_inside(archive / "ep_000001.npz", roots)
@@ -121,6 +121,12 @@ def test_a_source_outside_the_store_needs_the_user_to_name_it(scored, tmp_path):
     assert f"--archive {real(archive)}" in why_arch
     # naming the archive opens it, and it alone: /etc stays shut
     assert store_roots(store, {"sources": [climbing, "../arch"]}, [archive]) == (real(store), real(archive))
+    # naming the recording a scored suite folder belongs to opens it whole (its shared models/)
+    (archive / "suite").mkdir()
+    assert store_roots(store, {"sources": ["../arch/suite"]}, [archive]) == (
+        real(store), real(archive / "suite"), real(archive))
+    assert store_roots(store, {"sources": ["../arch/suite"]}, [archive / "suite"]) == (
+        real(store), real(archive / "suite"))
     # a folder inside the store needs no naming
     (store / "inner").mkdir()
     assert store_roots(store, {"sources": ["inner"]}) == (real(store), real(store / "inner"))
@@ -138,6 +144,36 @@ def test_a_source_outside_the_store_needs_the_user_to_name_it(scored, tmp_path):
         # the trajectory was opened and read: these synthetic records carry no scene to replay
         assert out.returncode == 2 and "outside the run store" not in out.stderr, out.stderr
         assert "has no replay state" in out.stderr, out.stderr
+
+
+def test_a_model_beside_the_named_suite_says_which_folder_to_name(tmp_path):
+    """A suite folder scored alone whose records share their recording's models/ (the layout
+    `safevla rollout` writes): naming the suite leaves the model outside, and the refusal names
+    the folder that holds both; naming that folder opens them."""
+    import dataclasses
+
+    from scoring.records.io import save_record
+    from scoring.records.synthetic import make_record
+
+    rec = make_record(__import__("numpy").random.default_rng(1), episode_id="libero-spatial/task_0/p/ep_0",
+                      n_steps=20, contacts_per_step=1, with_replay=True)
+    rec = dataclasses.replace(rec, replay=dataclasses.replace(rec.replay, mjcf="../models/scene.xml"))
+    (tmp_path / "rec" / "models").mkdir(parents=True)
+    (tmp_path / "rec" / "models" / "scene.xml").write_text("<mujoco/>")
+    save_record(rec, tmp_path / "rec" / "suite" / "ep_0.npz")
+    score_archive([tmp_path / "rec" / "suite"], tmp_path / "store", progress=False)
+
+    def replay_named(*archives):
+        named = [x for a in archives for x in ("--archive", str(a))]
+        return subprocess.run([sys.executable, "-m", "scoring.cli", "replay", str(tmp_path / "store"), rec.episode_id,
+                               "--out", str(tmp_path / "c.gif"), *named], capture_output=True, text=True,
+                              env={**os.environ, "MUJOCO_GL": "egl"})
+    out = replay_named(tmp_path / "rec" / "suite")
+    line, = out.stderr.splitlines()
+    assert out.returncode == 2 and "replay.mjcf" in line, line
+    assert f"if that folder is yours, name it: --archive {os.path.realpath(tmp_path / 'rec')}" in line, line
+    out = replay_named(tmp_path / "rec")  # the model is opened (an empty scene, replayed as such)
+    assert out.returncode == 0 and (tmp_path / "c.gif").stat().st_size > 0, out.stderr
 
 
 def test_score_says_which_archive_to_name(tmp_path):

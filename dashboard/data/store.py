@@ -19,7 +19,7 @@ from scoring.errors import SafeVLAError
 from scoring.evaluate.whatif import WhatIf
 from scoring.registry.lookup import Registry, load_registry
 from scoring.stats.metrics import outcome_class
-from scoring.store.paths import ignored_sources, is_inside, store_roots
+from scoring.store.paths import folder_to_name, ignored_sources, is_inside, store_roots
 from scoring.store.write import load_store
 
 
@@ -149,8 +149,10 @@ def check_mjcf_path(data: StoreData, rec) -> None:
     from scoring.records.io import resolve_mjcf
     mjcf = resolve_mjcf(rec)
     if not is_inside(mjcf, data.roots):
+        both = folder_to_name(mjcf, rec.source) if rec.source else ""
+        hint = f"; if {both} is yours, start the dashboard with --archive {both}" if both else ""
         raise StoreProblem(f"episode {rec.episode_id!r}: replay.mjcf points to {mjcf!r}, outside the run store and "
-                           "its archive; refused (a record may only name model files of its own archive)")
+                           f"its archive; refused (a record may only name model files of its own archive{hint})")
 
 
 def _trajectory_file(store: str, rel) -> Path | None:

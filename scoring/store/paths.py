@@ -16,7 +16,9 @@ paths written into data, so a crafted or broken store could name any file
   --out STORE` writes) is followed only into a folder the user named where they read:
   `--archive DIR` of `safevla replay`, `figure` and `dashboard`, or $SAFEVLA_ARCHIVES
   (os.pathsep-separated). The bundled demo's archive is named by the package itself. A
-  store cannot name a folder of your disk for you: `../../../../etc` allows nothing.
+  store cannot name a folder of your disk for you: `../../../../etc` allows nothing. A named
+  folder that holds one of the store's sources is open whole (a suite folder scored alone
+  shares its recording's `models/` with its siblings).
 
 `ignored_sources` says which sources were left out and why.
 
@@ -101,7 +103,15 @@ def store_roots(store: str | os.PathLike, manifest: Mapping | None,
         root, _ = source_root(real, source, named)
         if root is not None and root not in roots:
             roots.append(root)
+    # a named archive that holds one of the sources is open whole: the scene models a recording
+    # shares (ARCHIVE/models/) sit beside the suite folder that was scored
+    roots += [n for n in named if n not in roots and is_inside_any(roots[1:], n)]
     return tuple(roots)
+
+
+def is_inside_any(paths: Iterable[str], root: str) -> bool:
+    """Any of the resolved `paths` is `root` or lies below it."""
+    return any(is_inside(p, (root,)) for p in paths)
 
 
 def ignored_sources(store: str | os.PathLike, manifest: Mapping | None,
@@ -131,14 +141,24 @@ def is_inside(path: str | os.PathLike, roots: Iterable[str]) -> bool:
     return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
 
+def folder_to_name(path: str | os.PathLike, beside: str | os.PathLike) -> str:
+    """The folder holding both `path` and `beside` (a record's scene model and the record), as
+    the `--archive` to suggest when the model lies outside what was named; "" for the root."""
+    common = os.path.commonpath([os.path.realpath(path), os.path.realpath(beside)])
+    return "" if common == os.path.dirname(common) else common
+
+
 def confined(path: str | os.PathLike, roots: tuple[str, ...], *, what: str, file: str | None = None,
              episode: str | None = None, field: str | None = None, ignored: Iterable[str] = ()) -> Path:
     """`path` if it lies inside `roots`; otherwise a RecordError saying it was refused and why.
 
-    `ignored`: `ignored_sources` of the store, named in the message when there are any."""
+    `ignored`: `ignored_sources` of the store, named in the message when there are any. For a
+    record's model (`file` is the record), the folder holding both is suggested as `--archive`."""
     if is_inside(path, roots):
         return Path(path)
     note = "; ".join(ignored)
     note = f"; the manifest's sources that allow nothing: {note}" if note else ""
+    both = folder_to_name(path, file) if file and field == "replay.mjcf" else ""
+    note += f"; if that folder is yours, name it: --archive {both}" if both else ""
     raise RecordError(f"{what} {str(path)!r} is outside the run store and its archive; refused (a store may only "
                       f"point at its own files: {', '.join(roots)}{note})", file=file, episode=episode, field=field)
