@@ -276,20 +276,22 @@ def _views(model: mujoco.MjModel, record) -> list[int]:
     return [i for i in dict.fromkeys((agent, wrist)) if i is not None]
 
 
-def _overlay(model, d, hl: SceneHighlighter, active: Sequence[Violation], step: int) -> dict:
-    """What a `Replayer` frame of `step` marks, from `SceneHighlighter.decorate` on a real scene:
-    the tinted geoms, the contact discs and each violation's arrow with its magnitude."""
+def _overlay(model, d, hl: SceneHighlighter, active: Sequence[Violation], step: int, scn: mujoco.MjvScene) -> dict:
+    """What a `Replayer` frame of `step` marks, from `SceneHighlighter.decorate` on a real scene
+    (`scn`, reused across steps): the tinted geoms, the contact discs and each violation's arrow
+    with its magnitude."""
     from replay.render.violation import format_quantity
 
     cam = mujoco.MjvCamera()
     mujoco.mjv_defaultFreeCamera(model, cam)
     opt, cat = replay_option(model), mujoco.mjtCatBit.mjCAT_ALL.value
-    scn = mujoco.MjvScene(model, maxgeom=10000)
     mujoco.mjv_updateScene(model, d, opt, None, cam, cat, scn)
     n0 = scn.ngeom
     hl.decorate(scn, d, active, step=step)
-    tint = sorted({int(scn.geoms[i].objid) for i in range(n0)
-                   if scn.geoms[i].objtype == _GEOM and np.allclose(scn.geoms[i].rgba, TINT_RGBA)})
+    drawn = [scn.geoms[i] for i in range(n0)]
+    rgba = np.array([g.rgba for g in drawn]).reshape(-1, 4)
+    tinted = np.isclose(rgba, TINT_RGBA).all(axis=1)  # np.allclose's tolerances, per geom
+    tint = sorted({int(g.objid) for g, hit in zip(drawn, tinted) if hit and g.objtype == _GEOM})
     discs = [{"pos": scn.geoms[i].pos.tolist(), "mat": scn.geoms[i].mat.reshape(9).tolist(),
               "size": scn.geoms[i].size[:2].tolist(), "rgba": scn.geoms[i].rgba.tolist()} for i in range(n0, scn.ngeom)]
     arrows = []
@@ -330,10 +332,11 @@ def episode_blob(model: mujoco.MjModel, record, violations: Sequence[Violation] 
     hl = SceneHighlighter(m, record)
     marks, orbit = {}, None
     steps = sorted({s for v in violations for s in range(v.step - window, v.step + window + 1) if 0 <= s < n})
+    scn = mujoco.MjvScene(m, maxgeom=10000) if steps else None
     for s in steps:
         active = [v for v in violations if abs(s - v.step) <= window]
         apply_state(m, d, r, s)
-        marks[str(s)] = _overlay(m, d, hl, active, s)
+        marks[str(s)] = _overlay(m, d, hl, active, s, scn)
     if violations and violations[0].step < n:
         v = violations[0]
         apply_state(m, d, r, v.step)
