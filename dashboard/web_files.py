@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import streamlit as st
@@ -75,18 +76,26 @@ def _convert(record, folder: Path, scene: str) -> bool:
     compiled-scene cache (1-2 s on a first page's way; the server-frame player writes its own)
     nor kept."""
     from replay.render import web_scene as W
-    from replay.render.scene_models import pose_model, scene_model_once
+    from replay.render.scene_models import pose_model, web_model
 
     try:  # on disk: marked recently used, with no wait behind another scene's conversion
         os.utime(folder / f"{scene}.bin")
         return False
     except OSError:
         pass
+    def make() -> bytes:
+        # the pose model (the poses' next) compiles beside the textures' decoding, so its meshes
+        # are in MuJoCo's asset cache by the time the scene itself compiles
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-pose-model") as pool:
+            meshes = pool.submit(pose_model, record)
+            blob = W.scene_blob(web_model(record, W.WEB_TEXTURE_PX))
+            meshes.result()
+        return blob
+
     _cap_asset_cache()
     with _CONVERT_LOCK:
-        made = W.cached_file(folder, scene, lambda: W.scene_blob(scene_model_once(record, store=False)))[1]
+        made = W.cached_file(folder, scene, make)[1]
         if made:
-            pose_model(record)  # for the poses next: now MuJoCo's asset cache holds the meshes decoded
             _give_back_memory()
     return made
 

@@ -113,6 +113,57 @@ def scene_model_once(record: EpisodeRecord, *, store: bool = True) -> mujoco.MjM
     return compile_cached(resolved, str(base) + os.sep, lambda: _compile(resolved, base, origin), store=store)
 
 
+def web_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel:
+    """The record's scene as a one-off conversion to `max_px` textures needs it: the compiled
+    model from memory or the disk cache when there, else compiled with each 2-D PNG texture
+    decoded by Pillow beside the others and shrunk as an upload to `max_px` shrinks it
+    (`render_assets.texture_as_uploaded`: the same texels), not decoded whole by MuJoCo one
+    after another (1.2 s of a LIBERO scene's 2 s compile). Not kept, not stored; errors as
+    for `scene_model`."""
+    key = scene_key(record)
+    model = _MODEL_CACHE.get(key)
+    if model is not None:
+        return model
+    resolved, base, origin = _resolved_scene(key)
+    return load_cached(resolved, str(base) + os.sep) or _compile(resolved, base, origin, textures_px=int(max_px))
+
+
+def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
+    """(width, height, RGB texels) of the PNG at `path` as MuJoCo decodes it (rows top first,
+    three channels) and `texture_as_uploaded` shrinks it."""
+    from PIL import Image
+
+    from replay.render.render_assets import shrunk_texels
+
+    with Image.open(path) as im:
+        img = np.asarray(im.convert("RGB"))
+    h, w = img.shape[:2]
+    if max(w, h) <= max_px:
+        return w, h, img.tobytes()
+    scale = max_px / max(w, h)
+    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
+    return sw, sh, shrunk_texels(img.reshape(1, h, w, 3), (sw, sh)).tobytes()
+
+
+def _shrink_textures_in(spec: mujoco.MjSpec, base: Path, max_px: int) -> None:
+    """Gives `spec`'s plain 2-D PNG textures (three channels, no flip) as shrunk data
+    (`_decoded_shrunk`, on two threads: Pillow decodes without the GIL); the rest stays
+    MuJoCo's to load."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    plain = [t for t in spec.textures if t.file.lower().endswith(".png") and not t.content_type
+             and int(t.type) == int(mujoco.mjtTexture.mjTEXTURE_2D) and t.nchannel == 3 and not (t.hflip or t.vflip)
+             and int(t.builtin) == int(mujoco.mjtBuiltin.mjBUILTIN_NONE)]
+    paths = [t.file if os.path.isabs(t.file) else str(base / t.file) for t in plain]
+    if not all(os.path.isfile(p) for p in paths):
+        return  # MuJoCo says which file is missing
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="safevla-texture") as pool:
+        for t, (w, h, data) in zip(plain, pool.map(lambda p: _decoded_shrunk(p, max_px), paths)):
+            t.file = ""
+            t.width, t.height = w, h
+            t.data = data
+
+
 def pose_model_in_memory(record: EpisodeRecord) -> bool:
     """Whether `pose_model(record)` is kept in memory (no load or compile)."""
     with _POSE_LOCK:
@@ -206,7 +257,8 @@ def cameras(record: EpisodeRecord) -> tuple[str, ...]:
     return (*first, *(c for c in names if c not in first), FREE, FREE_VIOLATION)
 
 
-def _compile(resolved: str, base: Path, origin: str, *, flat_textures: bool = False) -> mujoco.MjModel:
+def _compile(resolved: str, base: Path, origin: str, *, flat_textures: bool = False,
+             textures_px: int | None = None) -> mujoco.MjModel:
     try:
         spec = mujoco.MjSpec.from_string(resolved)
     except (ValueError, mujoco.FatalError) as exc:
@@ -218,6 +270,8 @@ def _compile(resolved: str, base: Path, origin: str, *, flat_textures: bool = Fa
             t.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
             t.width = t.height = 1
             t.gridsize, t.hflip, t.vflip = [1, 1], False, False
+    elif textures_px:
+        _shrink_textures_in(spec, base, textures_px)
     try:
         return spec.compile()
     except (ValueError, mujoco.FatalError) as exc:
