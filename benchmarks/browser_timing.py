@@ -44,12 +44,16 @@ _OBSERVER = """
     let seen = 0;
     for (const r of records) {
       if (r.type === 'attributes' && r.attributeName === 'data-test-script-state') {
+        // the value before this change too: a run that started and ended within one batch of
+        // records reads "notRunning" twice from the element, but its end's old value is "running"
+        if (r.oldValue === 'running') sv.runs.push([now, 'running']);
         sv.runs.push([now, r.target.getAttribute('data-test-script-state')]);
       }
       if (inCanvas(r.target)) sv.unseen += 1; else seen += 1;
     }
     if (seen) { sv.last = now; sv.mutations += seen; }
-  }).observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+  }).observe(document, {subtree: true, childList: true, attributes: true, attributeOldValue: true,
+                        characterData: true});
   watch();
   // What is painted on a canvas changes no DOM: every 2D draw call stamps its time (the data
   // grid and the charts draw on canvases).
@@ -183,19 +187,22 @@ def now_ms(pg) -> float:
 
 
 def wait_drawn(pg, *, since_ms: float, expect: dict[str, int] | None = None, timeout: float = 180.0,
-               need_run: bool = True) -> dict:
+               need_run: bool = True, need_change: bool = False) -> dict:
     """Waits for "fully drawn" after `since_ms` (page time); returns the probe with `drawn_ms`.
 
     `expect`: CSS selector -> least count that must be present. `need_run`: a script run
     must have started after `since_ms` (an interaction), else the first idle state counts
-    (a page load).
+    (a page load). `need_change`: instead of a run seen, the page changed after `since_ms`
+    (a page switch whose run was too quick for the frontend to show it running: the
+    element's script state then never leaves "notRunning").
     """
     expect = expect or {}
     sels = list(expect)
     deadline = time.monotonic() + timeout
     while True:
         p = probe(pg, sels)
-        ran = any(t >= since_ms and s == "running" for t, s in p["runs"]) or not need_run
+        ran = (any(t >= since_ms and s == "running" for t, s in p["runs"]) or not need_run
+               or (need_change and p["last"] >= since_ms))
         present = all(c >= expect[s] for s, c in zip(sels, p["counts"]))
         if p["exception"]:
             raise NotDrawn(f"the page shows an exception: {pg.locator('[data-testid=stException]').first.inner_text()[:300]}")

@@ -9,6 +9,7 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from browser_timing import Server, dashboard_entry, now_ms, received, wait_drawn
 
@@ -105,10 +106,16 @@ def open_drawn(browser, url: str, expect: dict) -> tuple[object, float]:
 
 
 def sidebar_click(pg, title: str, expect: dict) -> float:
+    """A sidebar page link clicked -> that page drawn (seconds): its URL reached and the page
+    changed after the click (a run seen, or DOM changes when the run was too quick to show)."""
     link = pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True)
+    href = link.get_attribute("href")
     t0 = now_ms(pg)
     link.click()
-    return secs(wait_drawn(pg, since_ms=t0, expect=expect)["drawn_ms"] - t0)
+    if href:
+        path = urlsplit(href).path.rstrip("/")
+        pg.wait_for_url(lambda url: urlsplit(url).path.rstrip("/") == path, timeout=180_000)
+    return secs(wait_drawn(pg, since_ms=t0, expect=expect, need_change=True)["drawn_ms"] - t0)
 
 
 def slider_step(pg, label: str, key: str = "ArrowRight", sent: list | None = None, pid: int | None = None) -> float:
