@@ -1,14 +1,14 @@
-"""A linked episode's scene, opened from the page request: the ASGI middleware of
+"""A linked episode's replay, readied from the page request: the ASGI middleware of
 dashboard/server.py.
 
 A page's script runs only once the browser has fetched and started Streamlit's frontend (about
-150 script files on a first visit, 0.4-1.3 s on a busy 2-core machine) and connected. Until
-then the server knew nothing of the episode, so the scene open (0.4-0.7 s for a scene whose
-textures a GL context holds already, 1-2 s for new ones) began only with the script
-(`cached.open_replay`). The page request (`GET /detail?ep=...`) reaches the server first:
-`OpenLinkedEpisode` hands the episode to `cached.open_episode_replay` on a worker thread, so
-the open overlaps the frontend's start, and the page's own `open_replay` then finds the
-replayer open (docs/benchmarks.md, 2026-11-26, 28dbf8d).
+150 script files on a first visit, 1.2-1.6 s on this 2-core machine) and connected. Until then
+the server knew nothing of the episode, so readying its replay (converting the scene's web
+scene, 2-4 s for a never-opened LIBERO scene; the episode's poses and violation marks) began
+only with the script (`cached.open_replay`). The page request (`GET /detail?ep=...`) reaches
+the server first: `OpenLinkedEpisode` hands the episode to `cached.open_episode_replay` on a
+worker thread, so that work overlaps the frontend's start, and the page's player then finds
+its files made or being made (docs/benchmarks.md, "The replay drawn in the browser").
 
 It acts only for a store the link may open (`stores.store_allowed`, the page's own check). On a
 server that has not loaded that store yet (a link opened first after a start), it loads it
