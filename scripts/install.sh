@@ -79,7 +79,8 @@ fi
 # The checkout's own modules, compiled once here as pip compiles site-packages: where
 # PYTHONDONTWRITEBYTECODE is set, Python never writes them, and every dashboard start of a fresh
 # clone would compile ~150 modules from source (docs/benchmarks.md, "Compiled bytecode").
-.venv/bin/python -m compileall -q -j 0 scoring replay dashboard >/dev/null
+.venv/bin/python -m compileall -q -j 0 scoring replay dashboard >/dev/null \
+  || echo "scripts/install.sh: warning: could not compile the checkout's modules (a first start compiles them)" >&2
 if [ -n "$lerobot_env" ]; then
   if ! wait "$lerobot_env"; then
     echo "scripts/install.sh: installing the LeRobot environment .venv-lerobot failed (see pip's output above)" >&2
