@@ -65,6 +65,16 @@ def start_dashboard(store: Path, port: int, *, cwd: Path | None = None) -> subpr
     raise RuntimeError("the dashboard did not answer within 120 s")
 
 
+def stop_dashboard(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Stops a `start_dashboard` server: SIGTERM (the server's own shutdown), then a kill if it
+    is still running after `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def settle(pg, extra: float = 0.8, timeout_ms: int = 120_000) -> None:
     time.sleep(extra)
     pg.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=timeout_ms)
@@ -198,11 +208,7 @@ def main(argv=None) -> int:
     try:
         report = take_screenshots(f"http://localhost:{port}", args.out, sbu_episode=worst_sbu_episode(args.store))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_dashboard(proc)
     report["seconds"] = round(time.monotonic() - t0, 1)
     print(json.dumps(report))
     return 0

@@ -5,7 +5,6 @@ button is hidden; the app's name sits above the navigation. Runs the docs screen
 script (scripts/dashboard_screenshots.py) and checks what it wrote."""
 
 import importlib.util
-import subprocess
 import time
 from pathlib import Path
 
@@ -44,11 +43,7 @@ def server(shots_mod, tmp_path_factory):
     try:
         yield f"http://localhost:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        shots_mod.stop_dashboard(proc)
 
 
 def test_offline_pages_make_no_outside_request_and_log_no_error(shots_mod, server, tmp_path):
