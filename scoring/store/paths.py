@@ -73,13 +73,9 @@ def source_root(store: str | os.PathLike, source, named: tuple[str, ...] = ()) -
     if why:
         return None, why
     path = os.path.realpath(os.path.join(store, source))
-    if os.path.isdir(path):
-        kind_ok = True
-    elif os.path.isfile(path):
-        kind_ok = os.path.splitext(source)[1] in RECORD_SUFFIXES
-    else:
+    if not os.path.exists(path):
         return None, f"{source!r:.80} does not exist"
-    if not kind_ok:
+    if not (os.path.isdir(path) or (os.path.isfile(path) and os.path.splitext(source)[1] in RECORD_SUFFIXES)):
         return None, f"{source!r:.80} is neither a directory nor a record file"
     if not is_inside(path, (os.path.realpath(store), *named)):
         return None, (f"{source!r:.80} lies outside the store, at {path}, a folder you did not name "
@@ -105,13 +101,8 @@ def store_roots(store: str | os.PathLike, manifest: Mapping | None,
             roots.append(root)
     # a named archive that holds one of the sources is open whole: the scene models a recording
     # shares (ARCHIVE/models/) sit beside the suite folder that was scored
-    roots += [n for n in named if n not in roots and is_inside_any(roots[1:], n)]
+    roots += [n for n in named if n not in roots and any(is_inside(r, (n,)) for r in roots[1:])]
     return tuple(roots)
-
-
-def is_inside_any(paths: Iterable[str], root: str) -> bool:
-    """Any of the resolved `paths` is `root` or lies below it."""
-    return any(is_inside(p, (root,)) for p in paths)
 
 
 def ignored_sources(store: str | os.PathLike, manifest: Mapping | None,
