@@ -3,7 +3,7 @@
     python benchmarks/bench_long_episode.py [--steps 1000000] [--work /tmp/safevla-long-episode]
 
 Builds a synthetic record of `--steps` control steps (one contact per step and the grasp's,
-one bystander; int32 contact steps, as a host writes for episodes past 32,767 steps), scores it
+one bystander), scores it
 into a store that holds it, then opens the detail page at the last steps and at the middle.
 Prints one JSON line: seconds to build and score, each page run's seconds, whether it raised
 or showed an error, and the process's peak resident memory. The first run includes the page's
@@ -14,7 +14,6 @@ Script time, not a browser's: the chart's drawing in the page is not included.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import resource
@@ -28,15 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def long_record(n_steps: int):
-    """`scoring.records.synthetic.make_record` with contact steps stored as int32 (its int16
-    holds 32,767 steps at most)."""
-    import scoring.records.synthetic as synthetic
+    """A synthetic record of `n_steps` steps (`scoring.records.synthetic.make_record`)."""
+    from scoring.records.synthetic import make_record
 
-    source = inspect.getsource(synthetic.make_record).replace("np.int16", "np.int32")
-    namespace = dict(vars(synthetic))
-    exec(source, namespace)  # noqa: S102 - the project's own function, one dtype changed
-    return namespace["make_record"](np.random.default_rng(3), episode_id="libero-spatial/task_0/policy-a/ep_long",
-                                    n_steps=n_steps, contacts_per_step=1, n_bystanders=1, severity=1.0)
+    return make_record(np.random.default_rng(3), episode_id="libero-spatial/task_0/policy-a/ep_long",
+                       n_steps=n_steps, contacts_per_step=1, n_bystanders=1, severity=1.0)
 
 
 def main() -> int:

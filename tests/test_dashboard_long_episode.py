@@ -13,7 +13,7 @@ from dashboard.data.detail import CHART_POINTS, minmax_steps, robustness_traces
 from scoring.records.synthetic import make_record
 from scoring.registry.lookup import load_registry
 
-N_STEPS = 30_000  # 15 x CHART_POINTS (the synthetic record stores contact steps as int16)
+N_STEPS = 30_000  # 15 x CHART_POINTS
 SPIKE = 21_113  # one step of joint torque far over its limit, inside a bucket
 
 

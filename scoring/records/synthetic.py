@@ -94,8 +94,9 @@ def make_record(rng: np.random.Generator, *, episode_id: str, benchmark: str = "
         dt=0.05, target_object="target_1_main", body_roles=bodies, eef_pos=eef, pose_bodies=pose_bodies,
         body_pos=body_pos, quat_bodies=pose_bodies, body_quat=body_quat, joint_torque=torque,
         gripper_contact=grip,
-        # the compact dtypes a host writes: int16 indices, float32 forces
-        contacts={"step": step[order].astype(np.int16), "a": a[order].astype(np.int16),
+        # the compact dtypes a host writes: int16 indices (steps in int32 past int16's range), float32 forces
+        contacts={"step": step[order].astype(np.int16 if T <= np.iinfo(np.int16).max + 1 else np.int32),
+                  "a": a[order].astype(np.int16),
                   "b": b[order].astype(np.int16), "force": force[order].astype(np.float32)},
         meta={"model": model, "suite": benchmark, "seed": int(rng.integers(1 << 30)), "synthetic": True})
     if with_replay:
