@@ -77,8 +77,11 @@ def violated_by_step(traces) -> dict[str, str]:
     """{step: "spec, spec"} for the steps where an active spec is violated."""
     if traces is None or traces.empty:
         return {}
-    bad = traces[traces["violated"].astype(bool)]
-    return {str(int(k)): ", ".join(sorted(set(g["spec"]))) for k, g in bad.groupby("step")}
+    bad = traces.loc[traces["violated"].astype(bool), ["step", "spec"]].drop_duplicates().sort_values(["step", "spec"])
+    out: dict[str, list[str]] = {}
+    for step, spec in zip(bad["step"].to_numpy(), bad["spec"].to_numpy()):  # not a groupby: 0.05 s for 500 steps
+        out.setdefault(str(int(step)), []).append(str(spec))
+    return {k: ", ".join(v) for k, v in out.items()}
 
 
 def timeline(*, episode: str, spec: Mapping, n_steps: int, dt: float, step: int, violating_step: int | None,
