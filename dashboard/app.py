@@ -26,6 +26,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import streamlit as st  # noqa: E402
 from streamlit import config as st_config  # noqa: E402
 
+from dashboard import ahead  # noqa: E402
 from dashboard import cached  # noqa: E402
 from dashboard import common as C  # noqa: E402
 from dashboard import links as L  # noqa: E402
@@ -151,14 +152,16 @@ def run() -> None:
     (how the benchmark's browser timings are broken down; docs/benchmarks.md)."""
     folder = os.environ.get("SAFEVLA_PROFILE")
     if not folder:
-        main()
+        with ahead.page_running():
+            main()
         return
     import cProfile
 
     prof = cProfile.Profile()
     prof.enable()
     try:
-        main()
+        with ahead.page_running():
+            main()
     finally:
         prof.disable()
         page = (st.session_state.get("_timings") or [("run", 0)])[-1][0]

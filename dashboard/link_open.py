@@ -24,6 +24,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
+from dashboard import ahead
+
 DETAIL = "detail"  # the detail page's url_path (dashboard/app.py)
 _OPENER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-link-open")
 
@@ -107,12 +109,15 @@ def _open_quietly(eid: str, store: str | None) -> None:
 
 class OpenLinkedEpisode:
     """ASGI middleware: a GET of a detail page queues its episode's scene open (on a worker
-    thread, never in the event loop), then passes the request on."""
+    thread, never in the event loop), then passes the request on. Every HTTP request also
+    tells `dashboard.ahead` that the server is not quiet."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            ahead.request_seen()  # work ahead of the user waits while a browser loads a page
         if scope["type"] == "http" and scope.get("method") == "GET":
             linked = linked_episode(scope.get("path", ""), scope.get("query_string", b"").decode("latin-1"))
             if linked is not None:

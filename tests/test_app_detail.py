@@ -88,8 +88,10 @@ def test_detail_previous_and_next_walk_the_pickers_list(store, tables):
     assert at.selectbox(key="w.ep").value == listed[0]  # the first episode has no previous one
     at.session_state[TIMELINE_KEY] = {"step": 3, "seq": "k:2", "event": "next",
                                       "episode": f"{at.session_state['_timeline_tag']}{MODE_SEP}margin"}
+    runs = len(at.session_state["_timings"])
     ok(at.run())
     assert at.selectbox(key="w.ep").value == listed[1] and qp(at, "ep") == [listed[1]]
+    assert len(at.session_state["_timings"]) == runs + 1  # in the run that heard it, not a second one
     want = steps[listed[1]]
     assert at.slider(key="w.step").value == (0 if pd.isna(want) else int(want))
     ok(at.run())  # the same value again: handled already

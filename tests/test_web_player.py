@@ -185,3 +185,34 @@ def test_detail_page_draws_a_webgl_canvas_and_steps_without_fetching_frames(dash
     assert timeline_attr(pg, "data-frames") == "0"  # no server frame reached the player
     assert "WebGL" in pg.evaluate("(sel) => document.querySelector(sel).contentDocument.querySelector('#renderer')"
                                   ".textContent", TIMELINE_IFRAME)
+
+
+def test_n_opens_the_next_episode_in_the_same_player_with_web_files_cached_for_good(dashboard, webgl_page):
+    """On the detail page, n in the player opens the next episode of the picker's list in the
+    same frame (no new iframe, no second page load), drawn with WebGL; the web scene and poses
+    files came unzipped with an immutable cache header (their names change with their content)."""
+    from dashboard_helpers import TIMELINE_IFRAME, timeline_attr, wait_timeline
+
+    pg = webgl_page
+    responses = []
+    pg.on("response", lambda r: responses.append(r) if r.url.endswith(".bin") else None)
+    pg.goto(f"{dashboard}/detail")
+    wait_timeline(pg, "r.dataset.renderer === 'webgl' && r.dataset.firstDraw !== undefined", timeout=90)
+    pg.get_by_text("Why each spec is active or inactive").wait_for(timeout=60_000)
+    ep_now = "() => new URL(location.href).searchParams.get('ep')"
+    picked = pg.evaluate(ep_now)
+    assert picked  # the page names its episode in its link
+    pg.evaluate("(s) => { window.__frame = document.querySelector(s); }", TIMELINE_IFRAME)
+    was, draws = timeline_attr(pg, "data-episode"), timeline_attr(pg, "data-draw-ms")
+    pg.evaluate("""(s) => { const d = document.querySelector(s).contentDocument;
+        d.dispatchEvent(new d.defaultView.KeyboardEvent('keydown', { key: 'n', bubbles: true })); }""", TIMELINE_IFRAME)
+    wait_timeline(pg, f"r.dataset.episode !== {was!r} && r.dataset.renderer === 'webgl'", timeout=90)
+    pg.wait_for_function(f"() => ({ep_now})() !== {picked!r}", timeout=60_000)  # the page's link names it
+    assert pg.evaluate("(s) => window.__frame === document.querySelector(s)", TIMELINE_IFRAME)  # the same player
+    assert draws is not None
+    bins = [r for r in responses if r.status == 200]
+    assert any("/web/scene-" in r.url for r in bins) and any("/web/ep-" in r.url for r in bins), responses
+    for r in bins:
+        headers = r.all_headers()
+        assert headers.get("cache-control") == "public, max-age=31536000, immutable", (r.url, headers)
+        assert "content-encoding" not in headers, (r.url, headers)

@@ -68,6 +68,8 @@ def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
             st.session_state["_auto_ep"] = cur
     if cur is not None and cur not in options:
         options.insert(0, cur)
+    if cur is not None:  # n / p in the player: its neighbour, in this run (no second run for it)
+        cur = _follow_player_key(c, options, cur)
     meta = c.v.frame.set_index("episode_id").loc[options, ["outcome", "vsi"]] if options else None
     labels = {} if meta is None else {eid: f"{eid}   ·   {o}   ·   VSI {v:.2f}"
                                       for eid, o, v in zip(meta.index, meta["outcome"], meta["vsi"])}
@@ -79,12 +81,9 @@ def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
     pick.selectbox(f"Episode ({len(options)} of the filtered episodes, Episodes-page order)", options, key=key,
                    format_func=labels.__getitem__, index=None, placeholder="choose an episode", on_change=_episode_changed,
                    args=(c,))
-    pos = options.index(cur) if cur in options else None
-    around: dict[str, str | None] = {}
-    for col, delta, icon, name in ((back, -1, ":material/chevron_left:", "previous"),
-                                   (ahead, +1, ":material/chevron_right:", "next")):
-        to = None if pos is None or not 0 <= pos + delta < len(options) else options[pos + delta]
-        around[name] = to
+    around = _neighbours(options, cur)
+    for col, icon, name in ((back, ":material/chevron_left:", "previous"), (ahead, ":material/chevron_right:", "next")):
+        to = around[name]
         col.button("", icon=icon, key=f"ep_{name}", disabled=to is None, on_click=_open_episode, args=(c, to),
                    help=f"the {name} episode in this list ({name[0]} in the player)" + (f": {to}" if to else ""),
                    width="stretch")
@@ -94,6 +93,30 @@ def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
         st.caption(":material/auto_awesome: No episode was chosen, so this is the worst SBU episode of the current "
                    "Episodes filters (highest VSI, ties broken by the deepest violation relative to its threshold).")
     return data.index_of(cur), around
+
+
+def _neighbours(options: list[str], cur: str | None) -> dict[str, str | None]:
+    """{"previous": id, "next": id} of `cur`'s neighbours in the picker's list (None at either end)."""
+    pos = options.index(cur) if cur in options else None
+    return {name: None if pos is None or not 0 <= pos + delta < len(options) else options[pos + delta]
+            for name, delta in (("previous", -1), ("next", +1))}
+
+
+def _follow_player_key(c: C.Ctx, options: list[str], cur: str) -> str:
+    """The episode to show: `cur`, or its neighbour when the player's newest value is an
+    unhandled n / p (its event "next" / "previous") of `cur`'s player; handled here, before the
+    picker is drawn, so the page shows the neighbour in this run."""
+    value = st.session_state.get(TIMELINE_KEY)
+    if not (isinstance(value, dict) and value.get("event") in ("next", "previous")):
+        return cur
+    i = c.data.index_of(cur)
+    value = timeline_value(value, episode_tag(c, i)) if i is not None else None
+    to = None if value is None else _neighbours(options, cur)[value["event"]]
+    if to is None:
+        return cur
+    _open_episode(c, to)
+    cached.open_replay(c, to)
+    return to
 
 
 def _episode_changed(c: C.Ctx) -> None:
@@ -224,9 +247,6 @@ def render() -> None:
     value = timeline_value(st.session_state.get(TIMELINE_KEY), episode_tag(c, i))
     if web_timeline.heard_no_webgl(value) or web_timeline.heard_drawn(value):  # no step moves
         value = None  # no WebGL: the server's frames from now on; drawn: the tables follow
-    if value is not None and around.get(value.get("event")) is not None:
-        _open_episode(c, around[value["event"]])
-        st.rerun()
     vstep = C.D.violating_frame(data, c.v, i)
     header(c, i, vstep)
     AN.editor_ui(c, str(data.episodes["episode_id"].iat[i]))
@@ -288,6 +308,8 @@ def render() -> None:
     if tables_wait:
         st.caption(":material/hourglass_top: The spec results and why each spec is active follow the first frame.")
         return
+    # after the first picture: n / p and ‹ › find their episodes ready
+    cached.open_neighbours(c, (around["next"], around["previous"]), "raw" if raw else "margin")
     st.subheader("Spec results")
     vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",),
                 formats={"robustness": "%.4g", "worst value": "%.4g", "worst step": "%d", "first violation": "%d"},

@@ -1,0 +1,76 @@
+"""Work done ahead of a user's next step, while nobody waits for the server: the detail page
+readies the episodes n / p and ‹ › open next (`dashboard.cached.open_neighbours`).
+
+Such work must not slow what a user waits for now. It runs on one thread of its own, at a
+lower CPU priority (Linux: `AHEAD_NICE`, inherited by the threads it starts), and each job
+starts only once the server has been quiet for `QUIET_S`: no page script running and no HTTP
+request (a page load, its files) for that long. A job that started runs to its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+AHEAD_NICE = 19  # CPU weight 15 against 1024: it takes what the browser and the pages leave
+QUIET_S = 2.0  # a user reading the page, not one whose next page is loading
+POLL_S = 0.1
+
+_lock = threading.Lock()
+_state = {"running": 0, "last": 0.0}
+
+
+def _lower_priority() -> None:
+    if sys.platform.startswith("linux"):  # PRIO_PROCESS with a thread id is a thread's own nice on Linux only
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AHEAD_NICE)
+        except OSError:  # not allowed here: it still waits for quiet
+            pass
+
+
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-ahead", initializer=_lower_priority)
+
+
+@contextlib.contextmanager
+def page_running():
+    """Around a page script's run (dashboard/app.py): no work ahead starts meanwhile."""
+    with _lock:
+        _state["running"] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["running"] -= 1
+            _state["last"] = time.monotonic()
+
+
+def request_seen() -> None:
+    """An HTTP request reached the server (dashboard/link_open.py's middleware)."""
+    with _lock:
+        _state["last"] = time.monotonic()
+
+
+def quiet(quiet_s: float = QUIET_S) -> bool:
+    """True when no page script runs and nothing was asked of the server for `quiet_s`."""
+    with _lock:
+        return _state["running"] == 0 and time.monotonic() - _state["last"] >= quiet_s
+
+
+def _when_quiet(fn, args):
+    while not quiet():
+        time.sleep(POLL_S)
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - a head start only: the page does the work itself and reports
+        logging.getLogger(__name__).debug("work ahead %r failed", fn, exc_info=True)
+        return None
+
+
+def submit(fn, *args) -> Future:
+    """Runs `fn(*args)` on the ahead thread once the server is quiet (errors are dropped)."""
+    return _WORKER.submit(_when_quiet, fn, args)

@@ -1,0 +1,102 @@
+"""Work ahead of the user (dashboard/ahead.py) waits until the server is quiet, runs at a low
+CPU priority, and the detail page's neighbours get their poses only where their web scene is
+converted (dashboard/web_files.py `poses_if_converted`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("streamlit")
+
+from dashboard import ahead  # noqa: E402
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    monkeypatch.setattr(ahead, "QUIET_S", 0.3)
+    monkeypatch.setattr(ahead, "POLL_S", 0.02)
+    ahead.request_seen()
+
+
+def test_work_ahead_waits_for_a_quiet_server_then_runs_at_low_priority(quick):
+    ran = []
+
+    def job(tag):
+        nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if sys.platform.startswith("linux") else None
+        ran.append((tag, time.monotonic(), nice))
+        return tag
+
+    with ahead.page_running():  # a page script runs: nothing starts
+        t0 = time.monotonic()
+        fut = ahead.submit(job, "a")
+        time.sleep(0.6)
+        assert not ran and not ahead.quiet()
+    ended = time.monotonic()
+    assert fut.result(timeout=10) == "a"
+    assert ran[0][1] - ended >= 0.3 - 0.02  # not before the quiet spell after the page's run
+    assert ran[0][1] - t0 >= 0.6
+    if sys.platform.startswith("linux"):
+        assert ran[0][2] == ahead.AHEAD_NICE
+    # a request resets the quiet spell; an error in a job is dropped, the next job runs
+    ahead.request_seen()
+    assert not ahead.quiet()
+    assert ahead.submit(lambda: 1 / 0).result(timeout=10) is None
+    assert ahead.submit(job, "b").result(timeout=10) == "b"
+
+
+@pytest.mark.render
+def test_a_neighbours_poses_are_made_ahead_only_where_its_scene_is_converted(tmp_path):
+    pytest.importorskip("mujoco")
+    from dashboard_helpers import build_store
+
+    from dashboard import web_files as WF
+    from scoring.records.io import load_record
+
+    import pandas as pd
+
+    store = build_store(tmp_path / "store", 2, renderable=True)
+    eps = pd.read_parquet(store / "episodes.parquet")
+    rec = load_record(store / eps["trajectory"].iat[0])
+    folder = tmp_path / "web"
+    assert WF.poses_if_converted(rec, (), folder) is False  # no web scene: nothing converted ahead
+    assert not folder.exists() or not list(folder.glob("*.bin"))
+    made = WF.web_files(rec, (), folder)  # the page converts the scene and makes its poses
+    (folder / made["poses"].split("/")[-1]).unlink()
+    assert WF.poses_if_converted(rec, (), folder) is True
+    assert (folder / made["poses"].split("/")[-1]).is_file()
+    assert sorted(p.name for p in folder.glob("scene-*.bin")) == [made["scene"].split("/")[-1]]
+
+
+def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched():
+    """`CachedWebFiles` in front of an ASGI app that gzips when asked and says "public": a web
+    scene or poses file comes back as the app sent it without gzip, with an immutable cache
+    header; any other path keeps its request and response headers."""
+    import asyncio
+
+    from dashboard.web_files import FOREVER, WEB_PATH, CachedWebFiles
+
+    async def inner(scope, receive, send):
+        gz = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"cache-control", b"public")] + ([(b"content-encoding", b"gzip")] if gz else [])})
+        await send({"type": "http.response.body", "body": b"x"})
+
+    def get(path):
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"accept-encoding", b"gzip, br")]}
+        asyncio.run(CachedWebFiles(inner)(scope, None, send))
+        return dict(sent[0]["headers"])
+
+    scene = get(f"/app{WEB_PATH}scene-0123456789abcdef01234567-f1.bin")
+    assert scene == {b"cache-control": FOREVER}
+    other = get("/component/dashboard.player.safevla_timeline/player.js")
+    assert other == {b"cache-control": b"public", b"content-encoding": b"gzip"}
