@@ -88,8 +88,12 @@ def server_env(code: Path) -> dict:
 
 def dashboard_server(code: Path, store: Path, env: dict | None = None) -> Server:
     """`streamlit run` of the checkout `code`'s dashboard (`dashboard_entry`) on `store`, with
-    `server_env(code)` and then `env`."""
-    return Server(dashboard_entry(code), store=store, cwd=code, env={**server_env(code), **(env or {})})
+    `server_env(code)` and then `env`. The demo store's trajectories lie in its sibling archive,
+    which a checkout opens only for its own bundled demo: it is named to the server
+    ($SAFEVLA_ARCHIVES), so a `--baseline` checkout replays this checkout's demo too."""
+    archive = Path(store).resolve().parent / "archive"
+    named = {"SAFEVLA_ARCHIVES": str(archive)} if archive.is_dir() else {}
+    return Server(dashboard_entry(code), store=store, cwd=code, env={**named, **server_env(code), **(env or {})})
 
 
 def summary(values_s: list[float]) -> dict:

@@ -10,6 +10,8 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   timed in the page until its pixels can be read back) with the requests they made, and
   playback at 1x, 2x and 4x (steps advanced per second against the recording's rate, pictures
   drawn per second).
+  Then, on the worst SBU episode's detail page, n six times (`next_in_page`): key to the next
+  episode's first picture, for an episode of a scene the page had drawn and of a new scene.
 - replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
@@ -124,6 +126,42 @@ def first_draw_breakdown(pg) -> dict:
     return pg.evaluate(_BREAKDOWN, PLAYER_IFRAME)
 
 
+# n in the player (the next episode of the picker's list, in the same page), timed in the page
+# from the key to that episode's first picture; whether its web scene was fetched on the way
+# (a scene the page had not drawn yet) or only its poses.
+NEXT_JS = """async (s) => { const f = document.querySelector(s), d = f.contentDocument, w = d.defaultView;
+  const r = d.querySelector('#timeline'), was = r.dataset.episode, seen = w.performance.getEntriesByType('resource').length;
+  const t0 = w.performance.now();
+  d.dispatchEvent(new w.KeyboardEvent('keydown', { key: 'n', bubbles: true }));
+  while (r.dataset.episode === was) await new Promise((ok) => w.setTimeout(ok, 5));
+  await new Promise((ok) => {  // the player's next draw sets data-draw-ms: the new episode's first picture
+    const mo = new w.MutationObserver(() => { mo.disconnect(); ok(); });
+    mo.observe(r, { attributes: true, attributeFilter: ['data-draw-ms'] });
+  });
+  const got = w.performance.getEntriesByType('resource').slice(seen).map((e) => e.name);
+  return { ms: w.performance.now() - t0, scene: got.some((u) => /\\/scene-[^/]*\\.bin$/.test(u)) }; }"""
+DWELL_S = 3.0  # between two n: the user watches the episode (work ahead of the user runs meanwhile)
+
+
+def next_in_page(b, url: str, n: int = 6) -> dict:
+    """A new session on the detail page `url`, then `n` presses of n, each after the page
+    settled and `DWELL_S` more: ms from the key to the next episode's first picture, split by
+    whether its scene was new to the page."""
+    got = _first_frame(b.browser, url, keep=True)
+    pg, requests, same, new = got["page"], [], [], []
+    pg.on("request", lambda r: requests.append(r.url))
+    try:
+        for _ in range(n):
+            settle(pg, requests)
+            time.sleep(DWELL_S)
+            step = pg.evaluate(NEXT_JS, PLAYER_IFRAME)
+            (new if step["scene"] else same).append(round(step["ms"]))
+    finally:
+        pg.context.close()
+    pick = lambda v: {"median_ms": round(statistics.median(v)), "all_ms": v} if v else None  # noqa: E731
+    return {"same_scene": pick(same), "new_scene": pick(new), "dwell_s": DWELL_S}
+
+
 PLAY_S = {1: 3.0, 2: 1.5, 4: 0.9}  # played seconds per speed: within a 120-step episode at 20 Hz
 
 
@@ -188,13 +226,17 @@ def player(b, code: Path) -> dict:
                 out["playback"] = [_play(pg, v) for v in (1, 2, 4)]
             finally:
                 pg.context.close()
+            # the worst SBU episode (its scene on disk), then n through the picker's list
+            out["next_in_page"] = next_in_page(b, f"{srv.url}/detail")
     out["value_s"] = out["first_scene_converted_s"]
     out["includes"] = ("fresh servers with empty caches, no warm-up: navigation -> first picture drawn, for a scene "
                        "converted on the way, another episode of that scene (a new tab of the same browser, then a "
                        "third in a new browser session), and a scene on disk in a "
                        "restarted server (each with where its time went, ms since navigation); then, once that page "
                        "has settled (tables drawn, no request for 1 s), 30 key steps timed in the page to readable "
-                       "pixels and the requests they made; playback at 1x/2x/4x")
+                       "pixels and the requests they made; playback at 1x/2x/4x; then, on the worst SBU episode's "
+                       "page, n six times, each after the page settled and 3 s of watching, key -> the next "
+                       "episode's first picture (same scene: its poses fetched; new scene: its web scene too)")
     return out
 
 
