@@ -130,7 +130,14 @@ def web_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel:
 
 def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
     """(width, height, RGB texels) of the PNG at `path` as MuJoCo decodes it (rows top first,
-    three channels) and `texture_as_uploaded` shrinks it."""
+    three channels) and `texture_as_uploaded` shrinks it; decoded once per file and size
+    (replay/render/texture_cache.py)."""
+    from replay.render.texture_cache import shrunk
+
+    return shrunk(path, max_px, _decode_shrink)
+
+
+def _decode_shrink(path: str, max_px: int) -> tuple[int, int, bytes]:
     from PIL import Image
 
     from replay.render.render_assets import shrunk_texels
