@@ -248,8 +248,13 @@ def render() -> None:
     if web_timeline.heard_no_webgl(value) or web_timeline.heard_drawn(value):  # no step moves
         value = None  # no WebGL: the server's frames from now on; drawn: the tables follow
     vstep = C.D.violating_frame(data, c.v, i)
-    header(c, i, vstep)
-    AN.editor_ui(c, str(data.episodes["episode_id"].iat[i]))
+    head = st.container()  # the header and the tag editor, drawn after the player: its data leaves first
+
+    def draw_head() -> None:
+        with head:
+            header(c, i, vstep)
+            AN.editor_ui(c, str(data.episodes["episode_id"].iat[i]))
+
     n_steps = int(c.v.frame["n_steps"].iat[i])
 
     # a seek, pause or key step in the timeline player moves the slider
@@ -274,6 +279,7 @@ def render() -> None:
     try:
         cached.episode_record(data, i)
     except C.TRAJECTORY_ERRORS as exc:  # missing, refused or unreadable: one line, no traceback
+        draw_head()
         st.error(C.trajectory_problem(exc), icon=":material/block:")
         vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",))
         explain(c, i)
@@ -301,6 +307,7 @@ def render() -> None:
     else:
         tables_wait = web_timeline.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw),
                                                   traces=tr, on_page=on_page)
+    draw_head()
     clip_panel(c, i, vstep, n_steps)
 
     # set here, not at the run's start: a run cut short by a rerun (n / p) leaves the browser's tables as they were
