@@ -4,7 +4,8 @@ readies the episodes n / p and ‹ › open next (`dashboard.cached.open_neighbo
 Such work must not slow what a user waits for now. It runs on one thread of its own, at a
 lower CPU priority (Linux: `AHEAD_NICE`, inherited by the threads it starts), and each job
 starts only once the server has been quiet for `QUIET_S`: no page script running and no HTTP
-request (a page load, its files) for that long. A job that started runs to its end.
+request (a page load, its files) for that long. A job that started runs to its end; jobs still
+queued when the process exits are dropped.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 AHEAD_NICE = 19  # CPU weight 15 against 1024: it takes what the browser and the pages leave
 QUIET_S = 2.0  # a user reading the page, not one whose next page is loading
@@ -33,7 +35,25 @@ def _lower_priority() -> None:
             pass
 
 
-_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-ahead", initializer=_lower_priority)
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_worker: list[threading.Thread] = []  # started with the first job
+
+
+def _work() -> None:
+    """The ahead thread: a daemon, so jobs still queued never hold the process at its exit
+    (they are head starts only)."""
+    _lower_priority()
+    while True:
+        fut, fn, args = _jobs.get()
+        while not quiet():
+            time.sleep(POLL_S)
+        if not fut.set_running_or_notify_cancel():
+            continue
+        try:
+            fut.set_result(fn(*args))
+        except Exception:  # noqa: BLE001 - a head start only: the page does the work itself and reports
+            logging.getLogger(__name__).debug("work ahead %r failed", fn, exc_info=True)
+            fut.set_result(None)
 
 
 @contextlib.contextmanager
@@ -61,16 +81,12 @@ def quiet(quiet_s: float = QUIET_S) -> bool:
         return _state["running"] == 0 and time.monotonic() - _state["last"] >= quiet_s
 
 
-def _when_quiet(fn, args):
-    while not quiet():
-        time.sleep(POLL_S)
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - a head start only: the page does the work itself and reports
-        logging.getLogger(__name__).debug("work ahead %r failed", fn, exc_info=True)
-        return None
-
-
 def submit(fn, *args) -> Future:
     """Runs `fn(*args)` on the ahead thread once the server is quiet (errors are dropped)."""
-    return _WORKER.submit(_when_quiet, fn, args)
+    fut: Future = Future()
+    with _lock:
+        if not _worker:
+            _worker.append(threading.Thread(target=_work, name="safevla-ahead", daemon=True))
+            _worker[0].start()
+    _jobs.put((fut, fn, args))
+    return fut

@@ -49,6 +49,21 @@ def test_work_ahead_waits_for_a_quiet_server_then_runs_at_low_priority(quick):
     assert ahead.submit(job, "b").result(timeout=10) == "b"
 
 
+def test_jobs_still_queued_never_hold_the_process_at_its_exit():
+    """A process whose queued job waits for a quiet server that never comes (a page run that
+    never ends) exits at once: the ahead thread is a daemon."""
+    import subprocess
+    from pathlib import Path
+
+    code = ("import time; from dashboard import ahead; ahead.page_running().__enter__(); "
+            "ahead.submit(time.sleep, 60); print('queued')")
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0 and "queued" in out.stdout, out.stderr
+    assert time.monotonic() - t0 < 20
+
+
 @pytest.mark.render
 def test_a_neighbours_poses_are_made_ahead_only_where_its_scene_is_converted(tmp_path):
     pytest.importorskip("mujoco")
