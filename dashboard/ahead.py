@@ -1,38 +1,28 @@
 """Work done ahead of a user's next step, while nobody waits for the server: the detail page
-readies the episodes n / p and ‹ › open next (`dashboard.cached.open_neighbours`).
+readies the episodes n / p and ‹ › open next (`dashboard.web_timeline.open_neighbours`).
 
-Such work must not slow what a user waits for now. It runs on one thread of its own, at a
-lower CPU priority (Linux: `AHEAD_NICE`, inherited by the threads it starts), and each job
-starts only once the server has been quiet for `QUIET_S`: no page script running and no HTTP
-request (a page load, its files) for that long. A job that started runs to its end; jobs still
-queued when the process exits are dropped.
+Such work must not slow what a user waits for now. It runs on one thread of its own, and each
+job starts only once the server has been quiet for `QUIET_S`: no page script running and no
+HTTP request (a page load, its files) for that long. A job that started runs to its end; jobs
+still queued when the process exits are dropped. The thread keeps the normal CPU priority: a
+thread at a lower one that holds Python's GIL when the browser's drawing takes the cores is
+not scheduled to give it back, and every other thread of the server waits meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 from concurrent.futures import Future
 
-AHEAD_NICE = 19  # CPU weight 15 against 1024: it takes what the browser and the pages leave
 QUIET_S = 2.0  # a user reading the page, not one whose next page is loading
 POLL_S = 0.1
 
 _lock = threading.Lock()
 _state = {"running": 0, "last": 0.0}
-
-
-def _lower_priority() -> None:
-    if sys.platform.startswith("linux"):  # PRIO_PROCESS with a thread id is a thread's own nice on Linux only
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AHEAD_NICE)
-        except OSError:  # not allowed here: it still waits for quiet
-            pass
 
 
 _jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -42,7 +32,6 @@ _worker: list[threading.Thread] = []  # started with the first job
 def _work() -> None:
     """The ahead thread: a daemon, so jobs still queued never hold the process at its exit
     (they are head starts only)."""
-    _lower_priority()
     while True:
         fut, fn, args = _jobs.get()
         while not quiet():

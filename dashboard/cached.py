@@ -196,47 +196,6 @@ def open_replay(c, eid: str | None) -> None:
 _SCENE_PREP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-web-scene")
 
 
-def open_neighbours(c, eids, mode: str) -> None:
-    """Readies the episodes `eids` (the shown episode's neighbours, which n / p and ‹ › open)
-    ahead of the user, while the server is quiet (`dashboard.ahead`): their poses where their
-    web scene is converted (`web_files.poses_if_converted`) and their robustness traces and
-    chart in `mode` ("margin" or "raw", the page's), so that opening one finds them made
-    (docs/benchmarks.md, "another episode"). Once per list of neighbours and session; nobody
-    waits for it."""
-    from dashboard import ahead
-    from dashboard.web_files import uses_frames
-
-    eids = tuple(e for e in eids if e is not None)
-    if not eids or st.session_state.get("_neighbours_opened") == (c.key, c.items, eids, mode):
-        return
-    st.session_state["_neighbours_opened"] = (c.key, c.items, eids, mode)
-    for eid in eids:
-        i = c.data.index_of(eid)
-        if i is None or c.data.missing_trajectory[i]:
-            continue
-        if not uses_frames() and replay_status()[0]:
-            ahead.submit(_poses_ahead, c, i)
-        ahead.submit(_chart, c, i, mode)
-
-
-def _poses_ahead(c, i: int) -> None:
-    from dashboard.web_files import poses_if_converted
-
-    rec = replay_record(c.data, i)
-    if rec.replay is not None:
-        poses_if_converted(rec, violations(c.data, c.key, i, c.items))
-
-
-def _chart(c, i: int, mode: str) -> None:
-    """Episode `i`'s robustness traces and its player's chart, as its page asks for them."""
-    from dashboard.detail_timeline import timeline_chart_spec
-
-    tr = traces(c.data, c.key, i, c.items)
-    if not tr.empty:
-        timeline_chart_spec(tr, D.violating_frame(c.data, c.v, i), mode, tuple(c.data.colors().items()),
-                            float(c.v.frame["dt"].iat[i]))
-
-
 def open_episode_replay(data: D.StoreData, eid: str, items: tuple = ()) -> bool:
     """Queues, on a worker thread, the conversion of episode `eid`'s web scene (the one the
     browser draws, `dashboard.web_files.prepare_scene`), then its poses with the violations

@@ -79,3 +79,43 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
                "camera, the wrist camera and a free orbit camera (drag to turn, wheel to zoom) that starts on the "
                "violation.")
     return wait
+
+
+def open_neighbours(c, eids, mode: str) -> None:
+    """Readies the episodes `eids` (the shown episode's neighbours, which n / p and ‹ › open)
+    ahead of the user, while the server is quiet (`dashboard.ahead`): their poses where their
+    web scene is converted (`web_files.poses_if_converted`) and their robustness traces and
+    chart in `mode` ("margin" or "raw", the page's), so that opening one finds them made
+    (docs/benchmarks.md, "another episode"). Once per list of neighbours and session; nobody
+    waits for it."""
+    from dashboard import ahead
+
+    eids = tuple(e for e in eids if e is not None)
+    if not eids or st.session_state.get("_neighbours_opened") == (c.key, c.items, eids, mode):
+        return
+    st.session_state["_neighbours_opened"] = (c.key, c.items, eids, mode)
+    for eid in eids:
+        i = c.data.index_of(eid)
+        if i is None or c.data.missing_trajectory[i]:
+            continue
+        if not uses_frames() and cached.replay_status()[0]:
+            ahead.submit(_poses_ahead, c, i)
+        ahead.submit(_chart, c, i, mode)
+
+
+def _poses_ahead(c, i: int) -> None:
+    from dashboard.web_files import poses_if_converted
+
+    rec = cached.replay_record(c.data, i)
+    if rec.replay is not None:
+        poses_if_converted(rec, cached.violations(c.data, c.key, i, c.items))
+
+
+def _chart(c, i: int, mode: str) -> None:
+    """Episode `i`'s robustness traces and its player's chart, as its page asks for them."""
+    from dashboard.detail_timeline import timeline_chart_spec
+
+    tr = cached.traces(c.data, c.key, i, c.items)
+    if not tr.empty:
+        timeline_chart_spec(tr, C.D.violating_frame(c.data, c.v, i), mode, tuple(c.data.colors().items()),
+                            float(c.v.frame["dt"].iat[i]))

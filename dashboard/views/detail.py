@@ -316,7 +316,7 @@ def render() -> None:
         st.caption(":material/hourglass_top: The spec results and why each spec is active follow the first frame.")
         return
     # after the first picture: n / p and ‹ › find their episodes ready
-    cached.open_neighbours(c, (around["next"], around["previous"]), "raw" if raw else "margin")
+    web_timeline.open_neighbours(c, (around["next"], around["previous"]), "raw" if raw else "margin")
     st.subheader("Spec results")
     vocab.table(spec_table(c, i), hide_index=True, pinned=("spec",),
                 formats={"robustness": "%.4g", "worst value": "%.4g", "worst step": "%d", "first violation": "%d"},
