@@ -75,16 +75,15 @@ def shrunk(path: str, max_px: int, decode: Callable[[str, int], Texels]) -> Texe
 
 
 def _store(file: Path, arr: np.ndarray) -> None:
-    import tempfile
+    import io
 
     from replay.render.scene_cache import evict
+    from scoring.records.io import atomic_write_bytes
 
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
     try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, suffix=".part")
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arr, allow_pickle=False)
-        os.replace(tmp, file)
+        atomic_write_bytes(file, buf.getvalue())
         evict(file.parent, DISK_BYTES, keep=file, suffix=".npy")
     except OSError:  # a full or read-only disk: the next scene decodes it again
         pass
