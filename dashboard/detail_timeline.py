@@ -131,6 +131,13 @@ def timeline_chart_spec(traces, vstep: int | None, mode: str, colors: tuple, dt:
     return charts.robustness_spec(traces, violating_step=vstep, mode=mode, colors=dict(colors), dt=dt)
 
 
+def episode_chart(c: C.Ctx, i: int, traces, vstep: int | None, mode: str) -> dict:
+    """Episode `i`'s player chart (`timeline_chart_spec`) in `mode` ("margin" or "raw"), with the
+    store's spec colours and the episode's step length: what its page asks for, and what is
+    made for it ahead (`web_timeline.open_neighbours`)."""
+    return timeline_chart_spec(traces, vstep, mode, tuple(c.data.colors().items()), float(c.v.frame["dt"].iat[i]))
+
+
 def tables_on_page() -> bool:
     """True when the session's last page run was this page's and drew its tables, so they are
     in the browser already (an episode picked in the page, ‹ ›, n / p: the run updates them in
@@ -176,7 +183,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     if strip is not None and not strip.complete:
         strip.want(step)  # the page's step (deep link, slider, the player's seek) next
     dt = float(c.v.frame["dt"].iat[i])
-    spec = timeline_chart_spec(traces, vstep, "raw" if raw else "margin", tuple(c.data.colors().items()), dt)
+    spec = episode_chart(c, i, traces, vstep, "raw" if raw else "margin")
     tag = episode_tag(c, i)
     st.session_state["_timeline_tag"] = tag  # for tests and debugging: what the player's values must carry
     violated = player.violated_by_step(traces)

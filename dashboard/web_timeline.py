@@ -64,7 +64,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
         return DT.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=raw, traces=traces,
                                  on_page=on_page)
     dt = float(c.v.frame["dt"].iat[i])
-    spec = DT.timeline_chart_spec(traces, vstep, "raw" if raw else "margin", tuple(c.data.colors().items()), dt)
+    spec = DT.episode_chart(c, i, traces, vstep, "raw" if raw else "margin")
     tag = DT.episode_tag(c, i)
     st.session_state["_timeline_tag"] = tag
     seen = st.session_state.get("_timeline_seen")
@@ -113,9 +113,8 @@ def _poses_ahead(c, i: int) -> None:
 
 def _chart(c, i: int, mode: str) -> None:
     """Episode `i`'s robustness traces and its player's chart, as its page asks for them."""
-    from dashboard.detail_timeline import timeline_chart_spec
+    from dashboard.detail_timeline import episode_chart
 
     tr = cached.traces(c.data, c.key, i, c.items)
     if not tr.empty:
-        timeline_chart_spec(tr, C.D.violating_frame(c.data, c.v, i), mode, tuple(c.data.colors().items()),
-                            float(c.v.frame["dt"].iat[i]))
+        episode_chart(c, i, tr, C.D.violating_frame(c.data, c.v, i), mode)
