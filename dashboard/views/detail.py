@@ -310,7 +310,8 @@ def render() -> None:
     draw_head()
     clip_panel(c, i, vstep, n_steps)
 
-    # set here, not at the run's start: a run cut short by a rerun (n / p) leaves the browser's tables as they were
+    # set here, not at the run's start: a run cut short by a rerun (a newer value from the browser) leaves the
+    # browser's tables as they were
     st.session_state["_tables_drawn"] = not tables_wait
     if tables_wait:
         st.caption(":material/hourglass_top: The spec results and why each spec is active follow the first frame.")
