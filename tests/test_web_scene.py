@@ -131,6 +131,8 @@ def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch)
                           + '"/></asset><worldbody><geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
     m = scene_model(toy_record(mjcf=xml))
     monkeypatch.setattr(W, "MAX_MESH_VERTS", 200)
+    monkeypatch.setattr(W, "SMALL_MESH_VERTS", 200)
+    monkeypatch.setattr(W, "MIN_CELL_M", 0.0)
     head, arrays = W.read_blob(W.scene_blob(m))
     mesh = head["meshes"][0]
     assert mesh["source_vertices"] > 200 >= mesh["vertices"] > 20 and head["vertices"] == mesh["vertices"]
@@ -143,6 +145,40 @@ def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch)
     assert np.all(pos >= verts.min(axis=0) - 1e-4) and np.all(pos <= verts.max(axis=0) + 1e-4)
     radius = np.linalg.norm(pos - verts.mean(axis=0), axis=1)
     assert 0.085 < radius.min() and radius.max() < 0.115  # still the ball's surface
+
+
+def _ball_scene(n: int):
+    rng = np.random.default_rng(1)
+    pts = rng.normal(size=(n, 3))
+    pts = 0.1 * pts / np.linalg.norm(pts, axis=1, keepdims=True)  # a ball's hull of `n` vertices
+    xml = TOY_XML.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.5f}" for v in pts.ravel())
+                          + '"/></asset><worldbody><geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
+    return scene_model(toy_record(mjcf=xml))
+
+
+def test_a_large_mesh_is_clustered_to_cells_no_finer_than_the_floor(monkeypatch):
+    m = _ball_scene(20000)
+    counts = {}
+    for cell in (0.004, 0.002):
+        monkeypatch.setattr(W, "MIN_CELL_M", cell)
+        head, arrays = W.read_blob(W.scene_blob(m))
+        mesh = head["meshes"][0]
+        assert mesh["source_vertices"] > W.SMALL_MESH_VERTS
+        pos = arrays_by_ref(head, arrays, mesh["pos"]).reshape(-1, 3) / 32767 * mesh["half"] + mesh["centre"]
+        verts = m.mesh_vert[: m.mesh_vertnum[0]]
+        radius = np.linalg.norm(pos - (verts.min(axis=0) + verts.max(axis=0)) / 2, axis=1)
+        assert 0.1 - 2 * cell < radius.min() and radius.max() < 0.1 + 1e-3  # a corner is a mean of its cell's
+        counts[cell] = mesh["vertices"]
+    # a 20 cm ball of 20,000 corners about 2.5 mm apart: cells of 4 mm or more (48 across) keep
+    # about half the corners cells of 2 mm (96 across) keep, and those about the corners it has
+    assert counts[0.004] < 0.6 * counts[0.002] and counts[0.002] > 0.6 * mesh["source_vertices"]
+
+
+def test_a_small_mesh_is_sent_whole(monkeypatch):
+    monkeypatch.setattr(W, "MIN_CELL_M", 0.05)  # a floor that would cut a clustered ball to a few corners
+    head, _ = W.read_blob(W.scene_blob(_ball_scene(300)))
+    mesh = head["meshes"][0]
+    assert mesh["source_vertices"] <= W.SMALL_MESH_VERTS and mesh["vertices"] == mesh["source_vertices"]
 
 
 def test_scene_files_differing_only_in_body_placement_share_one_web_scene(tmp_path):

@@ -38,9 +38,11 @@ from replay.render.replayer import apply_state, success_step  # noqa: E402
 from replay.render.scene_models import AGENT_VIEWS, WRIST_VIEWS, replay_option  # noqa: E402
 
 MAGIC = b"SVW1"
-FORMAT = 1  # bump when the layout changes: cached files of another format are made anew
+FORMAT = 2  # bump when the layout changes: cached files of another format are made anew
 WEB_TEXTURE_PX = 256  # the largest texture side sent: a texture covers at most about the player's canvas
 MAX_MESH_VERTS = 16384  # a mesh with more corners is simplified (vertex clustering) to at most this many
+SMALL_MESH_VERTS = 2048  # one with more is clustered to cells of MIN_CELL_M or more (a step's time in
+MIN_CELL_M = 0.004  # SwiftShader follows the triangles; 4 mm is about a pixel of the agent view's table)
 WINDOW = 3  # steps each side of a violation that are highlighted (Replayer's default window)
 MAX_POSE_FLOATS = 64_000_000  # 256 MB of poses: longer episodes play from server frames
 _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
@@ -101,13 +103,16 @@ def _drawn_geoms(model: mujoco.MjModel) -> list:
     return [scn.geoms[i] for i in range(scn.ngeom) if scn.geoms[i].objtype == _GEOM]
 
 
-def _cluster(pos: np.ndarray, normals: np.ndarray, uv: np.ndarray | None, tris: np.ndarray, limit: int):
+def _cluster(pos: np.ndarray, normals: np.ndarray, uv: np.ndarray | None, tris: np.ndarray, limit: int,
+             min_cell: float = 0.0):
     """Vertex clustering: corners in one cell of a grid over the mesh's box (and, with texture
     coordinates, one cell of a 64-per-unit grid of those, so seams stay) become one corner at
     their mean; triangles left with two corners in one cell are dropped. The finest grid with
-    at most `limit` corners is used: 2.5 mm cells for a 20 cm object at 80 cells."""
+    cells of at least `min_cell` (model units) and at most `limit` corners is used: 2.5 mm
+    cells for a 20 cm object at 80 cells."""
     lo, ext = pos.min(axis=0), np.maximum(np.ptp(pos, axis=0), 1e-12)
-    for cells in (256, 192, 160, 128, 96, 80, 64, 48, 32, 24, 16, 12, 8, 6, 4):
+    grids = (256, 192, 160, 128, 96, 80, 64, 48, 32, 24, 16, 12, 8, 6, 4)
+    for cells in [c for c in grids if ext.max() / c >= min_cell] or grids[-1:]:
         c = np.minimum(((pos - lo) / ext * cells).astype(np.int64), cells - 1)
         key = (c[:, 0] * cells + c[:, 1]) * cells + c[:, 2]
         if uv is not None:
@@ -126,7 +131,8 @@ def _cluster(pos: np.ndarray, normals: np.ndarray, uv: np.ndarray | None, tris: 
 
 def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     """One mesh as indexed corners (vertex, normal and texture coordinate of each face corner),
-    simplified to `MAX_MESH_VERTS` corners when it has more (`_cluster`)."""
+    simplified (`_cluster`) when it has over `SMALL_MESH_VERTS`: to cells of `MIN_CELL_M` or
+    more and at most `MAX_MESH_VERTS` corners."""
     va, vn = int(model.mesh_vertadr[i]), int(model.mesh_vertnum[i])
     fa, fn = int(model.mesh_faceadr[i]), int(model.mesh_facenum[i])
     na, nn = int(model.mesh_normaladr[i]), int(model.mesh_normalnum[i])
@@ -141,8 +147,8 @@ def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     pos, normals = verts[fv[first]], model.mesh_normal[na:na + nn][fnorm[first]].astype(np.float64)
     uv = model.mesh_texcoord[ta:ta + tn][ft[first]].astype(np.float64) if uv_on else None
     tris = index.reshape(-1, 3)
-    if uniq.size > MAX_MESH_VERTS:
-        pos, normals, uv, tris = _cluster(pos, normals, uv, tris, MAX_MESH_VERTS)
+    if uniq.size > SMALL_MESH_VERTS:
+        pos, normals, uv, tris = _cluster(pos, normals, uv, tris, MAX_MESH_VERTS, MIN_CELL_M)
     lo, hi = pos.min(axis=0), pos.max(axis=0)
     centre, half = (lo + hi) / 2, np.maximum((hi - lo) / 2, 1e-9)
     normals = normals * half  # for the unit-box geometry the browser scales by `half`
