@@ -49,8 +49,9 @@ def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path):
     for name in ("three.module.js", "three.core.js", "OrbitControls.js", "LICENSE-three.txt"):
         assert (out / "vendor" / name).stat().st_size == (player.STATIC / "vendor" / name).stat().st_size
     assert '"three": "./vendor/three.module.js"' in html
-    web = (out / "webview.js").read_text()
-    assert "http://" not in web and "https://" not in web and 'from "three"' in web
+    for name in ("webview.js", "mujoco_look.js"):
+        web = (out / name).read_text()
+        assert "http://" not in web and "https://" not in web and 'from "three"' in web
 
 
 def _until_complete(batch, timeout: float = 120.0) -> None:

@@ -4,10 +4,11 @@
 //
 // MuJoCo's cameras look down -z with y up, as three.js's do, so a camera's pose is its
 // cam_xpos / cam_xmat and its intrinsics are fovy (vertical, degrees) and the canvas's aspect.
-// Lights follow MuJoCo's fixed-function model (headlight, ambient, spot and directional
-// lights, Phong specular) without colour management, so colours are MuJoCo's own.
+// Surfaces are lit as MuJoCo's renderer lights them (`mujocoMaterial`), without colour
+// management, so colours are MuJoCo's own.
 import * as THREE from "three";
 import { OrbitControls } from "./vendor/OrbitControls.js";
+import { lightUniforms, mujocoMaterial, placeLights, primitive } from "./mujoco_look.js";
 
 const ARRAYS = { int8: Int8Array, int16: Int16Array, uint16: Uint16Array, uint32: Uint32Array,
                  float32: Float32Array, bytes: Uint8Array };
@@ -41,20 +42,6 @@ async function loadTexture(t, arr) {
   return tex;
 }
 
-function primitive(g, extent) {
-  const s = g.size;
-  let geo;
-  if (g.type === "plane") {
-    const w = s[0] > 0 ? 2 * s[0] : 4 * extent, h = s[1] > 0 ? 2 * s[1] : 4 * extent;
-    geo = new THREE.PlaneGeometry(w, h);
-  } else if (g.type === "sphere") geo = new THREE.SphereGeometry(s[0], 32, 16);
-  else if (g.type === "ellipsoid") { geo = new THREE.SphereGeometry(1, 32, 16); geo.scale(s[0], s[1], s[2]); }
-  else if (g.type === "capsule") { geo = new THREE.CapsuleGeometry(s[0], 2 * s[1], 8, 24); geo.rotateX(Math.PI / 2); }
-  else if (g.type === "cylinder") { geo = new THREE.CylinderGeometry(s[0], s[0], 2 * s[1], 32); geo.rotateX(Math.PI / 2); }
-  else if (g.type === "box") geo = new THREE.BoxGeometry(2 * s[0], 2 * s[1], 2 * s[2]);
-  return geo;
-}
-
 function meshGeometry(m, arr) {
   const geo = new THREE.BufferGeometry();
   geo.setAttribute("position", new THREE.BufferAttribute(arr(m.pos), 3, true));
@@ -77,36 +64,10 @@ export async function openScene(canvas, overlay, sceneBuf) {
   const bg = H.background >= 0 ? H.textures[H.background].mean : [0, 0, 0];
   scene.background = new THREE.Color(bg[0], bg[1], bg[2]);
 
-  // MuJoCo's spot lights fall off as cos^exponent inside their cutoff (OpenGL's model), not
-  // with three.js's penumbra: its shader chunk is changed for this page (the first light's exponent)
-  const spot = H.lights.find((l) => !l.directional);
-  if (spot) {
-    THREE.ShaderChunk.lights_pars_begin = THREE.ShaderChunk.lights_pars_begin.replace(
-      "return smoothstep( coneCosine, penumbraCosine, angleCosine );",
-      `return angleCosine > coneCosine ? pow( angleCosine, ${spot.exponent.toFixed(3)} ) : 0.0;`);
-  }
-  // lights (three.js's physical units: a Lambert surface gets 1/pi of the light, so times pi)
-  const PI = Math.PI, hl = H.headlight;
-  const amb = [0, 1, 2].map((k) => hl.ambient[k] * (hl.active ? 1 : 0) + H.lights.reduce((a, l) => a + (l.active ? l.ambient[k] : 0), 0));
-  scene.add(new THREE.AmbientLight(new THREE.Color(...amb), PI));
-  for (const l of H.lights) {
-    if (!l.active) continue;
-    const color = new THREE.Color(...l.diffuse);
-    const light = l.directional ? new THREE.DirectionalLight(color, PI)
-      : new THREE.SpotLight(color, PI, 0, THREE.MathUtils.degToRad(Math.min(l.cutoff, 89)), 0.25, 0);
-    light.position.set(...l.pos);
-    light.target.position.set(l.pos[0] + l.dir[0], l.pos[1] + l.dir[1], l.pos[2] + l.dir[2]);
-    scene.add(light, light.target);
-  }
+  const lights = lightUniforms(H);
   const camera = new THREE.PerspectiveCamera(45, canvas.width / canvas.height, H.znear, H.zfar);
   camera.up.set(0, 0, 1);  // MuJoCo's world is z-up (the orbit camera turns about z)
   scene.add(camera);
-  if (hl.active) {
-    const head = new THREE.DirectionalLight(new THREE.Color(...hl.diffuse), PI);
-    head.position.set(0, 0, 0);
-    head.target.position.set(0, 0, -1);
-    camera.add(head, head.target);
-  }
 
   // bodies and their geoms
   const bodies = [];
@@ -119,22 +80,15 @@ export async function openScene(canvas, overlay, sceneBuf) {
     const tinfo = mat && mat.texture >= 0 ? H.textures[mat.texture] : null;
     const rgb = g.rgba.slice(0, 3);
     if (tinfo && !tinfo.image) for (let k = 0; k < 3; k++) rgb[k] *= tinfo.mean[k];
-    // three.js normalises Blinn-Phong highlights by (shininess / 2 + 1); OpenGL's does not
-    const shininess = Math.max(1, g.shininess * 128), spec = g.specular * 0.4 / (shininess / 2 + 1);
-    const material = new THREE.MeshPhongMaterial({
-      color: new THREE.Color(...rgb), opacity: g.rgba[3], transparent: g.rgba[3] < 1,
-      emissive: new THREE.Color(rgb[0] * g.emission, rgb[1] * g.emission, rgb[2] * g.emission),
-      specular: new THREE.Color(spec, spec, spec), shininess, side: g.type === "mesh" ? THREE.DoubleSide : THREE.FrontSide,
-    });
-    if (tinfo && tinfo.image) {
-      const tex = textures[mat.texture].clone();
-      let rx = mat.repeat[0], ry = mat.repeat[1];
-      if (g.type === "plane" && mat.uniform) { rx *= 2 * g.size[0]; ry *= 2 * g.size[1]; }
-      if (g.type === "box" || g.type === "mesh" && !H.meshes[g.mesh].uv) { rx = 1; ry = 1; }
-      tex.repeat.set(rx, ry);
-      tex.needsUpdate = true;
-      material.map = tex;
+    const textured = tinfo && tinfo.image;
+    let repeat = [1, 1];
+    if (textured && g.type !== "box" && !(g.type === "mesh" && !H.meshes[g.mesh].uv)) {
+      repeat = mat.repeat.slice();
+      if (g.type === "plane" && mat.uniform) { repeat[0] *= 2 * g.size[0]; repeat[1] *= 2 * g.size[1]; }
     }
+    const material = mujocoMaterial(lights, {
+      rgba: rgb.concat(g.rgba[3]), emission: g.emission, specular: g.specular, shininess: g.shininess,
+      map: textured ? textures[mat.texture] : null, repeat, side: g.type === "mesh" ? THREE.DoubleSide : THREE.FrontSide });
     let obj;
     if (g.type === "mesh") {
       const m = H.meshes[g.mesh];
@@ -143,30 +97,28 @@ export async function openScene(canvas, overlay, sceneBuf) {
       obj.position.set(...m.centre);
       obj.scale.set(...m.half);
     } else {
-      obj = new THREE.Mesh(primitive(g, H.extent), material);
+      obj = new THREE.Mesh(primitive(g, H), material);
     }
     const frame = new THREE.Group();
     frame.position.set(...g.pos);
     mjQuat(g.quat, frame.quaternion);
     frame.add(obj);
     bodies[g.body].add(frame);
-    geoms.set(g.id, { mesh: obj, material, body: g.body });
+    geoms.set(g.id, { mesh: obj, material, body: g.body, specular: g.specular, shininess: g.shininess });
     const id = g.body + 1;  // segmentation colour: the body id + 1 (0 is the background)
     segMaterials.set(g.id, new THREE.MeshBasicMaterial({ color: new THREE.Color((id & 255) / 255, ((id >> 8) & 255) / 255, 0),
                                                          side: THREE.DoubleSide }));
   }
-  const tintMaterial = new THREE.MeshPhongMaterial({ color: new THREE.Color(...TINT),
-                                                     emissive: new THREE.Color(TINT[0] * 0.35, TINT[1] * 0.35, TINT[2] * 0.35) });
   const marks = new THREE.Group();  // contact discs
   scene.add(marks);
-  return { H, renderer, scene, camera, bodies, geoms, segMaterials, tintMaterial, marks, canvas, overlay,
-           background: scene.background };
+  return { H, renderer, scene, camera, lights, bodies, geoms, segMaterials, marks, canvas, overlay,
+           background: scene.background, discMaterials: new Map() };
 }
 
 // One episode in an opened scene: `show(step)` poses it and draws (no request).
 export function openEpisode(view, posesBuf, opts = {}) {
   const { header: E, arr } = parseBlob(posesBuf);
-  const { H, renderer, scene, camera, bodies, geoms, segMaterials, tintMaterial, marks, canvas, overlay } = view;
+  const { H, renderer, scene, camera, lights, bodies, geoms, segMaterials, marks, canvas, overlay } = view;
   const stat = arr(E.buffers.static), poses = arr(E.buffers.poses), cams = arr(E.buffers.cams);
   const nm = E.moving.length, nc = E.cameras.length;
   for (let b = 0; b < bodies.length; b++) {
@@ -175,6 +127,14 @@ export function openEpisode(view, posesBuf, opts = {}) {
   }
   for (const g of geoms.values()) g.mesh.material = g.material;  // nothing tinted by an earlier episode
   marks.clear();
+  // a violating geom as highlight.py tints it: TINT_RGBA, no material, emission 0.35, its own specular
+  const tinted = (g) => g.tint || (g.tint = mujocoMaterial(lights, {
+    rgba: TINT.concat(1), emission: 0.35, specular: g.specular, shininess: g.shininess, side: g.material.side }));
+  const discMaterial = (rgba) => {  // mjv_initGeom's defaults, one per colour
+    const key = rgba.join(",");
+    if (!view.discMaterials.has(key)) view.discMaterials.set(key, mujocoMaterial(lights, { rgba }));
+    return view.discMaterials.get(key);
+  };
   const state = { step: 0, view: nc ? E.cameras[0].name : "orbit", segment: false, tinted: [], drawMs: 0,
                   onDraw: opts.onDraw || null };
   const views = E.cameras.map((c) => c.name).concat(["orbit"]);
@@ -218,10 +178,10 @@ export function openEpisode(view, posesBuf, opts = {}) {
     state.tinted = [];
     marks.clear();
     if (mark && !state.segment) {
-      for (const id of mark.tint) { const g = geoms.get(id); if (g) { g.mesh.material = tintMaterial; state.tinted.push(id); } }
+      for (const id of mark.tint) { const g = geoms.get(id); if (g) { g.mesh.material = tinted(g); state.tinted.push(id); } }
       for (const d of mark.discs) {
         const disc = new THREE.Mesh(new THREE.CylinderGeometry(d.size[0], d.size[0], 2 * d.size[1], 24).rotateX(Math.PI / 2),
-                                    new THREE.MeshPhongMaterial({ color: new THREE.Color(d.rgba[0], d.rgba[1], d.rgba[2]) }));
+                                    discMaterial(d.rgba));
         const R = d.mat;
         disc.matrixAutoUpdate = false;
         disc.matrix.set(R[0], R[1], R[2], d.pos[0], R[3], R[4], R[5], d.pos[1], R[6], R[7], R[8], d.pos[2], 0, 0, 0, 1);
@@ -282,6 +242,8 @@ export function openEpisode(view, posesBuf, opts = {}) {
   function draw() {
     const t0 = performance.now();
     const mark = pose(state.step);
+    camera.updateMatrixWorld();
+    placeLights(lights, camera);
     renderer.render(scene, camera);
     drawOverlay(mark, state.step);
     state.drawMs = performance.now() - t0;

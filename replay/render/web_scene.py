@@ -5,7 +5,8 @@ binary scene: every geom MuJoCo's default render draws for the replayer (the sam
 groups, colours and materials `mjv_updateScene` gives), as a primitive (plane, sphere,
 capsule, ellipsoid, cylinder, box) or a mesh (int16 positions, int8 normals, float32 texture
 coordinates where the mesh has a texture, uint16/uint32 indices), the materials, the 2-D
-textures shrunk to `WEB_TEXTURE_PX` (PNG), the lights and the cameras' intrinsics. It is
+textures shrunk to `WEB_TEXTURE_PX` (PNG), the lights, the cameras' intrinsics and how
+finely MuJoCo tessellates primitives (`vis.quality`). It is
 cached on disk per scene asset set (`scene_file`) and shared by every episode of the scene.
 
 `episode_blob(record, violations)` holds what changes per step: the pose of every body
@@ -38,7 +39,7 @@ from replay.render.replayer import apply_state, success_step  # noqa: E402
 from replay.render.scene_models import AGENT_VIEWS, WRIST_VIEWS, replay_option  # noqa: E402
 
 MAGIC = b"SVW1"
-FORMAT = 2  # bump when the layout changes: cached files of another format are made anew
+FORMAT = 3  # bump when the layout changes: cached files of another format are made anew
 WEB_TEXTURE_PX = 256  # the largest texture side sent: a texture covers at most about the player's canvas
 MAX_MESH_VERTS = 16384  # a mesh with more corners is simplified (vertex clustering) to at most this many
 SMALL_MESH_VERTS = 2048  # one with more is clustered to cells of MIN_CELL_M or more (a step's time in
@@ -246,6 +247,7 @@ def scene_blob(model: mujoco.MjModel) -> bytes:
                      "fovy": float(m.cam_fovy[i])} for i in range(m.ncam)],
         "znear": float(m.vis.map.znear * m.stat.extent), "zfar": float(m.vis.map.zfar * m.stat.extent),
         "extent": float(m.stat.extent), "center": m.stat.center.tolist(),
+        "quality": {k: int(getattr(m.vis.quality, k)) for k in ("numslices", "numstacks", "numquads")},
         "background": tex_of(sky) if sky is not None else -1,
         "vertices": int(sum(x["vertices"] for x in meshes)),
         "source_vertices": int(sum(x["source_vertices"] for x in meshes)), "buffers": {},
