@@ -91,7 +91,9 @@ def test_keyboard_steps_exactly_one_frame_equal_to_a_fresh_render(server, store,
     player = page.locator('iframe[title*="safevla_timeline"]').first
     heights, deadline = [], time.time() + 60
     while time.time() < deadline and (len(heights) < 6 or len(set(heights[-6:])) > 1):
-        heights.append(player.bounding_box()["height"])  # the rebuilt chart draws its panels first
+        box = player.bounding_box()  # None while Streamlit remounts the iframe
+        if box is not None:
+            heights.append(box["height"])  # the rebuilt chart draws its panels first
         time.sleep(0.5)
     assert len(set(heights[-6:])) == 1, heights
     # the chart fits its box: nothing (the violating step, the cursor) is cut off on the right
