@@ -3,11 +3,11 @@ MuJoCo's own offscreen render of the same step, in a real headless chromium with
 SwiftShader: every body's projected centre and silhouette, and the picture's colours.
 
 Thresholds, from the demo libero_object task 0 scene at 320x240, its meshes simplified to
-99,277 of 842,834 corners (2026-11-28, steps 0, 70 and 143 of one episode; bodies of 100
-pixels or more): body centres differed by at most 0.89 px (the world body, a few edge pixels
-of the floor), per-body silhouette IoU was 0.947-1.00 but 0.87 for the robot's base at step 0
+74,445 of 842,834 corners (2026-11-28, steps 0, 70 and 143 of one episode; bodies of 100
+pixels or more): body centres differed by at most 0.88 px (the world body, a few edge pixels
+of the floor), per-body silhouette IoU was 0.942-1.00 but 0.87 for the robot's base at step 0
 (it meets the mount in coplanar faces, which two rasterisers break differently; 0.87 unsimplified
-too), the union of all silhouettes 0.9976-0.9986, and the mean colour difference 10.6-10.7
+too), the union of all silhouettes 0.9976-0.9986, and the mean colour difference 10.7-10.8
 levels of 255 (MuJoCo's shadows are not drawn; lit per pixel by three.js's Phong material, as
 the player was before it lit per vertex as MuJoCo does, 11.8-12.2, and 23.5-24.7 with a floor
 of two triangles). The test asks for centres within 2 px, IoU of at least 0.8 for every body and

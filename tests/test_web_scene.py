@@ -1,7 +1,8 @@
 """The web scene and poses a browser draws a replay from (replay/render/web_scene.py), on the
-toy scenes: what they hold is what MuJoCo draws and computes."""
+toy scenes and a demo LIBERO scene: what they hold is what MuJoCo draws and computes."""
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +16,11 @@ from replay.render import web_scene as W  # noqa: E402
 from replay.render.highlight import SceneHighlighter  # noqa: E402
 from replay.render.scene_cache import evict  # noqa: E402
 from replay.render.scene_models import scene_model  # noqa: E402
+from scoring.records.io import load_record  # noqa: E402
 
 pytestmark = pytest.mark.render
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_scene_holds_every_drawn_geom_with_its_body_and_colour():
@@ -158,12 +162,13 @@ def _ball_scene(n: int):
 
 def test_a_large_mesh_is_clustered_to_cells_no_finer_than_the_floor(monkeypatch):
     m = _ball_scene(20000)
+    monkeypatch.setattr(W, "DECIMATED_TRIANGLE_M2", 1e-9)  # decimation would keep every triangle: clustered
     counts = {}
     for cell in (0.004, 0.002):
         monkeypatch.setattr(W, "MIN_CELL_M", cell)
         head, arrays = W.read_blob(W.scene_blob(m))
         mesh = head["meshes"][0]
-        assert mesh["source_vertices"] > W.SMALL_MESH_VERTS
+        assert mesh["source_vertices"] > W.SMALL_MESH_VERTS and mesh["simplified"] == "clustered"
         pos = arrays_by_ref(head, arrays, mesh["pos"]).reshape(-1, 3) / 32767 * mesh["half"] + mesh["centre"]
         verts = m.mesh_vert[: m.mesh_vertnum[0]]
         radius = np.linalg.norm(pos - (verts.min(axis=0) + verts.max(axis=0)) / 2, axis=1)
@@ -179,6 +184,56 @@ def test_a_small_mesh_is_sent_whole(monkeypatch):
     head, _ = W.read_blob(W.scene_blob(_ball_scene(300)))
     mesh = head["meshes"][0]
     assert mesh["source_vertices"] <= W.SMALL_MESH_VERTS and mesh["vertices"] == mesh["source_vertices"]
+
+
+def _uv_sphere(radius: float, slices: int, stacks: int):
+    """A UV sphere's vertices and outward faces (the poles as one vertex each)."""
+    th = np.linspace(0, np.pi, stacks + 1)[1:-1]
+    ph = np.linspace(0, 2 * np.pi, slices, endpoint=False)
+    ring = np.stack([np.outer(np.sin(th), np.cos(ph)), np.outer(np.sin(th), np.sin(ph)),
+                     np.repeat(np.cos(th)[:, None], slices, axis=1)], axis=-1).reshape(-1, 3)
+    verts = radius * np.vstack([[0, 0, 1], ring, [0, 0, -1]])
+    faces, bottom = [], len(verts) - 1
+    for j in range(slices):
+        k = (j + 1) % slices
+        faces.append([0, 1 + j, 1 + k])
+        faces.append([bottom, 1 + (stacks - 2) * slices + k, 1 + (stacks - 2) * slices + j])
+        for r in range(stacks - 2):
+            a, b, c, d = 1 + r * slices + j, 1 + r * slices + k, 1 + (r + 1) * slices + j, 1 + (r + 1) * slices + k
+            faces += [[a, c, d], [a, d, b]]
+    return verts, np.array(faces)
+
+
+def test_an_untextured_large_mesh_is_decimated_on_its_surface():
+    verts, faces = _uv_sphere(0.1, 80, 40)
+    xml = TOY_XML.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.6f}" for v in verts.ravel())
+                          + '" face="' + " ".join(map(str, faces.ravel())) + '"/></asset><worldbody>'
+                          '<geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
+    m = scene_model(toy_record(mjcf=xml))
+    head, arrays = W.read_blob(W.scene_blob(m))
+    mesh = head["meshes"][0]
+    assert mesh["simplified"] == "decimated" and mesh["source_vertices"] > W.SMALL_MESH_VERTS
+    tri = arrays_by_ref(head, arrays, mesh["index"]).reshape(-1, 3)
+    target = 4 * np.pi * 0.1 ** 2 / W.DECIMATED_TRIANGLE_M2  # about 3,140 of the sphere's 6,320
+    assert 0.9 * target < len(tri) < 1.1 * target
+    pos = arrays_by_ref(head, arrays, mesh["pos"]).reshape(-1, 3) / 32767 * mesh["half"] + mesh["centre"]
+    centre = (m.mesh_vert[: m.mesh_vertnum[0]].min(axis=0) + m.mesh_vert[: m.mesh_vertnum[0]].max(axis=0)) / 2
+    radius = np.linalg.norm(pos - centre, axis=1)
+    assert np.abs(radius - 0.1).max() < 1e-3  # still the sphere, to a millimetre
+    normals = arrays_by_ref(head, arrays, mesh["normal"]).reshape(-1, 3) / 127 / mesh["half"]  # back to the mesh's frame
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    assert (np.einsum("ij,ij->i", normals, (pos - centre) / radius[:, None]) > 0.98).all()  # smooth and outward
+
+
+def test_the_demo_robot_is_decimated_and_what_decimation_mangles_is_clustered():
+    rec = load_record(ROOT / "assets" / "demo" / "archive" / "libero_goal" / "task_1" / "scripted-careful" / "ep_001.npz")
+    head, _ = W.read_blob(W.scene_blob(scene_model(rec)))
+    kinds = [(mesh["simplified"], "uv" in mesh) for mesh in head["meshes"] if mesh["simplified"]]
+    # the Panda's links, decimated; the textured bowl and cream cheese box, and the robot's
+    # pedestal (decimation changed its area by about 15 %), clustered
+    assert kinds.count(("decimated", False)) >= 7 and ("clustered", True) in kinds and ("clustered", False) in kinds
+    assert ("decimated", True) not in kinds  # texture coordinates are never decimated away
+    assert head["vertices"] < 0.15 * head["source_vertices"]
 
 
 def test_scene_files_differing_only_in_body_placement_share_one_web_scene(tmp_path):

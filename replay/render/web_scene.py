@@ -39,11 +39,12 @@ from replay.render.replayer import apply_state, success_step  # noqa: E402
 from replay.render.scene_models import AGENT_VIEWS, WRIST_VIEWS, replay_option  # noqa: E402
 
 MAGIC = b"SVW1"
-FORMAT = 3  # bump when the layout changes: cached files of another format are made anew
+FORMAT = 4  # bump when the layout changes: cached files of another format are made anew
 WEB_TEXTURE_PX = 256  # the largest texture side sent: a texture covers at most about the player's canvas
 MAX_MESH_VERTS = 16384  # a mesh with more corners is simplified (vertex clustering) to at most this many
-SMALL_MESH_VERTS = 2048  # one with more is clustered to cells of MIN_CELL_M or more (a step's time in
-MIN_CELL_M = 0.004  # SwiftShader follows the triangles; 4 mm is about a pixel of the agent view's table)
+SMALL_MESH_VERTS = 2048  # one with more is decimated, or clustered to cells of MIN_CELL_M or more (a step's
+MIN_CELL_M = 0.004  # time in SwiftShader follows the triangles; 4 mm is about a pixel of the agent view's table)
+DECIMATED_TRIANGLE_M2 = 4e-5  # an untextured one is decimated to about a triangle per 40 mm² of surface
 WINDOW = 3  # steps each side of a violation that are highlighted (Replayer's default window)
 MAX_POSE_FLOATS = 64_000_000  # 256 MB of poses: longer episodes play from server frames
 _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
@@ -130,10 +131,46 @@ def _cluster(pos: np.ndarray, normals: np.ndarray, uv: np.ndarray | None, tris: 
     return (mean(pos) / count, mean(normals), None if uv is None else mean(uv) / count, t[keep])
 
 
+def _area(pos: np.ndarray, tris: np.ndarray) -> float:
+    return float(np.linalg.norm(np.cross(pos[tris[:, 1]] - pos[tris[:, 0]], pos[tris[:, 2]] - pos[tris[:, 0]]),
+                                axis=1).sum() / 2)
+
+
+def _decimate(verts: np.ndarray, faces: np.ndarray):
+    """Quadric edge-collapse decimation (fast-simplification) of a mesh welded by position, to
+    about a triangle per `DECIMATED_TRIANGLE_M2` of surface (flat parts get large triangles,
+    curved ones small), with area-weighted smooth normals: (pos, normals, triangles), or None
+    where that would not cut the triangles by a fifth, or where the result's area is off by over
+    3 % or its box by over 1 mm (a mesh the decimation does not handle: clustering takes it)."""
+    import fast_simplification
+
+    rows = np.ascontiguousarray(verts, np.float32)  # MuJoCo's own float32 vertices: welded where equal
+    _, first, weld = np.unique(rows.view(np.dtype((np.void, 12))).ravel(), return_index=True, return_inverse=True)
+    pos, tris = rows[first].astype(np.float64), weld.reshape(-1)[faces]
+    tris = tris[(tris[:, 0] != tris[:, 1]) & (tris[:, 1] != tris[:, 2]) & (tris[:, 0] != tris[:, 2])]
+    area = _area(pos, tris)
+    target = max(64, int(area / DECIMATED_TRIANGLE_M2))
+    if not len(tris) or target > 0.8 * len(tris):
+        return None
+    out_pos, out_tris = fast_simplification.simplify(pos, tris.astype(np.int32), target_count=target)
+    out_pos, out_tris = np.asarray(out_pos, np.float64), np.asarray(out_tris, np.int64)
+    if (not len(out_tris) or abs(_area(out_pos, out_tris) / area - 1) > 0.03
+            or np.abs(out_pos.min(axis=0) - pos.min(axis=0)).max() > 1e-3
+            or np.abs(out_pos.max(axis=0) - pos.max(axis=0)).max() > 1e-3):
+        return None
+    face_normals = np.cross(out_pos[out_tris[:, 1]] - out_pos[out_tris[:, 0]],
+                            out_pos[out_tris[:, 2]] - out_pos[out_tris[:, 0]])  # length: twice the area
+    normals = np.stack([np.bincount(out_tris.reshape(-1), np.repeat(face_normals[:, k], 3), len(out_pos))
+                        for k in range(3)], axis=1)
+    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
+    return out_pos, normals, out_tris
+
+
 def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     """One mesh as indexed corners (vertex, normal and texture coordinate of each face corner),
-    simplified (`_cluster`) when it has over `SMALL_MESH_VERTS`: to cells of `MIN_CELL_M` or
-    more and at most `MAX_MESH_VERTS` corners."""
+    simplified when it has over `SMALL_MESH_VERTS`: decimated (`_decimate`) when it is drawn
+    without a texture, else, or where decimation fails, clustered (`_cluster`) to cells of
+    `MIN_CELL_M` or more and at most `MAX_MESH_VERTS` corners."""
     va, vn = int(model.mesh_vertadr[i]), int(model.mesh_vertnum[i])
     fa, fn = int(model.mesh_faceadr[i]), int(model.mesh_facenum[i])
     na, nn = int(model.mesh_normaladr[i]), int(model.mesh_normalnum[i])
@@ -148,14 +185,21 @@ def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     pos, normals = verts[fv[first]], model.mesh_normal[na:na + nn][fnorm[first]].astype(np.float64)
     uv = model.mesh_texcoord[ta:ta + tn][ft[first]].astype(np.float64) if uv_on else None
     tris = index.reshape(-1, 3)
+    simplified = None
     if uniq.size > SMALL_MESH_VERTS:
-        pos, normals, uv, tris = _cluster(pos, normals, uv, tris, MAX_MESH_VERTS, MIN_CELL_M)
+        decimated = _decimate(model.mesh_vert[va:va + vn], fv.reshape(-1, 3)) if uv is None else None
+        if decimated is not None:
+            (pos, normals, tris), simplified = decimated, "decimated"
+        else:
+            pos, normals, uv, tris = _cluster(pos, normals, uv, tris, MAX_MESH_VERTS, MIN_CELL_M)
+            simplified = "clustered"
     lo, hi = pos.min(axis=0), pos.max(axis=0)
     centre, half = (lo + hi) / 2, np.maximum((hi - lo) / 2, 1e-9)
     normals = normals * half  # for the unit-box geometry the browser scales by `half`
     normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
     n = len(pos)
     out = {"centre": centre.tolist(), "half": half.tolist(), "vertices": int(n), "source_vertices": int(uniq.size),
+           "simplified": simplified,
            "pos": pack.add(np.round((pos - centre) / half * 32767).astype(np.int16)),
            "normal": pack.add(np.round(normals * 127).astype(np.int8)),
            "index": pack.add(tris.reshape(-1).astype(np.uint16 if n < 65536 else np.uint32))}
