@@ -127,13 +127,17 @@ def test_cached_file_is_made_once_and_the_folder_is_trimmed(tmp_path, monkeypatc
     assert p3.is_file()  # the file just written is kept
 
 
-def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch):
-    rng = np.random.default_rng(0)
-    pts = rng.normal(size=(300, 3))
-    pts = 0.1 * pts / np.linalg.norm(pts, axis=1, keepdims=True)  # a ball's hull: 300 vertices
+def _ball_scene(n: int):
+    rng = np.random.default_rng(1)
+    pts = rng.normal(size=(n, 3))
+    pts = 0.1 * pts / np.linalg.norm(pts, axis=1, keepdims=True)  # a ball's hull of `n` vertices
     xml = TOY_XML.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.5f}" for v in pts.ravel())
                           + '"/></asset><worldbody><geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
-    m = scene_model(toy_record(mjcf=xml))
+    return scene_model(toy_record(mjcf=xml))
+
+
+def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch):
+    m = _ball_scene(300)
     monkeypatch.setattr(W, "MAX_MESH_VERTS", 200)
     monkeypatch.setattr(W, "SMALL_MESH_VERTS", 200)
     monkeypatch.setattr(W, "MIN_CELL_M", 0.0)
@@ -149,15 +153,6 @@ def test_a_mesh_over_the_corner_budget_is_simplified_within_its_box(monkeypatch)
     assert np.all(pos >= verts.min(axis=0) - 1e-4) and np.all(pos <= verts.max(axis=0) + 1e-4)
     radius = np.linalg.norm(pos - verts.mean(axis=0), axis=1)
     assert 0.085 < radius.min() and radius.max() < 0.115  # still the ball's surface
-
-
-def _ball_scene(n: int):
-    rng = np.random.default_rng(1)
-    pts = rng.normal(size=(n, 3))
-    pts = 0.1 * pts / np.linalg.norm(pts, axis=1, keepdims=True)  # a ball's hull of `n` vertices
-    xml = TOY_XML.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.5f}" for v in pts.ravel())
-                          + '"/></asset><worldbody><geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
-    return scene_model(toy_record(mjcf=xml))
 
 
 def test_a_large_mesh_is_clustered_to_cells_no_finer_than_the_floor(monkeypatch):
