@@ -161,7 +161,7 @@ function planeGeometry(g, H) {
 }
 
 export function primitive(g, H) {
-  const s = g.size, q = H.quality || { numslices: 28, numstacks: 16, numquads: 4 };  // MuJoCo's defaults
+  const s = g.size, q = H.quality;  // the model's vis.quality
   let geo;
   if (g.type === "plane") geo = planeGeometry(g, H);
   else if (g.type === "sphere") geo = new THREE.SphereGeometry(s[0], q.numslices, q.numstacks);

@@ -41,10 +41,10 @@ from replay.render.scene_models import AGENT_VIEWS, WRIST_VIEWS, replay_option  
 MAGIC = b"SVW1"
 FORMAT = 4  # bump when the layout changes: cached files of another format are made anew
 WEB_TEXTURE_PX = 256  # the largest texture side sent: a texture covers at most about the player's canvas
-MAX_MESH_VERTS = 16384  # a mesh with more corners is simplified (vertex clustering) to at most this many
-SMALL_MESH_VERTS = 2048  # one with more is decimated, or clustered to cells of MIN_CELL_M or more (a step's
-MIN_CELL_M = 0.004  # time in SwiftShader follows the triangles; 4 mm is about a pixel of the agent view's table)
-DECIMATED_TRIANGLE_M2 = 4e-5  # an untextured one is decimated to about a triangle per 40 mm² of surface
+SMALL_MESH_VERTS = 2048  # a mesh with more corners is simplified (a step in SwiftShader is work per triangle)
+DECIMATED_TRIANGLE_M2 = 4e-5  # decimation's aim: about a triangle per 40 mm² of surface
+MIN_CELL_M = 0.004  # clustering's smallest cell: about a pixel of the agent view's table on the player's canvas
+MAX_MESH_VERTS = 16384  # the most corners clustering keeps of a mesh
 WINDOW = 3  # steps each side of a violation that are highlighted (Replayer's default window)
 MAX_POSE_FLOATS = 64_000_000  # 256 MB of poses: longer episodes play from server frames
 _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
