@@ -120,11 +120,28 @@ def timeline_attr(pg, name: str) -> str | None:
 
 
 def wait_timeline(pg, expr: str, timeout: float = 120.0) -> None:
-    """Waits until `expr` (JS, over `r` = the player's root, `img` = its frame) holds."""
-    pg.wait_for_function(f"""(sel) => {{ const f = document.querySelector(sel);
+    """Waits until `expr` (JS, over `r` = the player's root, `img` = its frame) holds; if it
+    never does, fails with what the player and the page showed (`player_state`)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        pg.wait_for_function(f"""(sel) => {{ const f = document.querySelector(sel);
+            const d = f && f.contentDocument; const r = d && d.querySelector('#timeline');
+            const img = d && d.querySelector('#frame'); if (!r || !img) return false; return ({expr}); }}""",
+                             arg=TIMELINE_IFRAME, timeout=timeout * 1000)
+    except PlaywrightTimeout as e:
+        raise AssertionError(f"the player never reached {expr} in {timeout} s: {player_state(pg)}") from e
+
+
+def player_state(pg) -> dict:
+    """The player's data attributes and lines (renderer, status) and the page's exceptions."""
+    return pg.evaluate("""(sel) => { const f = document.querySelector(sel);
         const d = f && f.contentDocument; const r = d && d.querySelector('#timeline');
-        const img = d && d.querySelector('#frame'); if (!r || !img) return false; return ({expr}); }}""",
-                         arg=TIMELINE_IFRAME, timeout=timeout * 1000)
+        const text = (id) => { const e = d && d.getElementById(id); return e ? e.textContent : null; };
+        return { frames: document.querySelectorAll(sel).length, data: r ? { ...r.dataset } : null,
+                 renderer: text('renderer'), status: text('status'),
+                 exceptions: [...document.querySelectorAll('[data-testid="stException"]')].map((e) => e.innerText) }; }""",
+                       TIMELINE_IFRAME)
 
 
 def timeline_frame(pg, step: int, timeout: float = 120.0):
