@@ -87,12 +87,24 @@ def _png(url: str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")).astype(int)
 
 
+# WebGL contexts the player's frame has made, counted by a wrapper of getContext that the
+# page's init script puts in every frame (`webgl_page`)
+WEBGL_CONTEXTS = "() => document.querySelector('%s').contentWindow.__webglContexts || 0"
+_COUNT_CONTEXTS = """(() => { const get = HTMLCanvasElement.prototype.getContext;
+  HTMLCanvasElement.prototype.getContext = function (kind, ...rest) {
+    const had = this.__svlKind, ctx = get.call(this, kind, ...rest);
+    if (ctx && /webgl/.test(kind) && had !== kind) { this.__svlKind = kind; window.__webglContexts = (window.__webglContexts || 0) + 1; }
+    return ctx; }; })();"""
+
+
 @pytest.fixture(scope="module")
 def webgl_page():
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=WEBGL_ARGS)
         try:
-            yield browser.new_page(viewport={"width": SIZE[0], "height": SIZE[1]})
+            page = browser.new_page(viewport={"width": SIZE[0], "height": SIZE[1]})
+            page.add_init_script(_COUNT_CONTEXTS)
+            yield page
         finally:
             browser.close()
 
@@ -206,12 +218,16 @@ def test_n_opens_the_next_episode_in_the_same_player_with_web_files_cached_for_g
     picked = pg.evaluate(ep_now)
     assert picked  # the page names its episode in its link
     pg.evaluate("(s) => { window.__frame = document.querySelector(s); }", TIMELINE_IFRAME)
+    contexts = WEBGL_CONTEXTS % TIMELINE_IFRAME
+    made = pg.evaluate(contexts)
     was, draws = timeline_attr(pg, "data-episode"), timeline_attr(pg, "data-draw-ms")
     pg.evaluate("""(s) => { const d = document.querySelector(s).contentDocument;
         d.dispatchEvent(new d.defaultView.KeyboardEvent('keydown', { key: 'n', bubbles: true })); }""", TIMELINE_IFRAME)
     wait_timeline(pg, f"r.dataset.episode !== {was!r} && r.dataset.renderer === 'webgl'", timeout=90)
     pg.wait_for_function(f"() => ({ep_now})() !== {picked!r}", timeout=60_000)  # the page's link names it
     assert pg.evaluate("(s) => window.__frame === document.querySelector(s)", TIMELINE_IFRAME)  # the same player
+    # no new WebGL context for the next episode: Chromium loses a page's oldest past 16 (the player's)
+    assert made >= 1 and pg.evaluate(contexts) == made
     assert draws is not None
     # the new episode's poses came over the network; the scene may have come from the browser's
     # cache (an earlier page drew it), so its URL is asked of the server again

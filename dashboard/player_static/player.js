@@ -169,11 +169,19 @@ img.addEventListener("load", () => {
 });
 
 // ---------------------------------------------------------------- WebGL
+// Whether the browser offers WebGL, asked once: each probe is a WebGL context of its own, and
+// Chromium loses the oldest of a page's contexts past 16 (the player's, some episodes on).
+let webglOffered = null;
 function hasWebGL() {
-  try {
-    const c = document.createElement("canvas");
-    return !!(c.getContext("webgl2") || c.getContext("webgl"));
-  } catch (e) { return false; }
+  if (webglOffered === null) {
+    try {
+      const gl = document.createElement("canvas").getContext("webgl2") || document.createElement("canvas").getContext("webgl");
+      webglOffered = !!gl;
+      const lose = gl && gl.getExtension("WEBGL_lose_context");
+      if (lose) lose.loseContext();  // the probe's context, given back now rather than at garbage collection
+    } catch (e) { webglOffered = false; }
+  }
+  return webglOffered;
 }
 function fitCanvas() {
   const w = Math.max(160, Math.round(document.getElementById("webbox").clientWidth || 480));
