@@ -130,6 +130,7 @@ export function openEpisode(view, posesBuf, opts = {}) {
   // a violating geom as highlight.py tints it: TINT_RGBA, no material, emission 0.35, its own specular
   const tinted = (g) => g.tint || (g.tint = mujocoMaterial(lights, {
     rgba: TINT.concat(1), emission: 0.35, specular: g.specular, shininess: g.shininess, side: g.material.side }));
+  const unitDisc = view.unitDisc || (view.unitDisc = new THREE.CylinderGeometry(1, 1, 2, 24).rotateX(Math.PI / 2));
   const discMaterial = (rgba) => {  // mjv_initGeom's defaults, one per colour
     const key = rgba.join(",");
     if (!view.discMaterials.has(key)) view.discMaterials.set(key, mujocoMaterial(lights, { rgba }));
@@ -180,11 +181,13 @@ export function openEpisode(view, posesBuf, opts = {}) {
     if (mark && !state.segment) {
       for (const id of mark.tint) { const g = geoms.get(id); if (g) { g.mesh.material = tinted(g); state.tinted.push(id); } }
       for (const d of mark.discs) {
-        const disc = new THREE.Mesh(new THREE.CylinderGeometry(d.size[0], d.size[0], 2 * d.size[1], 24).rotateX(Math.PI / 2),
-                                    discMaterial(d.rgba));
-        const R = d.mat;
+        // one unit cylinder (axis z, half-height 1) for every disc, scaled by its size: a geometry per
+        // drawn disc was GPU buffers never given back, every draw of a violating step
+        const disc = new THREE.Mesh(unitDisc, discMaterial(d.rgba));
+        const R = d.mat, [r, h] = d.size;
         disc.matrixAutoUpdate = false;
-        disc.matrix.set(R[0], R[1], R[2], d.pos[0], R[3], R[4], R[5], d.pos[1], R[6], R[7], R[8], d.pos[2], 0, 0, 0, 1);
+        disc.matrix.set(R[0] * r, R[1] * r, R[2] * h, d.pos[0], R[3] * r, R[4] * r, R[5] * h, d.pos[1],
+                        R[6] * r, R[7] * r, R[8] * h, d.pos[2], 0, 0, 0, 1);
         marks.add(disc);
       }
     }
