@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -47,14 +48,31 @@ STEPS = (0, 70, 143)
 CENTRE_PX, BODY_IOU, UNION_IOU, MEAN_LEVELS, MIN_PX = 2.0, 0.8, 0.99, 15.0, 100
 
 PAGE = """<!doctype html><html><head>
-<script type="importmap">{"imports": {"three": "./vendor/three.module.js"}}</script></head>
+<script type="importmap">{"imports": {"three": "./vendor/three.module.js"}}</script>
+<script>  // the WebGL buffers and textures alive
+const live = window.__live = { buffers: 0, textures: 0 }, gl = WebGL2RenderingContext.prototype;
+for (const [make, drop, kind] of [["createBuffer", "deleteBuffer", "buffers"], ["createTexture", "deleteTexture", "textures"]]) {
+  const m = gl[make], d = gl[drop];
+  gl[make] = function (...a) { live[kind]++; return m.apply(this, a); };
+  gl[drop] = function (x) { if (x) live[kind]--; return d.call(this, x); };
+}
+</script></head>
 <body style="margin:0"><canvas id="c" width="%(w)d" height="%(h)d"></canvas>
 <canvas id="o" width="%(w)d" height="%(h)d" style="position:absolute;left:0;top:0"></canvas>
 <script type="module">
-import { openScene, openEpisode } from "./webview.js";
+import { openScene, openEpisode, closeScene } from "./webview.js";
 const get = (u) => fetch(u).then((r) => r.arrayBuffer());
-const view = await openScene(document.getElementById("c"), document.getElementById("o"), await get("scene.bin"));
-window.ep = openEpisode(view, await get("poses.bin"));
+const [canvas, overlay, sceneBuf, posesBuf] = [document.getElementById("c"), document.getElementById("o"),
+                                               await get("scene.bin"), await get("poses.bin")];
+window.view = await openScene(canvas, overlay, sceneBuf);
+window.ep = openEpisode(view, posesBuf);
+window.reopen = async () => {  // the scene again in the same canvas, as the player opens another
+  const old = window.view;
+  window.view = await openScene(canvas, overlay, sceneBuf, old.renderer);
+  window.ep = openEpisode(window.view, posesBuf);
+  ep.setView("orbit");
+  closeScene(old);
+};
 window.ep.setView("agentview");
 window.ready = true;
 </script></body></html>"""
@@ -109,10 +127,12 @@ def webgl_page():
             browser.close()
 
 
-def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
-    rec = load_record(EPISODE)
-    m = scene_model(rec)
-    files = {"scene.bin": W.scene_blob(m), "poses.bin": W.episode_blob(m, rec, []),
+GRAB = "document.getElementById('c').toDataURL('image/png')"
+
+
+def _open_lone(pg, m, rec, violations=()) -> None:
+    """`pg` on a page of the player's viewer alone (`PAGE`) showing `rec` in its scene `m`."""
+    files = {"scene.bin": W.scene_blob(m), "poses.bin": W.episode_blob(m, rec, violations),
              "index.html": (PAGE % {"w": SIZE[0], "h": SIZE[1]}).encode()}
     types = {".html": "text/html", ".js": "text/javascript"}
 
@@ -122,13 +142,19 @@ def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
         kind = types.get(Path(name).suffix, "application/octet-stream")
         route.fulfill(status=200, body=body, headers={"content-type": kind})
 
-    pg = webgl_page
+    pg.unroute("http://svl.test/**")
     pg.route("http://svl.test/**", serve)
     pg.goto("http://svl.test/index.html")
     pg.wait_for_function("window.ready === true", timeout=60_000)
+
+
+def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
+    rec = load_record(EPISODE)
+    m = scene_model(rec)
+    pg = webgl_page
+    _open_lone(pg, m, rec)
     cam = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, "agentview")
     d = mujoco.MjData(m)
-    grab = "document.getElementById('c').toDataURL('image/png')"
     # the textures uploaded at the size the browser gets them: the same texels both ways
     ctx = OffscreenContext(m, width=SIZE[0], height=SIZE[1], max_texture_px=W.WEB_TEXTURE_PX)
     seen = []
@@ -137,9 +163,9 @@ def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
             apply_state(m, d, rec.replay, step)
             rgb, ref = _mujoco_renders(ctx, m, d, cam)
             pg.evaluate(f"ep.segmentation(false); ep.show({step})")
-            levels = np.abs(_png(pg.evaluate(grab)) - rgb).mean()
+            levels = np.abs(_png(pg.evaluate(GRAB)) - rgb).mean()
             pg.evaluate(f"ep.segmentation(true); ep.show({step})")
-            web = _png(pg.evaluate(grab))
+            web = _png(pg.evaluate(GRAB))
             web = web[..., 0] + 256 * web[..., 1]  # body id + 1
             union = ((ref > 0) & (web > 0)).sum() / ((ref > 0) | (web > 0)).sum()
             bodies = {}
@@ -157,6 +183,60 @@ def test_webgl_player_draws_the_demo_scene_as_mujoco_does(webgl_page):
         assert levels < MEAN_LEVELS and union >= UNION_IOU, seen
         assert len(bodies) >= 8, seen  # the robot's links and the objects, not just the floor
         assert all(dist <= CENTRE_PX and iou >= BODY_IOU for dist, iou in bodies.values()), seen
+
+
+def test_the_still_layer_draws_the_picture_that_drawing_every_geom_draws(webgl_page):
+    """A step drawn over the still layer (the geoms the episode never moves, drawn once per camera
+    pose with their depth) is pixel for pixel the picture of every geom drawn, at violating steps
+    (tinted geoms, contact discs) and others, from a fixed camera and the orbit camera; a camera
+    that moves with the robot (the wrist's) draws whole."""
+    from replay.render.cli import violations_from_store
+
+    store = ROOT / "assets" / "demo" / "store"
+    eid = "libero-object/task_1/scripted-hasty/ep_000"  # a bystander pushed; the object put behind a basket wall
+    row = pd.read_parquet(store / "episodes.parquet").set_index("episode_id").loc[eid]
+    rec = load_record(store / row["trajectory"])
+    violations = violations_from_store(store, eid, record=rec)
+    pg = webgl_page
+    _open_lone(pg, scene_model(rec), rec, violations)
+    marks = pg.evaluate("ep.header.marks")
+    with_discs = sorted(int(k) for k, v in marks.items() if v["discs"] and v["tint"])
+    assert with_discs, marks  # the test draws tints and discs
+    seen = []
+    for view in ("agentview", "orbit"):
+        pg.evaluate(f"ep.setView({view!r})")
+        for step in (0, with_discs[0], with_discs[-1], rec.n_steps - 1):
+            pg.evaluate(f"ep.layered(false); ep.show({step})")
+            whole = _png(pg.evaluate(GRAB))
+            pg.evaluate(f"ep.layered(true); ep.show({step + 1}); ep.show({step})")  # the layer made, then used
+            drawn = pg.evaluate("ep.drawnWith")
+            layered = _png(pg.evaluate(GRAB))
+            seen.append((view, step, drawn, int((np.abs(whole - layered).max(axis=2) > 0).sum()), int((whole.sum(2) > 0).sum())))
+    assert all(drawn == "layer" and differing == 0 and lit > SIZE[0] * SIZE[1] // 2 for _, _, drawn, differing, lit in seen), seen
+    assert len(pg.evaluate("ep.views")) == 3  # the agent view, the wrist's, the orbit camera
+    pg.evaluate("ep.setView(ep.views[1]); ep.show(10); ep.show(11); ep.show(12)")
+    assert pg.evaluate("ep.drawnWith") == "whole"
+
+
+def test_a_scene_opened_in_place_of_another_holds_what_the_first_held(webgl_page):
+    """The player opening another scene in its canvas (`reopen`: the scene again, the old one
+    closed after the new one's first draw) keeps the WebGL buffers and textures alive as they
+    were, so n through many scenes holds one scene's; and the closed scene's orbit camera no
+    longer answers the mouse (it drew the closed scene again, uploading it anew)."""
+    rec = load_record(EPISODE)
+    pg = webgl_page
+    _open_lone(pg, scene_model(rec), rec)
+    drag = """async () => { const o = document.getElementById('o'), r = o.getBoundingClientRect();
+        for (const [type, dx] of [['pointerdown', 0], ['pointermove', 40], ['pointerup', 40]])
+          o.dispatchEvent(new PointerEvent(type, { pointerId: 1, isPrimary: true, button: 0, buttons: 1, bubbles: true,
+                                                    clientX: r.left + 100 + dx, clientY: r.top + 100 }));
+        await new Promise((ok) => requestAnimationFrame(ok)); return ({...__live}); }"""
+    held = []
+    for _ in range(3):
+        pg.evaluate("reopen()")
+        pg.evaluate("ep.show(5); ep.show(6)")
+        held.append(pg.evaluate(drag))
+    assert held[0]["buffers"] > 10 and held[0]["textures"] > 2 and held[1] == held[0] == held[2], held
 
 
 @pytest.fixture(scope="module")

@@ -227,9 +227,13 @@ async function openWeb(web, episode) {
       import("./webview.js"), S.sceneUrl === web.scene ? null : get(web.scene), get(web.poses)]);
     performance.mark("web:files");  // for the benchmark's breakdown (benchmarks/dashboard_player.py)
     if (sceneBuf !== null) {
-      if (S.sceneView) S.sceneView.renderer.dispose();
+      const old = S.sceneView;
       S.sceneView = null;
-      S.sceneView = await mod.openScene(glCanvas, marksCanvas, sceneBuf);
+      try {
+        S.sceneView = await mod.openScene(glCanvas, marksCanvas, sceneBuf, old && old.renderer);
+      } finally {
+        if (old) setTimeout(() => mod.closeScene(old), 0);  // after this task's first draw of the new scene
+      }
       S.sceneUrl = web.scene;
       performance.mark("web:scene");
     }

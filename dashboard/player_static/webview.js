@@ -14,6 +14,7 @@ const ARRAYS = { int8: Int8Array, int16: Int16Array, uint16: Uint16Array, uint32
                  float32: Float32Array, bytes: Uint8Array };
 const TINT = [1.0, 0.06, 0.06];  // replay/render/highlight.py TINT_RGBA
 const VIOLATION_RGB = "rgb(230,25,25)", SUCCESS_RGB = "rgb(25,170,60)";  // replay/render/violation.py
+const STILL = 1;  // the three.js layer of the geoms an episode never moves (see `stillLayer`)
 
 export function parseBlob(buf) {
   const magic = new TextDecoder().decode(new Uint8Array(buf, 0, 4));
@@ -53,12 +54,17 @@ function meshGeometry(m, arr) {
 
 // A viewer of one scene in `canvas` (WebGL; throws when there is none); `overlay`: a 2-D canvas
 // over it for the border, captions and force arrows, as the offscreen frames draw them.
-export async function openScene(canvas, overlay, sceneBuf) {
+// `renderer`: the one a closed scene drew `canvas` with (`closeScene`), whose compiled shaders
+// the new scene's materials share.
+export async function openScene(canvas, overlay, sceneBuf, renderer = null) {
   const { header: H, arr } = parseBlob(sceneBuf);
   THREE.ColorManagement.enabled = false;
-  const renderer = new THREE.WebGLRenderer({ canvas, antialias: false, preserveDrawingBuffer: true });
-  renderer.outputColorSpace = THREE.LinearSRGBColorSpace;
-  renderer.setPixelRatio(1);
+  if (!renderer) {
+    renderer = new THREE.WebGLRenderer({ canvas, antialias: false, preserveDrawingBuffer: true });
+    renderer.outputColorSpace = THREE.LinearSRGBColorSpace;
+    renderer.setPixelRatio(1);
+    renderer.autoClear = false;  // a scene's colour background still clears (three.js forces it)
+  }
   const scene = new THREE.Scene();
   const textures = await Promise.all(H.textures.map((t) => loadTexture(t, arr)));
   const bg = H.background >= 0 ? H.textures[H.background].mean : [0, 0, 0];
@@ -112,7 +118,93 @@ export async function openScene(canvas, overlay, sceneBuf) {
   const marks = new THREE.Group();  // contact discs
   scene.add(marks);
   return { H, renderer, scene, camera, lights, bodies, geoms, segMaterials, marks, canvas, overlay,
-           background: scene.background, discMaterials: new Map() };
+           background: scene.background, discMaterials: new Map(), still: stillLayer(renderer) };
+}
+
+// What an episode never moves (its still bodies' opaque, never tinted geoms: the table, the floor,
+// the walls, the robot's pedestal, the objects left alone; two-fifths of a LIBERO scene's triangles
+// and most of its pixels) is drawn once per camera pose into a texture with its depth. A step then
+// copies that picture and its depth into the canvas and draws the rest over it, which is the same
+// picture: the depth is kept as the float the rasteriser computed, so the canvas's depth buffer
+// rounds it as it would have. The layer is made on the second draw from one camera pose, so a
+// moving camera (the wrist's, an orbit being dragged) draws whole and pays nothing for it.
+function stillLayer(renderer) {
+  const layer = { target: null, key: null, lastKey: null, drawn: "whole" };
+  const copy = new THREE.Mesh(new THREE.PlaneGeometry(2, 2), new THREE.ShaderMaterial({
+    uniforms: { color: { value: null }, depth: { value: null } },
+    vertexShader: "void main() { gl_Position = vec4(position.xy, 0.0, 1.0); }",
+    fragmentShader: `uniform sampler2D color, depth;
+      void main() {
+        ivec2 p = ivec2(gl_FragCoord.xy);
+        gl_FragColor = texelFetch(color, p, 0);
+        gl_FragDepth = texelFetch(depth, p, 0).x;
+      }`,
+    depthFunc: THREE.AlwaysDepth }));
+  copy.frustumCulled = false;
+  const copyScene = new THREE.Scene().add(copy), copyCamera = new THREE.OrthographicCamera();
+  const size = new THREE.Vector2();
+
+  function make(w, h) {
+    if (layer.target) { layer.target.depthTexture.dispose(); layer.target.dispose(); }
+    layer.target = new THREE.WebGLRenderTarget(w, h, { minFilter: THREE.NearestFilter, magFilter: THREE.NearestFilter,
+                                                      depthTexture: new THREE.DepthTexture(w, h, THREE.FloatType) });
+    copy.material.uniforms.color.value = layer.target.texture;
+    copy.material.uniforms.depth.value = layer.target.depthTexture;
+  }
+
+  // draws `scene` from `camera` (its matrices up to date), through the layer when `on` and it
+  // holds this pose
+  layer.draw = (scene, camera, on) => {
+    renderer.getDrawingBufferSize(size);
+    const key = on ? camera.matrixWorld.elements.concat(camera.projectionMatrix.elements, [size.x, size.y]).join() : null;
+    if (key === null || (key !== layer.key && key !== layer.lastKey)) {
+      layer.lastKey = key;
+      layer.drawn = "whole";
+      camera.layers.enableAll();
+      renderer.render(scene, camera);
+      return;
+    }
+    layer.drawn = key === layer.key ? "layer" : "layer made";
+    if (key !== layer.key) {  // the second draw from this pose: the still geoms into the layer
+      if (!layer.target || layer.target.width !== size.x || layer.target.height !== size.y) make(size.x, size.y);
+      renderer.setRenderTarget(layer.target);
+      camera.layers.set(STILL);
+      renderer.render(scene, camera);
+      renderer.setRenderTarget(null);
+      layer.key = key;
+    }
+    renderer.render(copyScene, copyCamera);
+    const background = scene.background;
+    scene.background = null;  // a colour background would clear the copied picture
+    camera.layers.set(0);
+    renderer.render(scene, camera);
+    scene.background = background;
+  };
+  layer.forget = () => { layer.key = layer.lastKey = null; };
+  layer.dispose = () => {
+    if (layer.target) { layer.target.depthTexture.dispose(); layer.target.dispose(); }
+    copy.geometry.dispose(); copy.material.dispose();
+  };
+  return layer;
+}
+
+// Gives back what a scene view holds on the GPU and lets go of its orbit camera's mouse; its
+// renderer stays for the canvas's next scene. Closed after the next scene's first draw, the
+// shaders both scenes use are not compiled again.
+export function closeScene(view) {
+  const done = new Set();
+  const give = (x) => { if (x && !done.has(x)) { done.add(x); x.dispose(); } };
+  view.scene.traverse((o) => { give(o.geometry); give(o.material); });
+  for (const g of view.geoms.values()) {
+    give(g.material); give(g.tint);
+    const map = g.material.uniforms.map.value;
+    if (map && !done.has(map)) { give(map); map.image.close(); }  // the decoded ImageBitmap too
+  }
+  for (const m of view.segMaterials.values()) give(m);
+  for (const m of view.discMaterials.values()) give(m);
+  give(view.unitDisc);
+  view.still.dispose();
+  if (view.controls) view.controls.dispose();
 }
 
 // One episode in an opened scene: `show(step)` poses it and draws (no request).
@@ -127,6 +219,11 @@ export function openEpisode(view, posesBuf, opts = {}) {
   }
   for (const g of geoms.values()) g.mesh.material = g.material;  // nothing tinted by an earlier episode
   marks.clear();
+  const moving = new Set(E.moving), marked = new Set(Object.values(E.marks).flatMap((m) => m.tint));
+  for (const [id, g] of geoms) {
+    g.mesh.layers.set(moving.has(g.body) || marked.has(id) || g.material.transparent ? 0 : STILL);
+  }
+  view.still.forget();
   // a violating geom as highlight.py tints it: TINT_RGBA, no material, emission 0.35, its own specular
   const tinted = (g) => g.tint || (g.tint = mujocoMaterial(lights, {
     rgba: TINT.concat(1), emission: 0.35, specular: g.specular, shininess: g.shininess, side: g.material.side }));
@@ -136,7 +233,7 @@ export function openEpisode(view, posesBuf, opts = {}) {
     if (!view.discMaterials.has(key)) view.discMaterials.set(key, mujocoMaterial(lights, { rgba }));
     return view.discMaterials.get(key);
   };
-  const state = { step: 0, view: nc ? E.cameras[0].name : "orbit", segment: false, tinted: [], drawMs: 0,
+  const state = { step: 0, view: nc ? E.cameras[0].name : "orbit", segment: false, layered: true, tinted: [], drawMs: 0,
                   onDraw: opts.onDraw || null };
   const views = E.cameras.map((c) => c.name).concat(["orbit"]);
 
@@ -247,7 +344,7 @@ export function openEpisode(view, posesBuf, opts = {}) {
     const mark = pose(state.step);
     camera.updateMatrixWorld();
     placeLights(lights, camera);
-    renderer.render(scene, camera);
+    view.still.draw(scene, camera, state.layered && !state.segment);
     drawOverlay(mark, state.step);
     state.drawMs = performance.now() - t0;
     if (state.onDraw) state.onDraw(state.step, state.drawMs);
@@ -271,5 +368,9 @@ export function openEpisode(view, posesBuf, opts = {}) {
       scene.background = on ? new THREE.Color(0, 0, 0) : view.background;
       draw();
     },
+    // the still layer on or off (on by default; off draws every geom at every step), and how
+    // the last picture was drawn: "whole", "layer made" or "layer"
+    layered(on) { state.layered = !!on; view.still.forget(); draw(); },
+    get drawnWith() { return view.still.drawn; },
   };
 }
