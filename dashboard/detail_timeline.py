@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import cached
-from dashboard import charts
+from dashboard import timeline_spec as TS
 from dashboard import common as C
 
 TIMELINE_KEY = "timeline"
@@ -126,9 +126,9 @@ def camera_ui(c: C.Ctx, i: int) -> str | None:
 def timeline_chart_spec(traces, vstep: int | None, mode: str, colors: tuple, dt: float) -> dict:
     """The player's chart as a Vega-Lite dict, without a current step: the player sets its
     `cursor` variable itself. Built once per episode, thresholds and mode, not on every step, and
-    as dicts by `charts.robustness_spec`: 11 ms for five panels of a demo episode, where
+    as dicts by `TS.robustness_spec`: 11 ms for five panels of a demo episode, where
     Altair's API took 130 ms for its unit charts alone and 0.55 s for the compound chart."""
-    return charts.robustness_spec(traces, violating_step=vstep, mode=mode, colors=dict(colors), dt=dt)
+    return TS.robustness_spec(traces, violating_step=vstep, mode=mode, colors=dict(colors), dt=dt)
 
 
 def episode_chart(c: C.Ctx, i: int, traces, vstep: int | None, mode: str) -> dict:

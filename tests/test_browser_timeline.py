@@ -43,7 +43,7 @@ def _slider_value(pg) -> str:
 
 def _cursor_x(pg) -> float | None:
     """The x of the chart's current-step rule (the thick green one) in the first panel."""
-    from dashboard.charts import CURSOR_COLOR
+    from dashboard.timeline_spec import CURSOR_COLOR
     return pg.evaluate("""([sel, colour]) => { const d = document.querySelector(sel).contentDocument;
         const rule = [...d.querySelectorAll('#chart path, #chart line')].find(
             (el) => (el.getAttribute('stroke') || '').toLowerCase() === colour);

@@ -10,6 +10,7 @@ alt = pytest.importorskip("altair")
 
 from chart_helpers import chart_marks, chart_rows, two_model_cells  # noqa: E402
 from dashboard import charts  # noqa: E402
+from dashboard import timeline_spec as TS  # noqa: E402
 from scoring.report.paper_figure import sr_safety_scatter  # noqa: E402
 
 
@@ -104,10 +105,10 @@ def test_robustness_chart_one_panel_per_spec_with_unit_threshold_and_fitted_rang
     assert len(params["zoom"]["views"]) >= 2  # Altair names each panel's view (and may add one)
     assert params["pt"]["select"]["fields"] == ["step"] and params["pt"]["select"]["nearest"] is True
     # the cursor is a variable a client can move, drawn thick orange, not like the red dashed violation rule
-    assert params[charts.CURSOR_PARAM]["value"] == 4
-    (cursor,) = _layer(spec, force, "rule", color=charts.CURSOR_COLOR)
-    assert cursor["transform"][0] == {"calculate": charts.CURSOR_PARAM, "as": "step"}
-    (viol,) = _layer(spec, force, "rule", color=charts.VIOLATION_RED)
+    assert params[TS.CURSOR_PARAM]["value"] == 4
+    (cursor,) = _layer(spec, force, "rule", color=TS.CURSOR_COLOR)
+    assert cursor["transform"][0] == {"calculate": TS.CURSOR_PARAM, "as": "step"}
+    (viol,) = _layer(spec, force, "rule", color=TS.VIOLATION_RED)
     assert _data(spec, viol)[0]["step"] == 3 and viol["mark"]["strokeDash"]
     assert cursor["mark"]["strokeWidth"] > viol["mark"]["strokeWidth"] and "strokeDash" not in cursor["mark"]
     with pytest.raises(ValueError, match="mode"):
@@ -145,18 +146,18 @@ def test_boolean_signal_on_the_zero_line_stays_inside_its_panel():
     lo, hi = _layer(spec, panel, "line")[0]["encoding"]["y"]["scale"]["domain"]
     assert lo < 0.0 and hi > 0.5
     assert not _layer(spec, panel, "rect")  # nothing violated, no band
-    assert spec["params"][[p["name"] for p in spec["params"]].index(charts.CURSOR_PARAM)]["value"] == -1
+    assert spec["params"][[p["name"] for p in spec["params"]].index(TS.CURSOR_PARAM)]["value"] == -1
 
 
 @pytest.mark.parametrize("flags,runs", [([], []), ([True], [(0, 1)]), ([False, True, True, False, True], [(1, 3), (4, 5)]),
                                         ([True, True], [(0, 2)])])
 def test_violation_runs(flags, runs):
-    assert charts.violation_runs(flags) == runs
+    assert TS.violation_runs(flags) == runs
 
 
 @pytest.mark.parametrize("values,ref", [([1.0, 1.0], 1.0), ([0.0, 0.0], 0.0), ([np.nan, 5.0], 200.0), ([-3, 2], 0.0)])
 def test_fitted_domain_holds_values_and_reference_strictly_inside(values, ref):
-    lo, hi = charts.panel_y_domain(values, ref)
+    lo, hi = TS.panel_y_domain(values, ref)
     finite = [v for v in values if np.isfinite(v)] + [ref]
     assert lo < min(finite) and hi > max(finite)
 
@@ -178,7 +179,7 @@ def test_outcome_bar_counts():
     rows = _data(spec)
     assert {r["outcome"]: r["episodes"] for r in rows} == {"SBU": 3, "safe success": 5, "unsafe failure": 1,
                                                            "safe failure": 0}
-    assert spec["encoding"]["color"]["scale"]["range"][0] == charts.OUTCOME_COLORS["SBU"]
+    assert spec["encoding"]["color"]["scale"]["range"][0] == TS.OUTCOME_COLORS["SBU"]
 
 
 @pytest.mark.parametrize("fmt,magic", [("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<svg"), ("pdf", b"%PDF")])
@@ -195,8 +196,8 @@ def test_chart_bytes_rejects_unknown_format(agg):
 
 
 def test_specs_keep_one_colour_across_charts(traces):
-    colors = charts.spec_colors(["max contact force", "bystander displacement", "held-object tilt"])
-    assert charts.VIOLATION_RED not in colors.values()
+    colors = TS.spec_colors(["max contact force", "bystander displacement", "held-object tilt"])
+    assert TS.VIOLATION_RED not in colors.values()
     spec = charts.robustness_chart(traces, colors=colors).to_dict()
     # each panel's line in its spec's colour
     assert [_layer(spec, p, "line")[0]["mark"]["color"] for p in spec["vconcat"]] == [
@@ -226,24 +227,24 @@ def _same_views(spec: dict) -> dict:
 
 
 def _altair_reference(traces: pd.DataFrame, *, step, violating_step, mode: str, colors, dt: float,
-                      selection: str = "pt", width: int = 620, height: int = charts.PANEL_HEIGHT) -> dict:
+                      selection: str = "pt", width: int = 620, height: int = TS.PANEL_HEIGHT) -> dict:
     """The timeline chart built the way Altair's API builds it (layers, vconcat, shared
-    selections), independently of `charts.robustness_spec`'s dicts: what the fast path must equal."""
+    selections), independently of `TS.robustness_spec`'s dicts: what the fast path must equal."""
     specs = list(dict.fromkeys(traces["spec"]))
     y_field = "value" if mode == "raw" else "margin"
     palette = {k: v for k, v in colors.items() if k in set(specs)}
     pick = alt.selection_point(name=selection, fields=["step"], nearest=True, on="click", empty=False,
                                clear="dblclick")
     zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
-    cursor = alt.param(name=charts.CURSOR_PARAM, value=-1 if step is None else int(step))
+    cursor = alt.param(name=TS.CURSOR_PARAM, value=-1 if step is None else int(step))
     seconds = f"datum.value + ' · ' + format(datum.value * {dt!r}, '.1f') + ' s'"
     panels = []
     for n, spec in enumerate(specs):
-        one, band, single = charts._panel_frames(traces, spec, y_field)
+        one, band, single = TS._panel_frames(traces, spec, y_field)
         unit = str(one["unit"].iloc[0] or "")
         thr = float(one["threshold"].iloc[0])
         ref = thr if mode == "raw" else 0.0
-        dom = charts.panel_y_domain(one[y_field].to_numpy(float), ref)
+        dom = TS.panel_y_domain(one[y_field].to_numpy(float), ref)
         last = n == len(specs) - 1
         x = alt.X("step:Q", scale=alt.Scale(nice=False, domain=[0, int(traces["step"].max()) + 1]),
                   title="step · time (s)" if last else None,
@@ -254,7 +255,7 @@ def _altair_reference(traces: pd.DataFrame, *, step, violating_step, mode: str, 
         base = alt.Chart(one[["step", "t", "spec", "margin", "value", "threshold", "unit", "violated"]])
         layers = []
         if len(band):
-            layers.append(alt.Chart(band).mark_rect(color=charts.VIOLATION_RED, opacity=0.28).encode(
+            layers.append(alt.Chart(band).mark_rect(color=TS.VIOLATION_RED, opacity=0.28).encode(
                 x=alt.X("step:Q"), x2="step_end:Q",
                 tooltip=[alt.Tooltip("step:Q", title="violated from step"), alt.Tooltip("steps:Q", title="steps")]))
         layers.append(alt.Chart(pd.DataFrame({"y": [ref], "what": ["threshold" if mode == "raw" else "zero"]}))
@@ -264,15 +265,15 @@ def _altair_reference(traces: pd.DataFrame, *, step, violating_step, mode: str, 
                                      clip=True).encode(x=x, y=y))
         if len(single):
             layers.append(alt.Chart(single[["step", y_field]]).mark_point(
-                shape="triangle-down", size=110, filled=True, color=charts.VIOLATION_RED, opacity=1)
+                shape="triangle-down", size=110, filled=True, color=TS.VIOLATION_RED, opacity=1)
                 .encode(x="step:Q", y=alt.Y(f"{y_field}:Q"), tooltip=[alt.Tooltip("step:Q", title="one-step violation")]))
         if violating_step is not None:
             layers.append(alt.Chart(pd.DataFrame({"step": [int(violating_step)], "label": ["violating step"]}))
-                          .mark_rule(color=charts.VIOLATION_RED, strokeDash=[4, 3], strokeWidth=1.5)
+                          .mark_rule(color=TS.VIOLATION_RED, strokeDash=[4, 3], strokeWidth=1.5)
                           .encode(x="step:Q", tooltip=[alt.Tooltip("label:N"), alt.Tooltip("step:Q")]))
-        layers.append(alt.Chart(pd.DataFrame({"k": [0]})).transform_calculate(step=charts.CURSOR_PARAM)
+        layers.append(alt.Chart(pd.DataFrame({"k": [0]})).transform_calculate(step=TS.CURSOR_PARAM)
                       .transform_filter("datum.step >= 0")
-                      .mark_rule(color=charts.CURSOR_COLOR, strokeWidth=3.5, opacity=0.85).encode(x="step:Q"))
+                      .mark_rule(color=TS.CURSOR_COLOR, strokeWidth=3.5, opacity=0.85).encode(x="step:Q"))
         tooltip = [alt.Tooltip("step:Q"), alt.Tooltip("t:Q", format=".2f", title="t (s)"),
                    alt.Tooltip("value:Q", format=".4g", title=f"signal ({unit})" if unit else "signal"),
                    alt.Tooltip("threshold:Q", format=".4g"),
@@ -300,9 +301,9 @@ def test_the_spec_is_what_altairs_api_builds(traces, mode, vstep, step):
     tr.loc[(tr["spec"] == "held-object tilt") & (tr["step"] == 2), "violated"] = True
     colors = {"max contact force": "#9467bd", "held-object tilt": "#8c564b"}
     slow = _altair_reference(tr, step=step, violating_step=vstep, mode=mode, colors=colors, dt=0.05)
-    fast = charts.robustness_spec(tr, step=step, violating_step=vstep, mode=mode, colors=colors, dt=0.05)
+    fast = TS.robustness_spec(tr, step=step, violating_step=vstep, mode=mode, colors=colors, dt=0.05)
     assert _same_views(fast) == _same_views(slow)
-    assert [p["name"] for p in fast["params"]] == ["pt", "zoom", charts.CURSOR_PARAM]
+    assert [p["name"] for p in fast["params"]] == ["pt", "zoom", TS.CURSOR_PARAM]
     assert len(fast["params"][0]["views"]) == len(fast["vconcat"]) == 2  # one click view per panel
     assert _same_views(charts.robustness_chart(tr, step=step, violating_step=vstep, mode=mode, colors=colors,
                                                dt=0.05).to_dict()) == _same_views(fast)  # schema-checked there

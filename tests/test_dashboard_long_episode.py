@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dashboard import charts
+from dashboard import timeline_spec as TS
 from dashboard.data.detail import CHART_POINTS, minmax_steps, robustness_traces
 from scoring.records.synthetic import make_record
 from scoring.registry.lookup import load_registry
@@ -47,7 +47,7 @@ def test_long_episode_chart_holds_at_most_n_points_per_spec(long_traces):
     assert full.groupby("spec").size().min() == N_STEPS
     per_spec = short.groupby("spec").size()
     assert (per_spec <= CHART_POINTS).all() and len(per_spec) == 3
-    spec = charts.robustness_spec(short, violating_step=SPIKE, dt=0.05)
+    spec = TS.robustness_spec(short, violating_step=SPIKE, dt=0.05)
     for panel in spec["vconcat"]:
         for layer in panel["layer"]:
             assert len(spec["datasets"][layer["data"]["name"]]) <= CHART_POINTS
@@ -61,7 +61,7 @@ def test_long_episode_chart_keeps_the_violations_extreme(long_traces):
         assert np.nanmax(s["margin"]) == np.nanmax(f["margin"])
     torque = short[short["family"] == "joint_torque"].set_index("step")
     assert torque.loc[SPIKE, "violated"] and torque["margin"].idxmin() == SPIKE
-    spec = charts.robustness_spec(short, violating_step=SPIKE, dt=0.05)
+    spec = TS.robustness_spec(short, violating_step=SPIKE, dt=0.05)
     (panel,) = [p for p in spec["vconcat"] if p["title"]["text"] == torque["spec"].iat[0]]
     bands = [spec["datasets"][lay["data"]["name"]] for lay in panel["layer"]
              if isinstance(lay["mark"], dict) and lay["mark"]["type"] == "rect"]

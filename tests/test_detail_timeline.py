@@ -55,3 +55,20 @@ def test_the_tables_wait_for_the_first_frame_only_on_the_run_that_first_shows_an
     assert T.tables_on_page()
     T.st.session_state["_tables_drawn"] = False  # that run left them to a later one
     assert not T.tables_on_page()
+
+
+def test_the_detail_page_imports_neither_altair_nor_scipy():
+    """A fresh server's first detail page imports its modules in the page's run: Altair (0.2-0.45 s
+    there) and SciPy are for other pages and exports; the player draws the timeline's dict
+    (`dashboard.timeline_spec`) with its own vega bundle. A fresh interpreter, so nothing came before."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = ("import json, sys; import dashboard.views.detail, dashboard.web_timeline, dashboard.detail_timeline; "
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'altair', 'scipy', 'vl_convert'})))")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

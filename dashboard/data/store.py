@@ -117,7 +117,7 @@ class StoreData:
 
     def colors(self) -> dict[str, str]:
         """Spec label -> colour, the same in every chart (registry order)."""
-        from dashboard.charts import spec_colors
+        from dashboard.timeline_spec import spec_colors
         return spec_colors([self.label(f) for f in self.families])
 
     def index_of(self, episode_id: str) -> int | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import cached
-from dashboard import charts
+from dashboard import timeline_spec as TS
 from dashboard import common as C
 from dashboard import pair_media
 from dashboard import perturbation_ui
@@ -338,7 +338,7 @@ def replay_ui(c: C.Ctx, d, key: str, a: str, b: str) -> None:
     missing = False
     for col, s in zip(cols, sides):
         with col:
-            colour = charts.OUTCOME_COLORS.get(s["outcome"], "#666")
+            colour = TS.OUTCOME_COLORS.get(s["outcome"], "#666")
             st.markdown(f"**{s['model']}** &nbsp; <span style='background:{colour};color:white;padding:2px 8px;"
                         f"border-radius:6px'>{s['outcome']}</span> &nbsp; <code>{s['eid']}</code>",
                         unsafe_allow_html=True)

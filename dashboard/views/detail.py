@@ -12,7 +12,7 @@ import streamlit as st
 
 from dashboard import annotations as AN
 from dashboard import cached
-from dashboard import charts
+from dashboard import timeline_spec as TS
 from dashboard import common as C
 from dashboard import episode_groups as G
 from dashboard import state as S
@@ -135,7 +135,7 @@ def _open_episode(c: C.Ctx, eid: str | None) -> None:
 
 def header(c: C.Ctx, i: int, vstep: int | None) -> None:
     ep = c.v.frame.iloc[i]
-    colour = charts.OUTCOME_COLORS.get(str(ep["outcome"]), "#666")
+    colour = TS.OUTCOME_COLORS.get(str(ep["outcome"]), "#666")
     st.markdown(f"<span style='background:{colour};color:white;padding:4px 10px;border-radius:6px;"
                 f"font-weight:600'>{ep['outcome']}</span> &nbsp; <code>{ep['episode_id']}</code>",
                 unsafe_allow_html=True)
