@@ -75,11 +75,11 @@ def warm_server() -> None:
     Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests
     measure)."""
     import importlib
-    import inspect
     import os
 
     if os.environ.get("SAFEVLA_NO_PREWARM"):
         return
+    _check_for_a_repl()
     try:
         from dashboard import stores
 
@@ -91,13 +91,21 @@ def warm_server() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the page imports it again and reports
             logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
-    # Streamlit's first element in a process asks whether it runs in a REPL
-    # (streamlit.env_util.is_repl: `inspect.stack()`), and inspect's first module look-up
-    # resolves the real path of every loaded module's file: 10,000-15,000 lstat calls, each
-    # giving up the GIL, 0.5 s of the first page run after a start (docs/benchmarks.md,
-    # 2026-11-27, a177f7a). Once here, inspect keeps that table and the page's call resolves only
-    # modules imported since.
-    inspect.stack()
+
+
+def _check_for_a_repl() -> None:
+    """Streamlit's first element in a process checks once whether it runs in a REPL, to warn
+    (streamlit.delta_generator's use warning: env_util.is_repl, `inspect.stack()`), and
+    inspect's first module look-up resolves the real path of every loaded module's file:
+    10,000-15,000 lstat calls, each giving up the GIL, 0.5 s of the first page run after a
+    start (docs/benchmarks.md, 2026-11-27, a177f7a). Run here before the warm-up's imports, it
+    resolves fewer modules and no page runs it. (Run after them, a page arriving meanwhile ran
+    it too, racing this thread for the GIL on every lstat: 0.54 s of that page's run.)"""
+    from streamlit import delta_generator
+
+    check = getattr(delta_generator, "_maybe_print_use_warning", None)  # a Streamlit without it: nothing to do
+    if callable(check):
+        check()
 
 
 def _open_quietly(eid: str, store: str | None) -> None:
