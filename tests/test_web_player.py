@@ -319,3 +319,34 @@ def test_n_opens_the_next_episode_in_the_same_player_with_web_files_cached_for_g
     for url, headers in [(r.url, r.all_headers()) for r in responses if r.status == 200] + [(scene, fetched.headers)]:
         assert headers.get("cache-control") == "public, max-age=31536000, immutable", (url, headers)
         assert "content-encoding" not in headers, (url, headers)
+
+
+def test_a_webgl_context_the_browser_takes_away_is_drawn_again(dashboard, webgl_page):
+    """The browser takes the player's WebGL context away (Chromium does past 16 live contexts in
+    a page; WEBGL_lose_context here): the player says so, and draws the same picture when the
+    context comes back; when it does not come back, it opens the scene on a new canvas and draws
+    the same picture there, and the keys step it."""
+    from dashboard_helpers import TIMELINE_IFRAME, wait_timeline
+
+    pg = webgl_page
+    pg.goto(f"{dashboard}/detail")
+    wait_timeline(pg, "r.dataset.renderer === 'webgl' && r.dataset.firstDraw !== undefined", timeout=90)
+    frame = pg.locator(TIMELINE_IFRAME).element_handle().content_frame()
+    picture = "() => document.getElementById('gl').toDataURL('image/png')"
+    before = frame.evaluate(picture)
+    frame.evaluate("""() => { window.__lose = document.getElementById('gl').getContext('webgl2')
+        .getExtension('WEBGL_lose_context'); window.__lose.loseContext(); }""")
+    wait_timeline(pg, "r.dataset.webgl === 'lost'", timeout=10)
+    assert "WebGL context away" in frame.evaluate("() => document.getElementById('status').textContent")
+    frame.evaluate("() => window.__lose.restoreContext()")
+    wait_timeline(pg, "r.dataset.webgl === 'restored'", timeout=10)
+    frame.wait_for_function(f"() => document.getElementById('gl').toDataURL('image/png') === {before!r}", timeout=10_000)
+    # gone for good: a new canvas, the same picture
+    old = frame.evaluate_handle("() => document.getElementById('gl')")
+    frame.evaluate("() => window.__lose.loseContext()")
+    wait_timeline(pg, "r.dataset.webgl === 'renewed' && r.dataset.renderer === 'webgl'", timeout=30)
+    frame.wait_for_function(f"() => document.getElementById('gl').toDataURL('image/png') === {before!r}", timeout=30_000)
+    assert frame.evaluate("(old) => old !== document.getElementById('gl') && !old.isConnected", old)
+    step = int(frame.evaluate("() => document.getElementById('timeline').dataset.frameStep"))
+    frame.evaluate("""() => document.dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowRight', bubbles: true }))""")
+    wait_timeline(pg, f"r.dataset.frameStep === '{step + 1}'", timeout=10)

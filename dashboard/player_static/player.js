@@ -21,7 +21,7 @@ const statusLine = document.getElementById("status");
 const violatedLine = document.getElementById("violated");
 const progressBar = document.querySelector("#progress > div");
 const speedSel = document.getElementById("speed");
-const glCanvas = document.getElementById("gl");
+let glCanvas = document.getElementById("gl");  // replaced by a new one when its WebGL context is gone for good
 const marksCanvas = document.getElementById("marks");
 const viewSel = document.getElementById("view");
 const rendererLine = document.getElementById("renderer");
@@ -49,7 +49,7 @@ const S = {
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
   lastSeq: null, queued: [], askedFirst: null, chartTimer: null,
   web: null, webState: "off", sceneView: null, sceneUrl: null, ep: null, viewName: null, saidNoWebgl: false,
-  saidDrawn: null,
+  saidDrawn: null, lost: false, renewTimer: null,
 };
 
 function send(type, data) {
@@ -439,6 +439,55 @@ try {
   root.dataset.keys = "focus";
   root.focus();
 }
+
+// ---------------------------------------------------------------- a lost WebGL context
+// The browser can take the picture's WebGL context away: Chromium takes a page's oldest past 16
+// live ones (a researcher's many detail tabs), and a GPU process can restart. The canvas then
+// shows nothing. The player says so and asks for it back; when it comes back, three.js uploads
+// the scene again and the player draws the step. When it has not come back LOST_WAIT_MS after
+// this tab was last seen, the scene opens on a new canvas (a hidden tab waits: a context made
+// there would take another tab's).
+const LOST_WAIT_MS = 1500;
+function watchContext(canvas) {
+  canvas.addEventListener("webglcontextlost", (ev) => {
+    ev.preventDefault();  // the browser may give it back
+    S.lost = true;
+    root.dataset.webgl = "lost";
+    statusLine.textContent = "the browser took this picture's WebGL context away; drawing it again …";
+    renewSoon();
+  });
+  canvas.addEventListener("webglcontextrestored", () => {
+    S.lost = false;
+    clearTimeout(S.renewTimer);
+    // drawn after three.js's own handler of this event has set its renderer up again
+    setTimeout(() => {
+      if (S.sceneView) S.sceneView.still.forget();  // the still layer's texture was lost with the context
+      if (S.ep) show(S.step);
+      root.dataset.webgl = "restored";
+    }, 0);
+  });
+}
+function renewSoon() {
+  clearTimeout(S.renewTimer);
+  if (S.lost && document.visibilityState === "visible") S.renewTimer = setTimeout(renew, LOST_WAIT_MS);
+}
+async function renew() {
+  if (!S.lost) return;
+  const mod = await import("./webview.js");
+  if (S.sceneView) mod.closeScene(S.sceneView);  // its orbit camera lets go of the mouse
+  const fresh = glCanvas.cloneNode(false);
+  glCanvas.replaceWith(fresh);
+  glCanvas = fresh;
+  watchContext(fresh);
+  S.lost = false;
+  S.sceneView = null;
+  S.sceneUrl = null;
+  S.ep = null;
+  root.dataset.webgl = "renewed";
+  if (S.web) openWeb(S.web, S.episode);  // the files from the browser's cache
+}
+watchContext(glCanvas);
+document.addEventListener("visibilitychange", renewSoon);
 
 // ---------------------------------------------------------------- Streamlit
 window.addEventListener("message", (event) => {
