@@ -154,7 +154,8 @@ def test_warm_server_loads_the_store_and_imports_the_pages_modules(tmp_path, war
     """`link_open.warm_server` (run at server start) leaves the server's store loaded, every
     module a page's first run imports imported, and Streamlit's once-per-process REPL check
     (`inspect.stack()`, resolving every loaded module's path) done, so the first element of the
-    first page run resolves no path; with $SAFEVLA_NO_PREWARM, none of it. A fresh interpreter, so nothing was imported before."""
+    first page run resolves no path; with $SAFEVLA_NO_PREWARM, none of it. A fresh interpreter,
+    so nothing was imported before."""
     import json
     import os
     import subprocess
