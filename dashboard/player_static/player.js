@@ -273,7 +273,7 @@ function show(step) {
     S.ep.show(S.step);
     S.shownStep = S.step;
     readout.textContent = `step ${S.step} / ${S.nSteps - 1} · t = ${(S.step * S.dt).toFixed(2)} s`;
-    statusLine.textContent = "";
+    statusLine.textContent = S.lost ? LOST_TEXT : "";  // a step drawn while the context is away draws nothing
     remember();
     violatedLine.textContent = S.violated[S.step] ? `Violated at this step: ${S.violated[S.step]}` : "";
     moveCursor(S.step);
@@ -448,12 +448,13 @@ try {
 // this tab was last seen, the scene opens on a new canvas (a hidden tab waits: a context made
 // there would take another tab's).
 const LOST_WAIT_MS = 1500;
+const LOST_TEXT = "the browser took this picture's WebGL context away; drawing it again …";
 function watchContext(canvas) {
   canvas.addEventListener("webglcontextlost", (ev) => {
     ev.preventDefault();  // the browser may give it back
     S.lost = true;
     root.dataset.webgl = "lost";
-    statusLine.textContent = "the browser took this picture's WebGL context away; drawing it again …";
+    statusLine.textContent = LOST_TEXT;
     renewSoon();
   });
   canvas.addEventListener("webglcontextrestored", () => {
