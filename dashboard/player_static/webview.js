@@ -144,8 +144,9 @@ function stillLayer(renderer) {
   const copyScene = new THREE.Scene().add(copy), copyCamera = new THREE.OrthographicCamera();
   const size = new THREE.Vector2();
 
+  const dropTarget = () => { if (layer.target) { layer.target.depthTexture.dispose(); layer.target.dispose(); } };
   function make(w, h) {
-    if (layer.target) { layer.target.depthTexture.dispose(); layer.target.dispose(); }
+    dropTarget();
     layer.target = new THREE.WebGLRenderTarget(w, h, { minFilter: THREE.NearestFilter, magFilter: THREE.NearestFilter,
                                                       depthTexture: new THREE.DepthTexture(w, h, THREE.FloatType) });
     copy.material.uniforms.color.value = layer.target.texture;
@@ -182,7 +183,7 @@ function stillLayer(renderer) {
   };
   layer.forget = () => { layer.key = layer.lastKey = null; };
   layer.dispose = () => {
-    if (layer.target) { layer.target.depthTexture.dispose(); layer.target.dispose(); }
+    dropTarget();
     copy.geometry.dispose(); copy.material.dispose();
   };
   return layer;
