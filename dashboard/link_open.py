@@ -10,17 +10,19 @@ the server first: `OpenLinkedEpisode` hands the episode to `cached.open_episode_
 worker thread, so that work overlaps the frontend's start, and the page's player then finds
 its files made or being made (docs/benchmarks.md, "The replay drawn in the browser").
 
-It acts only for a store the link may open (`stores.store_allowed`, the page's own check). On a
-server that has not loaded that store yet (a link opened first after a start), it loads it
-as the page would (`stores.load_store_at_request`: 0.1 s for the demo store; the page's run
-then waits for that load instead of making its own), so the scene's open overlaps the
-frontend's start there too. Everything else is left to the page, which says what is wrong.
+It acts only for a store the link may open (`stores.store_allowed`, the page's own check). The
+scene's conversion comes first, from the episode's row and record alone (`convert_linked_scene`),
+so on a server that has run no page it does not wait for the pages' modules. Then, on a server
+that has not loaded that store yet (a link opened first after a start), it loads it as the
+page would (`stores.load_store_at_request`: 0.1 s for the demo store; the page's run then waits
+for that load instead of making its own) and queues the episode's poses. Everything else is left to the page, which says what is wrong.
 The request and its response are passed on untouched.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
@@ -44,13 +46,62 @@ def linked_episode(path: str, query: str) -> tuple[str, str | None] | None:
 
 def open_linked_episode(eid: str, store: str | None) -> bool:
     """Starts opening episode `eid`'s replayer when its store (the link's, else the server's)
-    may be opened by a link (loading the store if no page has); whether it was queued."""
-    from dashboard import cached, stores
+    may be opened by a link: its web scene converted first (`convert_linked_scene`), then the
+    store loaded if no page has and the episode's poses queued; whether they were."""
+    from dashboard import stores
 
     if store is not None and not stores.store_allowed(store):
         return False
-    data = stores.load_store_at_request(store or stores.server_default_store()[0])
-    return cached.open_episode_replay(data, eid)
+    path = store or stores.server_default_store()[0]
+    convert_linked_scene(eid, path)
+    from dashboard import cached
+
+    return cached.open_episode_replay(stores.load_store_at_request(path), eid)
+
+
+def convert_linked_scene(eid: str, store: str) -> bool:
+    """Converts episode `eid`'s web scene (`web_files.prepare_scene`) before anything else a
+    page needs, with no more than that imported: on a server that has run no page, the pages'
+    modules and the store's load (`dashboard.cached`, pandas, the registry) took 1 s of a
+    first link's 2-core start before the conversion could begin (docs/benchmarks.md, 2026-11-28).
+    Reads the episode's row of `store`'s episodes.parquet (two columns), its trajectory and the
+    model it names only where the page would (inside the store and its archive,
+    `scoring.store.paths.store_roots`: the checks of `dashboard.data.StoreData`); True if it
+    converted. Anything amiss is left to the page, which says what."""
+    try:
+        rec = _linked_record(eid, store)
+    except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
+        logging.getLogger(__name__).debug("reading linked episode %r failed", eid, exc_info=True)
+        return False
+    if rec is None:
+        return False
+    from dashboard.web_files import prepare_scene
+
+    return prepare_scene(rec)
+
+
+def _linked_record(eid: str, store: str):
+    """Episode `eid`'s record with replay state, or None: not in `store`, no trajectory, or a
+    trajectory or model file outside the store and its archive."""
+    import pyarrow.parquet as pq
+
+    from scoring.records.io import load_record, resolve_mjcf
+    from scoring.store.paths import is_inside, read_manifest_quietly, store_roots
+
+    # a ParquetFile, not read_table: that imports pyarrow.dataset, and pandas with it (0.18 s)
+    table = pq.ParquetFile(os.path.join(store, "episodes.parquet")).read(columns=["episode_id", "trajectory"])
+    ids = table.column("episode_id").to_pylist()
+    rel = table.column("trajectory")[ids.index(eid)].as_py() if ids.count(eid) == 1 else None
+    if not isinstance(rel, str) or not rel:
+        return None
+    path = rel if os.path.isabs(rel) else os.path.join(store, rel)
+    roots = store_roots(store, read_manifest_quietly(store))
+    if not os.path.isfile(path) or not is_inside(path, roots):
+        return None
+    rec = load_record(path)
+    if rec.replay is None or (not rec.replay.mjcf_is_xml and not is_inside(resolve_mjcf(rec), roots)):
+        return None
+    return rec
 
 
 # What a page's first run imports (dashboard/app.py and dashboard/views/*.py), and a scene's
@@ -75,7 +126,6 @@ def warm_server() -> None:
     Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests
     measure)."""
     import importlib
-    import os
 
     if os.environ.get("SAFEVLA_NO_PREWARM"):
         return

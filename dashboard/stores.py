@@ -9,10 +9,12 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from dashboard import data as D
+if TYPE_CHECKING:
+    from dashboard import data as D
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_STORE = ROOT / "assets" / "demo" / "store"
@@ -36,7 +38,9 @@ def _store_cache() -> tuple[OrderedDict, threading.Lock, dict]:
 def loaded_store(path: str) -> D.StoreData | None:
     """The store at `path` if a page has loaded this version of it already, else None (never
     loads: callable outside a page's run, see dashboard/link_open.py)."""
-    return _cached_store(D.store_stamp(path))
+    from dashboard.data import store_stamp
+
+    return _cached_store(store_stamp(path))
 
 
 def _cached_store(key) -> D.StoreData | None:
@@ -55,17 +59,23 @@ def _peek(cache: OrderedDict, key) -> D.StoreData | None:
 
 def load_store(path: str) -> D.StoreData:
     """The store at `path`, loaded once per version of its files (with a progress bar)."""
-    return _load_once(path, D.store_stamp(path), progress=True)
+    from dashboard.data import store_stamp
+
+    return _load_once(path, store_stamp(path), progress=True)
 
 
 def load_store_at_request(path: str) -> D.StoreData:
     """`load_store` outside a page's run (no progress bar): a detail link's page request on a
     server that has not loaded the store yet (dashboard/link_open.py). A page run asking for
     the store meanwhile waits for this load instead of making its own."""
-    return _load_once(path, D.store_stamp(path), progress=False)
+    from dashboard.data import store_stamp
+
+    return _load_once(path, store_stamp(path), progress=False)
 
 
 def _load_once(path: str, key, *, progress: bool) -> D.StoreData:
+    from dashboard.data import open_store
+
     cache, lock, loading = _store_cache()
     with lock:
         hit = _peek(cache, key)
@@ -77,7 +87,7 @@ def _load_once(path: str, key, *, progress: bool) -> D.StoreData:
     if underway is not None:
         return underway.result()  # raises what that load raised (the page reports it)
     try:
-        data = _open_with_progress(path) if progress else D.open_store(path)
+        data = _open_with_progress(path) if progress else open_store(path)
     except BaseException as exc:
         with lock:
             del loading[key]
@@ -93,10 +103,12 @@ def _load_once(path: str, key, *, progress: bool) -> D.StoreData:
 
 
 def _open_with_progress(path: str) -> D.StoreData:
+    from dashboard.data import open_store
+
     bar = st.progress(0.0, text=f"Loading run store {path} …")
     try:
         bar.progress(0.2, text=f"Reading {path}/episodes.parquet and spec_results.parquet …")
-        data = D.open_store(path)
+        data = open_store(path)
         bar.progress(1.0, text="Loaded.")
     finally:
         bar.empty()

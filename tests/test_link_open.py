@@ -107,6 +107,44 @@ def test_a_page_asking_for_a_store_a_link_is_loading_waits_for_that_load(tmp_pat
     assert len(calls) == 2 and stores.load_store_at_request(store) is first and stores.loaded_store(store) is first
 
 
+CONVERT_CHILD = """import json, sys
+from dashboard import link_open
+got = [link_open.convert_linked_scene(eid, sys.argv[1]) for eid in sys.argv[2:]]
+print(json.dumps({"converted": got, "imported": [m for m in ("dashboard.cached", "dashboard.data", "pandas")
+                                                 if m in sys.modules]}))
+"""
+
+
+def test_a_linked_scene_is_converted_from_the_episodes_row_alone(tmp_path):
+    """`convert_linked_scene` reads two columns of the store's table and the episode's record,
+    converts its web scene and imports neither the pages' modules nor pandas (a fresh
+    interpreter); an unknown episode, or one whose trajectory lies outside the store and its
+    archive, converts nothing."""
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    pytest.importorskip("mujoco")
+    store = build_store(tmp_path / "store", 4, renderable=True)
+    table = pd.read_parquet(store / "episodes.parquet")
+    inside, outside = table["episode_id"].iat[0], table["episode_id"].iat[1]
+    away = tmp_path / "elsewhere" / "ep.npz"  # the same record, outside the store and its archive
+    away.parent.mkdir()
+    shutil.copy(store / table["trajectory"].iat[1], away)
+    table.loc[1, "trajectory"] = str(away)
+    table.to_parquet(store / "episodes.parquet")
+    xdg = tmp_path / "xdg"
+    env = {**os.environ, "XDG_CACHE_HOME": str(xdg), "SAFEVLA_SCENE_CACHE": str(tmp_path / "scenes"),
+           "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", CONVERT_CHILD, str(store), "no/such/episode", outside, inside],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"converted": [False, False, True], "imported": []}
+    assert len(list(xdg.glob("safevla/player/*/web/scene-*.bin"))) == 1
+
+
 @pytest.mark.slow
 def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_path):
     """A plain HTTP GET of a detail link (no browser: no websocket, so no page script runs for
