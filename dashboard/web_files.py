@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import streamlit as st
@@ -75,26 +74,21 @@ def _cap_asset_cache() -> None:
 
 
 def _convert(record, folder: Path, scene: str) -> bool:
-    """Makes the web scene `scene` unless it is on disk; whether it did. The full model (its
-    textures) is needed only here, once per scene: compiled, it is not written to the
-    compiled-scene cache (1-2 s on a first page's way; the server-frame player writes its own)
-    nor kept."""
+    """Makes the web scene `scene` unless it is on disk; whether it did. The scene's model with
+    its textures is needed only here, once per scene (`scene_models.web_model`): compiled, it
+    is not written to the compiled-scene cache (1-2 s on a first page's way; the server-frame
+    player writes its own), and kept only as the record's pose model, for its poses next."""
     from replay.render import web_scene as W
-    from replay.render.scene_models import pose_model, web_model
+    from replay.render.scene_models import web_model
 
     try:  # on disk: marked recently used, with no wait behind another scene's conversion
         os.utime(folder / f"{scene}.bin")
         return False
     except OSError:
         pass
+
     def make() -> bytes:
-        # the pose model (the poses' next) compiles beside the textures' decoding, so its meshes
-        # are in MuJoCo's asset cache by the time the scene itself compiles
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-pose-model") as pool:
-            meshes = pool.submit(pose_model, record)
-            blob = W.scene_blob(web_model(record, W.WEB_TEXTURE_PX))
-            meshes.result()
-        return blob
+        return W.scene_blob(web_model(record, W.WEB_TEXTURE_PX))
 
     _cap_asset_cache()
     with _CONVERT_LOCK:

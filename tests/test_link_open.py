@@ -148,27 +148,28 @@ def test_a_linked_scene_is_converted_from_the_episodes_row_alone(tmp_path):
 @pytest.mark.slow
 def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_path):
     """A plain HTTP GET of a detail link (no browser: no websocket, so no page script runs for
-    it) to a server no page has loaded the store of compiles the episode's scene: the disk
-    scene cache gains its model. Without the middleware nothing would, since prewarm is off
-    and no page runs."""
+    it) to a server no page has loaded the store of converts the episode's web scene and makes
+    its poses: the player's folder gains both. Without the middleware nothing would, since
+    prewarm is off and no page runs."""
     pytest.importorskip("mujoco")
     from browser_timing import Server, dashboard_entry
 
     store = build_store(tmp_path / "store", 4, renderable=True)
     eid = pd.read_parquet(store / "episodes.parquet")["episode_id"].iat[0]
-    cache = tmp_path / "scenes"
+    xdg = tmp_path / "xdg"
     link = f"/detail?ep={urllib.parse.quote(eid, safe='')}"
-    env = {"SAFEVLA_NO_PREWARM": "1", "SAFEVLA_SCENE_CACHE": str(cache)}
+    env = {"SAFEVLA_NO_PREWARM": "1", "SAFEVLA_SCENE_CACHE": str(tmp_path / "scenes"), "XDG_CACHE_HOME": str(xdg)}
     assert dashboard_entry(ROOT).name == "server.py"
+    made = lambda: sorted(p.name.split("-")[0] for p in xdg.glob("safevla/player/*/web/*.bin"))  # noqa: E731
     with Server(dashboard_entry(ROOT), store=store, cwd=ROOT, env=env) as srv:
         srv.wait_healthy()
-        assert not list(cache.glob("*.mjb"))
+        assert made() == []
         with urllib.request.urlopen(srv.url + link, timeout=30) as r:
             assert r.status == 200 and b"<html" in r.read().lower()  # the page itself, untouched
         deadline = time.monotonic() + 120
-        while not list(cache.glob("*.mjb")) and time.monotonic() < deadline:
+        while made() != ["ep", "scene"] and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert list(cache.glob("*.mjb")), srv.log.read_text()[-2000:]
+        assert made() == ["ep", "scene"], srv.log.read_text()[-2000:]
 
 
 WARM_CHILD = """import json, os, sys

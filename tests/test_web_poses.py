@@ -1,6 +1,6 @@
 """An episode's poses and violation marks for the browser (replay/render/web_scene.py
 `episode_blob`) come out the same from the scene's texture-free model
-(`scene_models.pose_model`) as from its full model, on a toy scene and on a demo LIBERO
+(`scene_models.pose_model`) and its web scene's model as from its full model, on a toy scene and on a demo LIBERO
 episode with a contact-force and a displacement violation; and the dashboard makes them ahead
 of the page (dashboard/web_files.py `prepare_scene`, `prepare_poses`)."""
 
@@ -57,8 +57,13 @@ def test_toy_poses_and_marks_of_the_texture_free_model_are_the_full_models():
     assert pose_model(rec) is flat  # kept for the scene's next episode
 
 
-def test_libero_poses_and_marks_of_the_texture_free_model_are_the_full_models():
+def test_libero_poses_and_marks_of_the_texture_free_and_web_models_are_the_full_models(monkeypatch):
+    """The texture-free pose model, and the textures-shrunk model a web scene's conversion
+    compiles (`web_model`, kept as the pose model after it), give the full model's poses and marks."""
+    from collections import OrderedDict
+
     from dashboard import data as D
+    from replay.render import scene_models
     from dashboard.replay_bridge import build_violations
     from scoring.records.io import load_record
 
@@ -69,12 +74,18 @@ def test_libero_poses_and_marks_of_the_texture_free_model_are_the_full_models():
     bad = rows[rows["violated"] & ~rows["report_only"].astype(bool)]
     viol = build_violations(rec, bad.to_dict("records"), force_sampling=D.scored_option(data, i))
     assert len(viol) >= 2
+    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())  # none compiled by an earlier test
+    monkeypatch.setattr(scene_models, "load_cached", lambda *a, **k: None)
     full, flat = scene_model_once(rec), pose_model(rec)
     assert flat.ntexdata * 1000 < full.ntexdata and (flat.nbody, flat.ngeom, flat.nmesh) == (
         full.nbody, full.ngeom, full.nmesh)
-    head = _assert_same_blobs(W.episode_blob(full, rec, viol), W.episode_blob(flat, rec, viol))
+    expected = W.episode_blob(full, rec, viol)
+    head = _assert_same_blobs(expected, W.episode_blob(flat, rec, viol))
     marks = head["marks"].values()
     assert any(m["tint"] for m in marks) and any(m["arrows"] for m in marks) and any(m["discs"] for m in marks)
+    web = scene_models.web_model(rec, W.WEB_TEXTURE_PX)
+    assert flat.ntexdata < web.ntexdata < full.ntexdata and pose_model(rec) is web
+    _assert_same_blobs(expected, W.episode_blob(web, rec, viol))
 
 
 def test_the_page_finds_what_was_made_ahead(tmp_path):
@@ -89,3 +100,46 @@ def test_the_page_finds_what_was_made_ahead(tmp_path):
     assert {got["scene"], got["poses"]} == {f"web/{n}" for n in made}
     other = web_files(rec, [], tmp_path)  # another mark set: its own poses, the same scene
     assert other["scene"] == got["scene"] and other["poses"] != got["poses"] and not other["converted"]
+
+
+def test_a_pose_model_asked_for_while_the_web_model_compiles_is_that_model(monkeypatch):
+    """`pose_model` during `web_model`'s compile of the same scene waits for it (no second,
+    texture-free compile), and compiles its own when that compile fails."""
+    import threading
+    import time
+    from collections import OrderedDict
+    from concurrent.futures import ThreadPoolExecutor
+
+    from replay.render import scene_models
+
+    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())
+    monkeypatch.setattr(scene_models, "load_cached", lambda *a, **k: None)
+    monkeypatch.setattr(scene_models, "compile_cached", lambda text, folder, make, **k: make())
+    started, release, flat = threading.Event(), threading.Event(), []
+    real_shrunk, real_flat = scene_models._compile_shrunk, scene_models._compile
+
+    def held(*args, fail=False):
+        started.set()
+        assert release.wait(60)
+        if fail:
+            raise scene_models.RenderError("a texture MuJoCo cannot load")
+        return real_shrunk(*args)
+
+    monkeypatch.setattr(scene_models, "_compile", lambda *a, **k: flat.append(k) or real_flat(*a, **k))
+    rec = toy_record(mjcf=toy_scene(4))
+    for fail in (False, True):
+        started.clear(), release.clear()
+        monkeypatch.setattr(scene_models, "_compile_shrunk", lambda *a, fail=fail: held(*a, fail=fail))
+        scene_models._POSE_CACHE.clear()
+        with ThreadPoolExecutor(2) as pool:
+            web = pool.submit(scene_models.web_model, rec, W.WEB_TEXTURE_PX)
+            assert started.wait(60)
+            poses = pool.submit(pose_model, rec)
+            time.sleep(0.3)  # it reaches the compile under way (not a timing: the order of events)
+            release.set()
+            if fail:
+                with pytest.raises(scene_models.RenderError):
+                    web.result(60)
+                assert poses.result(60).ntexdata < 100 and len(flat) == 1  # its own, texture-free
+            else:
+                assert poses.result(60) is web.result(60) and flat == []

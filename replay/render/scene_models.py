@@ -6,6 +6,7 @@ the scene offers.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
@@ -13,6 +14,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import mujoco
@@ -35,6 +37,7 @@ _MODEL_CACHE_SIZE = 4
 _POSE_CACHE: OrderedDict = OrderedDict()
 _POSE_CACHE_SIZE = 2  # a LIBERO scene's pose model is about 60 MB
 _POSE_LOCK = threading.Lock()  # the page's script and the dashboard's worker threads ask for them
+_WEB_COMPILES: dict = {}  # scene key -> Future of the web model being compiled (`web_model`), under _POSE_LOCK
 
 
 def scene_key(record: EpisodeRecord) -> tuple:
@@ -116,16 +119,38 @@ def scene_model_once(record: EpisodeRecord, *, store: bool = True) -> mujoco.MjM
 def web_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel:
     """The record's scene as a one-off conversion to `max_px` textures needs it: the compiled
     model from memory or the disk cache when there, else compiled with each 2-D PNG texture
-    decoded by Pillow beside the others and shrunk as an upload to `max_px` shrinks it
-    (`render_assets.texture_as_uploaded`: the same texels), not decoded whole by MuJoCo one
-    after another (1.2 s of a LIBERO scene's 2 s compile). Not kept, not stored; errors as
-    for `scene_model`."""
+    decoded by Pillow and shrunk as an upload to `max_px` shrinks it
+    (`render_assets.texture_as_uploaded`: the same texels), on two threads while MuJoCo
+    compiles the rest (`_compile_shrunk`). Not stored; errors as for `scene_model`. A model
+    compiled here is also kept as the record's pose model (`pose_model`): the same bodies,
+    geoms, meshes and cameras, so the same poses and marks, and a second compile of the
+    scene's meshes beside this one is spared."""
     key = scene_key(record)
     model = _MODEL_CACHE.get(key)
     if model is not None:
         return model
     resolved, base, origin = _resolved_scene(key)
-    return load_cached(resolved, str(base) + os.sep) or _compile(resolved, base, origin, textures_px=int(max_px))
+    model = load_cached(resolved, str(base) + os.sep)
+    if model is not None:
+        return model
+    with _POSE_LOCK:
+        compiling = _WEB_COMPILES.get(key)
+        if compiling is None:
+            mine = _WEB_COMPILES[key] = Future()
+    if compiling is not None:
+        return compiling.result()
+    try:
+        model = _compile_shrunk(resolved, base, origin, int(max_px))
+    except BaseException as exc:
+        with _POSE_LOCK:
+            del _WEB_COMPILES[key]
+        mine.set_exception(exc)
+        raise
+    with _POSE_LOCK:
+        del _WEB_COMPILES[key]
+        _keep_pose_model(key, model)
+    mine.set_result(model)
+    return model
 
 
 def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
@@ -137,38 +162,76 @@ def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
     return shrunk(path, max_px, _decode_shrink)
 
 
+def _shrunk_size(width: int, height: int, max_px: int) -> tuple[int, int]:
+    """The size `texture_as_uploaded` shrinks a `width` x `height` image to (itself when it fits)."""
+    if max(width, height) <= max_px:
+        return width, height
+    scale = max_px / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
 def _decode_shrink(path: str, max_px: int) -> tuple[int, int, bytes]:
+    """What `shrunk_texels` makes of the decoded image (a Pillow box filter), without its
+    copies: an RGB image is shrunk as decoded (converting or viewing a 4096-px image as an
+    array took 0.13 s, a third of its decoding)."""
     from PIL import Image
 
-    from replay.render.render_assets import shrunk_texels
-
     with Image.open(path) as im:
-        img = np.asarray(im.convert("RGB"))
-    h, w = img.shape[:2]
-    if max(w, h) <= max_px:
-        return w, h, img.tobytes()
-    scale = max_px / max(w, h)
-    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
-    return sw, sh, shrunk_texels(img.reshape(1, h, w, 3), (sw, sh)).tobytes()
+        rgb = im if im.mode == "RGB" else im.convert("RGB")
+        size = _shrunk_size(*rgb.size, max_px)
+        if size != rgb.size:
+            rgb = rgb.resize(size, Image.Resampling.BOX)
+        return *rgb.size, rgb.tobytes()
 
 
-def _shrink_textures_in(spec: mujoco.MjSpec, base: Path, max_px: int) -> None:
-    """Gives `spec`'s plain 2-D PNG textures (three channels, no flip) as shrunk data
-    (`_decoded_shrunk`, on two threads: Pillow decodes without the GIL); the rest stays
-    MuJoCo's to load."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    plain = [t for t in spec.textures if t.file.lower().endswith(".png") and not t.content_type
+def _plain_pngs(spec: mujoco.MjSpec, base: Path) -> list[tuple[int, str]]:
+    """(index, path) of `spec`'s plain 2-D PNG textures (a file, three channels, no flip), the
+    ones Pillow may decode for MuJoCo; none when a file is missing (MuJoCo then says which)."""
+    plain = [(k, t.file if os.path.isabs(t.file) else str(base / t.file)) for k, t in enumerate(spec.textures)
+             if t.file.lower().endswith(".png") and not t.content_type
              and int(t.type) == int(mujoco.mjtTexture.mjTEXTURE_2D) and t.nchannel == 3 and not (t.hflip or t.vflip)
-             and int(t.builtin) == int(mujoco.mjtBuiltin.mjBUILTIN_NONE)]
-    paths = [t.file if os.path.isabs(t.file) else str(base / t.file) for t in plain]
-    if not all(os.path.isfile(p) for p in paths):
-        return  # MuJoCo says which file is missing
+             and int(t.builtin) == int(mujoco.mjtBuiltin.mjBUILTIN_NONE) and t.name]
+    return plain if all(os.path.isfile(p) for _, p in plain) else []
+
+
+def _compile_shrunk(resolved: str, base: Path, origin: str, max_px: int) -> mujoco.MjModel:
+    """The scene compiled with its plain PNG textures (`_plain_pngs`) shrunk to `max_px`
+    (`_decoded_shrunk`). They are decoded on two threads (Pillow decodes without the GIL) while
+    MuJoCo compiles with blank texels of their shrunk size (read from the files' headers), then
+    written into the model: a LIBERO scene's 0.7 s of decoding and 0.8 s of compiling overlap.
+    The rest stays MuJoCo's to load."""
+    from PIL import Image
+
+    spec = _parse(resolved, base, origin)
+    plain = _plain_pngs(spec, base)
+    sizes = []
+    for k, path in plain:
+        try:
+            with Image.open(path) as im:
+                sizes.append(_shrunk_size(*im.size, max_px))
+        except (OSError, ValueError) as exc:  # not an image Pillow reads (UnidentifiedImageError is an OSError)
+            raise RenderError(f"cannot read the texture {path} ({origin}): {exc}") from None
+        t = spec.textures[k]
+        t.file = ""
+        t.width, t.height = sizes[-1]
+        t.data = bytes(3 * sizes[-1][0] * sizes[-1][1])
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="safevla-texture") as pool:
-        for t, (w, h, data) in zip(plain, pool.map(lambda p: _decoded_shrunk(p, max_px), paths)):
-            t.file = ""
-            t.width, t.height = w, h
-            t.data = data
+        decoded = {path: pool.submit(_decoded_shrunk, path, max_px) for path in dict.fromkeys(p for _, p in plain)}
+        try:
+            model = _compiled(spec, base, origin)
+        except BaseException:
+            for f in decoded.values():
+                f.cancel()
+            raise
+        for (k, path), size in zip(plain, sizes):
+            try:
+                w, h, texels = decoded[path].result()
+            except (OSError, ValueError) as exc:  # a damaged file whose header read
+                raise RenderError(f"cannot decode the texture {path} ({origin}): {exc}") from None
+            if (w, h) != size:
+                raise RenderError(f"texture {path} decoded as {w}x{h}, its header says {size[0]}x{size[1]} ({origin})")
+            model.tex_data[model.tex_adr[k]:model.tex_adr[k] + len(texels)] = np.frombuffer(texels, np.uint8)
+    return model
 
 
 def pose_model_in_memory(record: EpisodeRecord) -> bool:
@@ -190,14 +253,24 @@ def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
         if model is not None:
             _POSE_CACHE.move_to_end(key)
             return model
+        compiling = _WEB_COMPILES.get(key)
+    if compiling is not None:  # a web scene's model on its way: the same poses, no second compile
+        with contextlib.suppress(Exception):  # that compile failed: this one says why
+            return compiling.result()
     resolved, base, origin = _resolved_scene(key)
     model = compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
                            lambda: _compile(resolved, base, origin, flat_textures=True))
     with _POSE_LOCK:
-        _POSE_CACHE[key] = model
-        while len(_POSE_CACHE) > _POSE_CACHE_SIZE:
-            _POSE_CACHE.popitem(last=False)
+        _keep_pose_model(key, model)
     return model
+
+
+def _keep_pose_model(key: tuple, model: mujoco.MjModel) -> None:
+    """Keeps `model` as the pose model of scene `key`; with `_POSE_LOCK` held."""
+    _POSE_CACHE[key] = model
+    _POSE_CACHE.move_to_end(key)
+    while len(_POSE_CACHE) > _POSE_CACHE_SIZE:
+        _POSE_CACHE.popitem(last=False)
 
 
 def preview_scene_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
@@ -264,22 +337,28 @@ def cameras(record: EpisodeRecord) -> tuple[str, ...]:
     return (*first, *(c for c in names if c not in first), FREE, FREE_VIOLATION)
 
 
-def _compile(resolved: str, base: Path, origin: str, *, flat_textures: bool = False,
-             textures_px: int | None = None) -> mujoco.MjModel:
+def _parse(resolved: str, base: Path, origin: str) -> mujoco.MjSpec:
     try:
         spec = mujoco.MjSpec.from_string(resolved)
     except (ValueError, mujoco.FatalError) as exc:
         raise RenderError(f"cannot load the MJCF ({origin}): {exc}") from None
     spec.modelfiledir = str(base) + os.sep
+    return spec
+
+
+def _compiled(spec: mujoco.MjSpec, base: Path, origin: str) -> mujoco.MjModel:
+    try:
+        return spec.compile()
+    except (ValueError, mujoco.FatalError) as exc:
+        raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
+
+
+def _compile(resolved: str, base: Path, origin: str, *, flat_textures: bool = False) -> mujoco.MjModel:
+    spec = _parse(resolved, base, origin)
     if flat_textures:  # decoding the images is most of a LIBERO scene's compile
         for t in spec.textures:
             t.file, t.content_type, t.cubefiles = "", "", [""] * 6
             t.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
             t.width = t.height = 1
             t.gridsize, t.hflip, t.vflip = [1, 1], False, False
-    elif textures_px:
-        _shrink_textures_in(spec, base, textures_px)
-    try:
-        return spec.compile()
-    except (ValueError, mujoco.FatalError) as exc:
-        raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
+    return _compiled(spec, base, origin)

@@ -45,6 +45,7 @@ SMALL_MESH_VERTS = 2048  # a mesh with more corners is simplified (a step in Swi
 DECIMATED_TRIANGLE_M2 = 4e-5  # decimation's aim: about a triangle per 40 mm² of surface
 MIN_CELL_M = 0.004  # clustering's smallest cell: about a pixel of the agent view's table on the player's canvas
 MAX_MESH_VERTS = 16384  # the most corners clustering keeps of a mesh
+PNG_LEVEL = 3  # zlib's effort for the textures: a LIBERO scene's 0.18 s at Pillow's default 6, 0.08 s here, 9 % larger
 WINDOW = 3  # steps each side of a violation that are highlighted (Replayer's default window)
 MAX_POSE_FLOATS = 64_000_000  # 256 MB of poses: longer episodes play from server frames
 _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
@@ -227,7 +228,8 @@ def _texture(model: mujoco.MjModel, i: int, pack: _Packer) -> dict:
     out = {"kind": kind, "mean": mean, "srgb": srgb}
     if kind == "2d" or (kind == "cube" and h == w):
         buf = io.BytesIO()
-        Image.fromarray(img[..., 0] if c == 1 else img[..., :3] if c == 3 else img).save(buf, format="PNG")
+        Image.fromarray(img[..., 0] if c == 1 else img[..., :3] if c == 3 else img).save(
+            buf, format="PNG", compress_level=PNG_LEVEL)
         out.update(image=pack.add_bytes(buf.getvalue()), width=w, height=h)
     return out
 
