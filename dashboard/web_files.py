@@ -8,9 +8,11 @@ Below the pages and the caches (`dashboard.cached` queues conversions ahead of a
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import streamlit as st
@@ -19,12 +21,24 @@ RENDERER_KEY = "_player_renderer"  # "frames" once the browser said it has no We
 # Where Streamlit serves the files (the component "safevla_timeline" of dashboard/player.py)
 WEB_PATH = "/component/dashboard.player.safevla_timeline/web/"
 FOREVER = b"public, max-age=31536000, immutable"
-_CONVERT_LOCK = threading.Lock()  # one conversion at a time: each holds a scene's model (200 MB for LIBERO)
+CONVERSION_POLL_S = 0.01  # how often a request for a scene being converted looks again
+# one conversion at a time (each holds a scene's model), on a thread of its own, so a page can
+# send its player while the scene it draws is converted
+_CONVERTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-web-scene")
+_UNDERWAY: dict[str, Future] = {}  # a web scene file's path -> its conversion, queued or running
+_UNDERWAY_LOCK = threading.Lock()
 _POSES_LOCK = threading.Lock()  # one episode's poses at a time: a page waits for those a worker is making
 
 
 def web_dir() -> Path:
     """Where the web scenes and poses live: inside the component's folder, which Streamlit serves."""
+    return _web_dir_under(os.environ.get("XDG_CACHE_HOME", ""))
+
+
+@functools.lru_cache(maxsize=4)
+def _web_dir_under(cache_home: str) -> Path:
+    """Made once per process and cache folder: `component_dir` writes the component's files
+    again each time (a browser reading player.js meanwhile could get it half written)."""
     from dashboard import player
 
     return player.component_dir() / "web"
@@ -47,15 +61,21 @@ def _episode_name(scene: str, record, violations) -> str:
     return "ep-" + hashlib.sha256(what.encode()).hexdigest()[:24]
 
 
-def web_files(record, violations, folder: Path | None = None) -> dict:
-    """{"scene": url, "poses": url, "converted": bool} of the record's web scene and poses,
-    relative to the component; made (and cached) if need be. `converted`: the scene was
-    converted by this call. Errors as for `replay.render.scene_models.scene_model`."""
+def web_files(record, violations, folder: Path | None = None, *, wait: bool = True) -> dict:
+    """{"scene": url, "poses": url, "converted": bool, "pending": Future | None} of the record's
+    web scene and poses, relative to the component; made (and cached) if need be. `converted`:
+    the scene was converted for this call. Without `wait`, a scene not on disk yet is left to
+    its conversion (`pending`, a Future of `converted`): the poses are made from the model it
+    compiles (`scene_models.web_model`) and the player can be sent at once, its request for the
+    scene answered when the file is written (`CachedWebFiles`). Errors as for
+    `replay.render.scene_models.scene_model`."""
     folder = folder or web_dir()
     scene = _scene_name(record)
-    converted = _convert(record, folder, scene)
+    pending, converted = _conversion(record, folder, scene), False
+    if pending is not None and wait:
+        pending, converted = None, pending.result()
     episode = _poses(record, violations, folder, scene)
-    return {"scene": f"web/{scene}.bin", "poses": f"web/{episode}.bin", "converted": converted}
+    return {"scene": f"web/{scene}.bin", "poses": f"web/{episode}.bin", "converted": converted, "pending": pending}
 
 
 # MuJoCo keeps every compile's decoded assets for the next compile of the same files, up to
@@ -74,27 +94,63 @@ def _cap_asset_cache() -> None:
 
 
 def _convert(record, folder: Path, scene: str) -> bool:
-    """Makes the web scene `scene` unless it is on disk; whether it did. The scene's model with
-    its textures is needed only here, once per scene (`scene_models.web_model`): compiled, it
-    is not written to the compiled-scene cache (1-2 s on a first page's way; the server-frame
-    player writes its own), and kept only as the record's pose model, for its poses next."""
+    """Makes the web scene `scene` unless it is on disk (`_conversion`), waiting for it; whether
+    it had to."""
+    pending = _conversion(record, folder, scene)
+    return False if pending is None else pending.result()
+
+
+def _conversion(record, folder: Path, scene: str) -> Future | None:
+    """None when the web scene `scene` is on disk (marked recently used); else its conversion on
+    the converter thread, the one under way or one queued now (a Future of whether it wrote
+    the file: not when another process had meanwhile)."""
+    path = folder / f"{scene}.bin"
+    try:
+        os.utime(path)
+        return None
+    except OSError:
+        pass
+    from replay.render.scene_models import web_model_ahead
+
+    with _UNDERWAY_LOCK:
+        pending = _UNDERWAY.get(str(path))
+        queued = pending is None
+        if queued:  # announced at once: the page's poses, asked for next, wait for its model
+            pending = _UNDERWAY[str(path)] = _CONVERTER.submit(_convert_now, record, folder, scene,
+                                                               web_model_ahead(record))
+    if queued:
+        pending.add_done_callback(lambda done: _forget(str(path), done))
+    return pending
+
+
+def _forget(path: str, done: Future) -> None:
+    with _UNDERWAY_LOCK:
+        if _UNDERWAY.get(path) is done:
+            del _UNDERWAY[path]
+
+
+def converting(path: Path) -> bool:
+    """Whether the web scene file `path` is being converted (or queued for it)."""
+    with _UNDERWAY_LOCK:
+        return str(path) in _UNDERWAY
+
+
+def _convert_now(record, folder: Path, scene: str, withdraw=lambda: None) -> bool:
+    """Makes the web scene `scene` (on the converter thread). The scene's model with its
+    textures is needed only here, once per scene (`scene_models.web_model`): compiled, it is
+    not written to the compiled-scene cache (1-2 s on a first page's way; the server-frame
+    player writes its own), and kept only as the record's pose model, for its poses next.
+    `withdraw`: takes back the model's announcement if it was not compiled after all."""
     from replay.render import web_scene as W
     from replay.render.scene_models import web_model
 
-    try:  # on disk: marked recently used, with no wait behind another scene's conversion
-        os.utime(folder / f"{scene}.bin")
-        return False
-    except OSError:
-        pass
-
-    def make() -> bytes:
-        return W.scene_blob(web_model(record, W.WEB_TEXTURE_PX))
-
     _cap_asset_cache()
-    with _CONVERT_LOCK:
-        made = W.cached_file(folder, scene, make)[1]
-        if made:
-            _give_back_memory()
+    try:
+        made = W.cached_file(folder, scene, lambda: W.scene_blob(web_model(record, W.WEB_TEXTURE_PX)))[1]
+    finally:
+        withdraw()
+    if made:
+        _give_back_memory()
     return made
 
 
@@ -174,16 +230,23 @@ class CachedWebFiles:
     cached for good (a new tab reads them from the browser's cache, 0.15 s earlier for a
     LIBERO scene), and sent as they are, not gzipped on every request (a scene is mostly PNG
     textures and vertex arrays: 4.6 MB gzipped to 3.7 MB in 0.1 s of the server's time).
-    Streamlit's component route still serves them, with its own path checks."""
+    Streamlit's component route still serves them, with its own path checks. A request for a
+    web scene being converted is answered once it is written (a page sends its player while
+    the scene converts, `web_files(wait=False)`), or not found if its conversion failed."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
+        import asyncio
+
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if WEB_PATH not in path or not path.endswith(".bin"):
             await self.app(scope, receive, send)
             return
+        converted = web_dir() / path.rsplit("/", 1)[-1]  # only looked up among the conversions under way
+        while converting(converted) and not converted.is_file():  # written whole (a rename): served at once
+            await asyncio.sleep(CONVERSION_POLL_S)
         scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"accept-encoding"]}
 
         async def send_cached(message):

@@ -4,7 +4,9 @@ The server converts the episode's MuJoCo scene once (`replay.render.web_scene`, 
 disk per scene and shared by its episodes) and writes the episode's poses; both are files in
 the player component's folder (`web/`), which Streamlit serves with the component. The
 player fetches them once and draws every step itself: stepping, seeking and playing make no
-request. A browser without WebGL says so (the player's event "nowebgl"); the session then
+request. A scene not converted yet does not hold the player back: it is sent once the poses are
+made (from the model the conversion compiles first), and its request for the scene is answered
+when the conversion has written it (`web_files.CachedWebFiles`). A browser without WebGL says so (the player's event "nowebgl"); the session then
 gets the server's MuJoCo frames (`dashboard.detail_timeline.timeline_panel`) from then on.
 """
 
@@ -19,6 +21,7 @@ from dashboard.web_files import RENDERER_KEY, uses_frames, web_files
 NOWEBGL = "nowebgl"
 DRAWN = "drawn"  # the player's first picture of an episode is drawn: the page's tables may follow
 DRAWN_KEY = "_web_drawn"
+SCENE_FAILED_KEY = "_web_scene_failed"  # the episode whose web scene could not be made: its frames are shown
 
 
 def heard_no_webgl(value: dict | None) -> bool:
@@ -50,12 +53,13 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     from dashboard import player
 
     ok, _ = cached.replay_status()
-    if not ok or uses_frames():
+    tag = DT.episode_tag(c, i)
+    if not ok or uses_frames() or st.session_state.get(SCENE_FAILED_KEY) == tag:
         return DT.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=raw, traces=traces,
                                  on_page=on_page)
     try:
         rec = cached.replay_record(c.data, i)
-        web = web_files(rec, cached.violations(c.data, c.key, i, c.items))
+        web = web_files(rec, cached.violations(c.data, c.key, i, c.items), wait=False)
     except C.D.StoreProblem as exc:  # a refused path: an error, as on every page
         st.error(str(exc), icon=":material/block:")
         return False
@@ -65,7 +69,6 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
                                  on_page=on_page)
     dt = float(c.v.frame["dt"].iat[i])
     spec = DT.episode_chart(c, i, traces, vstep, "raw" if raw else "margin")
-    tag = DT.episode_tag(c, i)
     st.session_state["_timeline_tag"] = tag
     seen = st.session_state.get("_timeline_seen")
     answers = seen[1] if isinstance(seen, (tuple, list)) and len(seen) == 2 else None
@@ -78,7 +81,21 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
                "episode of the list above, a click on the chart seeks; the view menu switches between the scene "
                "camera, the wrist camera and a free orbit camera (drag to turn, wheel to zoom) that starts on the "
                "violation.")
+    _scene_converted(web["pending"], tag)
     return wait
+
+
+def _scene_converted(pending, tag: str) -> None:
+    """Waits for the web scene's conversion the player was sent beside (its request for the
+    scene waits for it too); if it failed, the page is drawn again with the server's frames for
+    this episode, which say why."""
+    if pending is None:
+        return
+    try:
+        pending.result()
+    except Exception:  # noqa: BLE001 - the frame player shows the error MuJoCo or the files give
+        st.session_state[SCENE_FAILED_KEY] = tag
+        st.rerun()
 
 
 def open_neighbours(c, eids, mode: str) -> None:

@@ -74,7 +74,8 @@ def test_libero_poses_and_marks_of_the_texture_free_and_web_models_are_the_full_
     bad = rows[rows["violated"] & ~rows["report_only"].astype(bool)]
     viol = build_violations(rec, bad.to_dict("records"), force_sampling=D.scored_option(data, i))
     assert len(viol) >= 2
-    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())  # none compiled by an earlier test
+    for cache in ("_POSE_CACHE", "_MODEL_CACHE"):  # none compiled by an earlier test
+        monkeypatch.setattr(scene_models, cache, OrderedDict())
     monkeypatch.setattr(scene_models, "load_cached", lambda *a, **k: None)
     full, flat = scene_model_once(rec), pose_model(rec)
     assert flat.ntexdata * 1000 < full.ntexdata and (flat.nbody, flat.ngeom, flat.nmesh) == (
@@ -83,8 +84,10 @@ def test_libero_poses_and_marks_of_the_texture_free_and_web_models_are_the_full_
     head = _assert_same_blobs(expected, W.episode_blob(flat, rec, viol))
     marks = head["marks"].values()
     assert any(m["tint"] for m in marks) and any(m["arrows"] for m in marks) and any(m["discs"] for m in marks)
-    web = scene_models.web_model(rec, W.WEB_TEXTURE_PX)
-    assert flat.ntexdata < web.ntexdata < full.ntexdata and pose_model(rec) is web
+    # what `web_model` compiles (and keeps as the pose model: the toy test below), compiled here
+    # so that no model a background render thread of an earlier test keeps stands in for it
+    web = scene_models._compile_shrunk(*scene_models._resolved_scene(scene_models.scene_key(rec)), W.WEB_TEXTURE_PX)
+    assert flat.ntexdata < web.ntexdata < full.ntexdata
     _assert_same_blobs(expected, W.episode_blob(web, rec, viol))
 
 
@@ -112,7 +115,8 @@ def test_a_pose_model_asked_for_while_the_web_model_compiles_is_that_model(monke
 
     from replay.render import scene_models
 
-    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())
+    for cache in ("_POSE_CACHE", "_MODEL_CACHE"):
+        monkeypatch.setattr(scene_models, cache, OrderedDict())
     monkeypatch.setattr(scene_models, "load_cached", lambda *a, **k: None)
     monkeypatch.setattr(scene_models, "compile_cached", lambda text, folder, make, **k: make())
     started, release, flat = threading.Event(), threading.Event(), []
@@ -125,8 +129,10 @@ def test_a_pose_model_asked_for_while_the_web_model_compiles_is_that_model(monke
             raise scene_models.RenderError("a texture MuJoCo cannot load")
         return real_shrunk(*args)
 
-    monkeypatch.setattr(scene_models, "_compile", lambda *a, **k: flat.append(k) or real_flat(*a, **k))
     rec = toy_record(mjcf=toy_scene(4))
+    mine = scene_models._resolved_scene(scene_models.scene_key(rec))[0]  # not another test's render thread's
+    monkeypatch.setattr(scene_models, "_compile",
+                        lambda *a, **k: (a[0] == mine and flat.append(k)) or real_flat(*a, **k))
     for fail in (False, True):
         started.clear(), release.clear()
         monkeypatch.setattr(scene_models, "_compile_shrunk", lambda *a, fail=fail: held(*a, fail=fail))
@@ -143,3 +149,32 @@ def test_a_pose_model_asked_for_while_the_web_model_compiles_is_that_model(monke
                 assert poses.result(60).ntexdata < 100 and len(flat) == 1  # its own, texture-free
             else:
                 assert poses.result(60) is web.result(60) and flat == []
+
+
+def test_an_announced_web_model_is_waited_for_until_compiled_or_withdrawn(monkeypatch):
+    """`web_model_ahead` (a conversion queued on the converter thread): `pose_model` waits for
+    that model; withdrawn without a compile (the file was found on disk), it compiles its own."""
+    import time
+    from collections import OrderedDict
+    from concurrent.futures import ThreadPoolExecutor
+
+    from replay.render import scene_models
+
+    for cache in ("_POSE_CACHE", "_MODEL_CACHE"):
+        monkeypatch.setattr(scene_models, cache, OrderedDict())
+    monkeypatch.setattr(scene_models, "load_cached", lambda *a, **k: None)
+    monkeypatch.setattr(scene_models, "compile_cached", lambda text, folder, make, **k: make())
+    rec = toy_record(mjcf=toy_scene(6))
+    with ThreadPoolExecutor(1) as pool:
+        withdraw = scene_models.web_model_ahead(rec)
+        poses = pool.submit(pose_model, rec)
+        time.sleep(0.3)
+        assert not poses.done()  # waiting for the announced model
+        withdraw()
+        assert poses.result(60).ntexdata < 100  # its own, texture-free
+        scene_models._POSE_CACHE.clear()
+        withdraw = scene_models.web_model_ahead(rec)
+        poses = pool.submit(pose_model, rec)
+        web = scene_models.web_model(rec, W.WEB_TEXTURE_PX)
+        withdraw()  # after the compile: nothing to take back
+        assert poses.result(60) is web and pose_model(rec) is web and web.ntexdata > 100

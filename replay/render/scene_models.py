@@ -13,7 +13,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,7 +37,7 @@ _MODEL_CACHE_SIZE = 4
 _POSE_CACHE: OrderedDict = OrderedDict()
 _POSE_CACHE_SIZE = 2  # a LIBERO scene's pose model is about 60 MB
 _POSE_LOCK = threading.Lock()  # the page's script and the dashboard's worker threads ask for them
-_WEB_COMPILES: dict = {}  # scene key -> Future of the web model being compiled (`web_model`), under _POSE_LOCK
+_WEB_COMPILES: dict = {}  # scene key -> its web model on its way (`_WebCompile`), under _POSE_LOCK
 
 
 def scene_key(record: EpisodeRecord) -> tuple:
@@ -127,30 +127,70 @@ def web_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel:
     scene's meshes beside this one is spared."""
     key = scene_key(record)
     model = _MODEL_CACHE.get(key)
+    if model is None:
+        resolved, base, origin = _resolved_scene(key)
+        model = load_cached(resolved, str(base) + os.sep)
     if model is not None:
-        return model
-    resolved, base, origin = _resolved_scene(key)
-    model = load_cached(resolved, str(base) + os.sep)
-    if model is not None:
+        _settle_expected(key, model)
         return model
     with _POSE_LOCK:
-        compiling = _WEB_COMPILES.get(key)
-        if compiling is None:
-            mine = _WEB_COMPILES[key] = Future()
-    if compiling is not None:
-        return compiling.result()
+        entry = _WEB_COMPILES.get(key)
+        if entry is None or not entry.started:  # none, or one announced (`web_model_ahead`): this call compiles it
+            entry = _WEB_COMPILES.setdefault(key, _WebCompile())
+            entry.started, mine = True, True
+        else:
+            mine = False
+    if not mine:
+        return entry.future.result()
     try:
         model = _compile_shrunk(resolved, base, origin, int(max_px))
     except BaseException as exc:
         with _POSE_LOCK:
-            del _WEB_COMPILES[key]
-        mine.set_exception(exc)
+            _WEB_COMPILES.pop(key, None)
+        entry.future.set_exception(exc)
         raise
     with _POSE_LOCK:
-        del _WEB_COMPILES[key]
+        _WEB_COMPILES.pop(key, None)
         _keep_pose_model(key, model)
-    mine.set_result(model)
+    entry.future.set_result(model)
     return model
+
+
+class _WebCompile:
+    """A web model on its way: `future` gives it (None when it was not compiled after all),
+    `started` once a `web_model` call compiles it."""
+
+    def __init__(self):
+        self.future, self.started = Future(), False
+
+
+def web_model_ahead(record: EpisodeRecord) -> Callable[[], None]:
+    """Announces a `web_model(record)` queued on another thread: a `pose_model(record)` asked
+    for meanwhile waits for it instead of compiling the scene a second time beside it. Returns
+    the call that withdraws the announcement, for a conversion that ends without that call (its
+    file found on disk, an error before it); it does nothing once the compile has begun."""
+    key = scene_key(record)
+    with _POSE_LOCK:
+        entry = _WEB_COMPILES.setdefault(key, _WebCompile())
+
+    def withdraw() -> None:
+        with _POSE_LOCK:
+            if _WEB_COMPILES.get(key) is not entry or entry.started:
+                return
+            del _WEB_COMPILES[key]
+        entry.future.set_result(None)
+
+    return withdraw
+
+
+def _settle_expected(key: tuple, model: mujoco.MjModel) -> None:
+    """An announced web model that `web_model` found in memory or on disk: whoever waits for it gets that."""
+    with _POSE_LOCK:
+        entry = _WEB_COMPILES.get(key)
+        if entry is None or entry.started:
+            return
+        del _WEB_COMPILES[key]
+    entry.future.set_result(model)
 
 
 def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
@@ -253,10 +293,12 @@ def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
         if model is not None:
             _POSE_CACHE.move_to_end(key)
             return model
-        compiling = _WEB_COMPILES.get(key)
-    if compiling is not None:  # a web scene's model on its way: the same poses, no second compile
+        coming = _WEB_COMPILES.get(key)
+    if coming is not None:  # a web scene's model on its way: the same poses, no second compile
         with contextlib.suppress(Exception):  # that compile failed: this one says why
-            return compiling.result()
+            model = coming.future.result()
+        if model is not None:
+            return model
     resolved, base, origin = _resolved_scene(key)
     model = compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
                            lambda: _compile(resolved, base, origin, flat_textures=True))
