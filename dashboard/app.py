@@ -48,6 +48,11 @@ st.set_option("client.toolbarMode", "viewer")
 # either way (docs/benchmarks.md). Python's own collector still runs. A setting of the user's wins.
 if not st_config.is_manually_set("runner.postScriptGC"):
     st_config.set_option("runner.postScriptGC", False)
+# Streamlit's "magic" rewrites a page script's syntax tree on its first run in a process to draw
+# bare expressions; the pages have none (tests/test_app_magic.py), and the rewrite was 0.15 s of
+# the detail page's first run. A setting of the user's wins.
+if not st_config.is_manually_set("runner.magicEnabled"):
+    st_config.set_option("runner.magicEnabled", False)
 ICONS = {"overview": ":material/insights:", "episodes": ":material/table_rows:", "detail": ":material/frame_inspect:",
          "whatif": ":material/tune:", "export": ":material/download:", "compare": ":material/compare:"}
 # pages whose link parameters the page keeps itself (not in state.PAGE_PARAMS): name -> title
