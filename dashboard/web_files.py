@@ -27,6 +27,7 @@ CONVERSION_POLL_S = 0.01  # how often a request for a scene being converted look
 _CONVERTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safevla-web-scene")
 _UNDERWAY: dict[str, Future] = {}  # a web scene file's path -> its conversion, queued or running
 _UNDERWAY_LOCK = threading.Lock()
+_SERVED_HERE = threading.Event()  # set once a CachedWebFiles serves this process's requests
 _POSES_LOCK = threading.Lock()  # one episode's poses at a time: a page waits for those a worker is making
 
 
@@ -219,6 +220,14 @@ def poses_if_converted(record, violations, folder: Path | None = None) -> bool:
     return True
 
 
+def requests_wait_for_scenes() -> bool:
+    """Whether this process serves the web files through `CachedWebFiles` (dashboard/server.py,
+    what `safevla dashboard` runs), which holds a request for a scene being converted. Under
+    `streamlit run dashboard/app.py` nothing does: a page then waits for its scene before it
+    sends the player, whose request would otherwise find no file."""
+    return _SERVED_HERE.is_set()
+
+
 def uses_frames() -> bool:
     """True once this session's browser said it has no WebGL: the server's frames then."""
     return st.session_state.get(RENDERER_KEY) == "frames"
@@ -236,6 +245,7 @@ class CachedWebFiles:
 
     def __init__(self, app):
         self.app = app
+        _SERVED_HERE.set()
 
     async def __call__(self, scope, receive, send):
         import asyncio

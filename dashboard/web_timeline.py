@@ -6,7 +6,8 @@ the player component's folder (`web/`), which Streamlit serves with the componen
 player fetches them once and draws every step itself: stepping, seeking and playing make no
 request. A scene not converted yet does not hold the player back: it is sent once the poses are
 made (from the model the conversion compiles first), and its request for the scene is answered
-when the conversion has written it (`web_files.CachedWebFiles`). A browser without WebGL says so (the player's event "nowebgl"); the session then
+when the conversion has written it (`web_files.CachedWebFiles`, the middleware of
+dashboard/server.py; a page served without it waits for its scene first). A browser without WebGL says so (the player's event "nowebgl"); the session then
 gets the server's MuJoCo frames (`dashboard.detail_timeline.timeline_panel`) from then on.
 """
 
@@ -16,7 +17,7 @@ import streamlit as st
 
 from dashboard import cached
 from dashboard import common as C
-from dashboard.web_files import RENDERER_KEY, uses_frames, web_files
+from dashboard.web_files import RENDERER_KEY, requests_wait_for_scenes, uses_frames, web_files
 
 NOWEBGL = "nowebgl"
 DRAWN = "drawn"  # the player's first picture of an episode is drawn: the page's tables may follow
@@ -59,7 +60,7 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
                                  on_page=on_page)
     try:
         rec = cached.replay_record(c.data, i)
-        web = web_files(rec, cached.violations(c.data, c.key, i, c.items), wait=False)
+        web = web_files(rec, cached.violations(c.data, c.key, i, c.items), wait=not requests_wait_for_scenes())
     except C.D.StoreProblem as exc:  # a refused path: an error, as on every page
         st.error(str(exc), icon=":material/block:")
         return False

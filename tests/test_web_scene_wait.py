@@ -2,7 +2,7 @@
 (dashboard/web_files.py): the poses come from the model the conversion compiles first (no
 second compile), the player's request for the scene waits until the file is written
 (`CachedWebFiles`), and a conversion that fails after the player was sent gives the server's
-frames for that episode."""
+frames for that episode; a page served without that middleware waits for its scene first."""
 
 import asyncio
 import os
@@ -123,8 +123,11 @@ def test_a_request_for_a_scene_being_converted_is_answered_once_it_is_written(tm
         return True
 
     monkeypatch.setattr(WF, "_convert_now", convert)
+    monkeypatch.setattr(WF, "_SERVED_HERE", threading.Event())
     folder = _Folder(tmp_path)
+    assert not WF.requests_wait_for_scenes()
     app = WF.CachedWebFiles(folder)
+    assert WF.requests_wait_for_scenes()  # the pages may send their player before the scene is written
 
     async def scenario():
         pending = {name: WF._conversion(toy_record(mjcf=toy_scene(5)), tmp_path, name) for name in steps}
@@ -146,9 +149,13 @@ def test_a_request_for_a_scene_being_converted_is_answered_once_it_is_written(tm
     assert bad["status"] == 404 and (b"cache-control", WF.FOREVER) not in bad["headers"]
 
 
-def test_a_scene_that_fails_after_the_player_was_sent_gives_the_frames(tmp_path, monkeypatch, fresh_models):
-    """The demo's detail page: the web scene's conversion fails once its model compiled (the
-    poses are made, the player is sent); the page is drawn again with the server's frames."""
+@pytest.mark.parametrize("held", [True, False], ids=["served-by-server.py", "streamlit-run-app.py"])
+def test_a_scene_that_fails_gives_the_frames(tmp_path, monkeypatch, fresh_models, held):
+    """The demo's detail page, its web scene's conversion failing once its model compiled. Served
+    by dashboard/server.py (its middleware holds the player's request for the scene), the poses
+    are made, the player is sent, and the page is drawn again with the server's frames; served
+    without it (`streamlit run dashboard/app.py`), the page waits for the scene before any
+    player and shows the frames at once."""
     from dashboard_helpers import app, ok
 
     from dashboard import web_files as WF
@@ -160,9 +167,14 @@ def test_a_scene_that_fails_after_the_player_was_sent_gives_the_frames(tmp_path,
 
     monkeypatch.setattr(W, "scene_blob", broken)
     monkeypatch.setattr(WF, "web_dir", lambda: tmp_path)
+    monkeypatch.setattr(WF, "_SERVED_HERE", threading.Event())
+    if held:
+        WF._SERVED_HERE.set()
     demo = ROOT / "assets" / "demo" / "store"
     eps = pd.read_parquet(demo / "episodes.parquet")
     at = ok(app(demo, page="detail", ep=eps[eps["sbu"]].iloc[0]["episode_id"]))
-    assert at.session_state[SCENE_FAILED_KEY] == at.session_state["_timeline_tag"]
-    assert list(tmp_path.glob("ep-*.bin")) and not list(tmp_path.glob("scene-*.bin"))
+    assert (at.session_state[SCENE_FAILED_KEY] == at.session_state["_timeline_tag"]) if held else (
+        SCENE_FAILED_KEY not in at.session_state)
+    assert not list(tmp_path.glob("scene-*.bin"))
+    assert list(tmp_path.glob("ep-*.bin")) or not held  # the poses the player was sent with
     assert not any("Drawn in your browser with WebGL" in c.value for c in at.caption)
