@@ -15,8 +15,9 @@ scene's conversion comes first, from the episode's row and record alone (`conver
 so on a server that has run no page it does not wait for the pages' modules. Then, on a server
 that has not loaded that store yet (a link opened first after a start), it loads it as the
 page would (`stores.load_store_at_request`: 0.1 s for the demo store; the page's run then waits
-for that load instead of making its own) and queues the episode's poses. Everything else is left to the page, which says what is wrong.
-The request and its response are passed on untouched.
+for that load instead of making its own) and queues the episode's poses. Everything else is
+left to the page, which says what is wrong. The request and its response are passed on
+untouched.
 """
 
 from __future__ import annotations

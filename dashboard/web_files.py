@@ -254,9 +254,10 @@ class CachedWebFiles:
         if WEB_PATH not in path or not path.endswith(".bin"):
             await self.app(scope, receive, send)
             return
-        converted = web_dir() / path.rsplit("/", 1)[-1]  # only looked up among the conversions under way
-        while converting(converted) and not converted.is_file():  # written whole (a rename): served at once
-            await asyncio.sleep(CONVERSION_POLL_S)
+        if _UNDERWAY:  # (the page that queued it made web_dir(), so this finds it made)
+            converted = web_dir() / path.rsplit("/", 1)[-1]  # only looked up among the conversions under way
+            while converting(converted) and not converted.is_file():  # written whole (a rename): served at once
+                await asyncio.sleep(CONVERSION_POLL_S)
         scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"accept-encoding"]}
 
         async def send_cached(message):

@@ -7,8 +7,9 @@ player fetches them once and draws every step itself: stepping, seeking and play
 request. A scene not converted yet does not hold the player back: it is sent once the poses are
 made (from the model the conversion compiles first), and its request for the scene is answered
 when the conversion has written it (`web_files.CachedWebFiles`, the middleware of
-dashboard/server.py; a page served without it waits for its scene first). A browser without WebGL says so (the player's event "nowebgl"); the session then
-gets the server's MuJoCo frames (`dashboard.detail_timeline.timeline_panel`) from then on.
+dashboard/server.py; a page served without it waits for its scene first). A browser without
+WebGL says so (the player's event "nowebgl"); the session then gets the server's MuJoCo frames
+(`dashboard.detail_timeline.timeline_panel`) from then on.
 """
 
 from __future__ import annotations
