@@ -86,23 +86,18 @@ def _linked_record(eid: str, store: str):
     trajectory or model file outside the store and its archive."""
     import pyarrow.parquet as pq
 
-    from scoring.records.io import load_record, resolve_mjcf
-    from scoring.store.paths import is_inside, read_manifest_quietly, store_roots
+    from scoring.records.io import load_record
+    from scoring.store.paths import is_inside, model_file_outside, read_manifest_quietly, store_roots, trajectory_file
 
     # a ParquetFile, not read_table: that imports pyarrow.dataset, and pandas with it (0.18 s)
     table = pq.ParquetFile(os.path.join(store, "episodes.parquet")).read(columns=["episode_id", "trajectory"])
     ids = table.column("episode_id").to_pylist()
-    rel = table.column("trajectory")[ids.index(eid)].as_py() if ids.count(eid) == 1 else None
-    if not isinstance(rel, str) or not rel:
-        return None
-    path = rel if os.path.isabs(rel) else os.path.join(store, rel)
+    path = trajectory_file(store, table.column("trajectory")[ids.index(eid)].as_py()) if ids.count(eid) == 1 else None
     roots = store_roots(store, read_manifest_quietly(store))
-    if not os.path.isfile(path) or not is_inside(path, roots):
+    if path is None or not path.is_file() or not is_inside(path, roots):
         return None
     rec = load_record(path)
-    if rec.replay is None or (not rec.replay.mjcf_is_xml and not is_inside(resolve_mjcf(rec), roots)):
-        return None
-    return rec
+    return None if rec.replay is None or model_file_outside(rec, roots) is not None else rec
 
 
 # What a page's first run imports (dashboard/app.py and dashboard/views/*.py), and a scene's

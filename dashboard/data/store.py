@@ -19,7 +19,8 @@ from scoring.errors import SafeVLAError
 from scoring.evaluate.whatif import WhatIf
 from scoring.registry.lookup import Registry, load_registry
 from scoring.stats.metrics import outcome_class
-from scoring.store.paths import folder_to_name, ignored_sources, is_inside, store_roots
+from scoring.store.paths import (folder_to_name, ignored_sources, is_inside, model_file_outside, store_roots,
+                                 trajectory_file)
 from scoring.store.write import load_store
 
 
@@ -129,8 +130,8 @@ class StoreData:
 
         Raises StoreProblem when the path points outside the store and its archive.
         """
-        p = _trajectory_file(self.path, self.episodes["trajectory"].iat[i] if "trajectory" in self.episodes
-                             else None)
+        p = trajectory_file(self.path, self.episodes["trajectory"].iat[i] if "trajectory" in self.episodes
+                            else None)
         if p is not None and not is_inside(p, self.roots):
             raise StoreProblem(f"the trajectory of episode {self.episodes['episode_id'].iat[i]!r} points to "
                                f"{str(p)!r}, outside the run store and its archive; refused (a store may only "
@@ -144,22 +145,12 @@ def check_mjcf_path(data: StoreData, rec) -> None:
     (The MJCF's own asset references are resolved against registered asset roots by
     `replay.render.replayer`; this guards the path the record itself names.)
     """
-    if rec.replay is None or rec.replay.mjcf_is_xml:
-        return
-    from scoring.records.io import resolve_mjcf
-    mjcf = resolve_mjcf(rec)
-    if not is_inside(mjcf, data.roots):
+    mjcf = model_file_outside(rec, data.roots)
+    if mjcf is not None:
         both = folder_to_name(mjcf, rec.source) if rec.source else ""
         hint = f"; if {both} is yours, start the dashboard with --archive {both}" if both else ""
         raise StoreProblem(f"episode {rec.episode_id!r}: replay.mjcf points to {mjcf!r}, outside the run store and "
                            f"its archive; refused (a record may only name model files of its own archive{hint})")
-
-
-def _trajectory_file(store: str, rel) -> Path | None:
-    if not isinstance(rel, str) or not rel:
-        return None
-    p = Path(rel)
-    return p if p.is_absolute() else Path(store) / p
 
 
 def store_stamp(path: str | os.PathLike) -> str:

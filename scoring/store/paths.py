@@ -132,6 +132,26 @@ def is_inside(path: str | os.PathLike, roots: Iterable[str]) -> bool:
     return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
 
+def trajectory_file(store: str | os.PathLike, rel) -> Path | None:
+    """A store row's `trajectory` as a path (a relative one below `store`); None when the row
+    names none. Not checked: see `is_inside`."""
+    if not isinstance(rel, str) or not rel:
+        return None
+    p = Path(rel)
+    return p if p.is_absolute() else Path(store) / p
+
+
+def model_file_outside(rec, roots: Iterable[str]) -> str | None:
+    """The MJCF file the record's `replay.mjcf` names when it lies outside `roots`, else None
+    (a record without replay state or with its model embedded names no file)."""
+    if rec.replay is None or rec.replay.mjcf_is_xml:
+        return None
+    from scoring.records.io import resolve_mjcf
+
+    mjcf = resolve_mjcf(rec)
+    return None if is_inside(mjcf, roots) else mjcf
+
+
 def folder_to_name(path: str | os.PathLike, beside: str | os.PathLike) -> str:
     """The folder holding both `path` and `beside` (a record's scene model and the record), as
     the `--archive` to suggest when the model lies outside what was named; "" for the root."""
