@@ -149,9 +149,16 @@ def texture_as_uploaded(model: mujoco.MjModel, i: int, max_px: int | None) -> tu
     fh = h // faces
     if not max_px or max(w, fh) <= max_px or c not in (1, 3, 4):
         return w, h, texels
-    scale = max_px / max(w, fh)
-    sw, sh = max(1, round(w * scale)), max(1, round(fh * scale))
+    sw, sh = shrunk_size(w, fh, max_px)
     return sw, faces * sh, shrunk_texels(texels.reshape(faces, fh, w, c), (sw, sh))
+
+
+def shrunk_size(width: int, height: int, max_px: int) -> tuple[int, int]:
+    """The size an image is box-downscaled to at most `max_px` a side (itself when it fits)."""
+    if max(width, height) <= max_px:
+        return width, height
+    scale = max_px / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
 
 
 def shrink_textures(model: mujoco.MjModel, max_px: int) -> list:

@@ -20,7 +20,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from replay.render.render_assets import MODEL_VIS_LOCK
+from replay.render.render_assets import MODEL_VIS_LOCK, shrunk_size
 from replay.render.preview_scene import compile_preview, preview_text
 from replay.render.scene_cache import build_later, compile_cached, load_cached, scene_digest
 from replay.render.violation import RenderError
@@ -131,7 +131,7 @@ def web_model(record: EpisodeRecord, max_px: int) -> mujoco.MjModel:
         resolved, base, origin = _resolved_scene(key)
         model = load_cached(resolved, str(base) + os.sep)
     if model is not None:
-        _settle_expected(key, model)
+        _settle_announced(key, model)
         return model
     with _POSE_LOCK:
         entry = _WEB_COMPILES.get(key)
@@ -173,24 +173,19 @@ def web_model_ahead(record: EpisodeRecord) -> Callable[[], None]:
     with _POSE_LOCK:
         entry = _WEB_COMPILES.setdefault(key, _WebCompile())
 
-    def withdraw() -> None:
-        with _POSE_LOCK:
-            if _WEB_COMPILES.get(key) is not entry or entry.started:
-                return
-            del _WEB_COMPILES[key]
-        entry.future.set_result(None)
-
-    return withdraw
+    return functools.partial(_settle_announced, key, None, entry)
 
 
-def _settle_expected(key: tuple, model: mujoco.MjModel) -> None:
-    """An announced web model that `web_model` found in memory or on disk: whoever waits for it gets that."""
+def _settle_announced(key: tuple, model: mujoco.MjModel | None, entry: _WebCompile | None = None) -> None:
+    """Ends an announced web model that is not compiled after all: whoever waits for it gets
+    `model` (one `web_model` found in memory or on disk; None: withdrawn). Only `entry`, when
+    given, and never a compile under way."""
     with _POSE_LOCK:
-        entry = _WEB_COMPILES.get(key)
-        if entry is None or entry.started:
+        announced = _WEB_COMPILES.get(key)
+        if announced is None or announced.started or (entry is not None and announced is not entry):
             return
         del _WEB_COMPILES[key]
-    entry.future.set_result(model)
+    announced.future.set_result(model)
 
 
 def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
@@ -202,14 +197,6 @@ def _decoded_shrunk(path: str, max_px: int) -> tuple[int, int, bytes]:
     return shrunk(path, max_px, _decode_shrink)
 
 
-def _shrunk_size(width: int, height: int, max_px: int) -> tuple[int, int]:
-    """The size `texture_as_uploaded` shrinks a `width` x `height` image to (itself when it fits)."""
-    if max(width, height) <= max_px:
-        return width, height
-    scale = max_px / max(width, height)
-    return max(1, round(width * scale)), max(1, round(height * scale))
-
-
 def _decode_shrink(path: str, max_px: int) -> tuple[int, int, bytes]:
     """What `shrunk_texels` makes of the decoded image (a Pillow box filter), without its
     copies: an RGB image is shrunk as decoded (converting or viewing a 4096-px image as an
@@ -218,7 +205,7 @@ def _decode_shrink(path: str, max_px: int) -> tuple[int, int, bytes]:
 
     with Image.open(path) as im:
         rgb = im if im.mode == "RGB" else im.convert("RGB")
-        size = _shrunk_size(*rgb.size, max_px)
+        size = shrunk_size(*rgb.size, max_px)
         if size != rgb.size:
             rgb = rgb.resize(size, Image.Resampling.BOX)
         return *rgb.size, rgb.tobytes()
@@ -248,7 +235,7 @@ def _compile_shrunk(resolved: str, base: Path, origin: str, max_px: int) -> mujo
     for k, path in plain:
         try:
             with Image.open(path) as im:
-                sizes.append(_shrunk_size(*im.size, max_px))
+                sizes.append(shrunk_size(*im.size, max_px))
         except (OSError, ValueError) as exc:  # not an image Pillow reads (UnidentifiedImageError is an OSError)
             raise RenderError(f"cannot read the texture {path} ({origin}): {exc}") from None
         t = spec.textures[k]
