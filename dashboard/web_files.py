@@ -136,7 +136,7 @@ def converting(path: Path) -> bool:
         return str(path) in _UNDERWAY
 
 
-def _convert_now(record, folder: Path, scene: str, withdraw=lambda: None) -> bool:
+def _convert_now(record, folder: Path, scene: str, withdraw) -> bool:
     """Makes the web scene `scene` (on the converter thread). The scene's model with its
     textures is needed only here, once per scene (`scene_models.web_model`): compiled, it is
     not written to the compiled-scene cache (1-2 s on a first page's way; the server-frame

@@ -14,10 +14,11 @@ difference lies (step 0): the floor, 62,930 of the 76,800 pixels, 11.4 levels on
 only +2.9 signed: its grain and plank lines sampled at other sub-texel positions and mip levels
 by SwiftShader than by MuJoCo's GL (both trilinear); the basket, a textured mesh clustered to
 4 mm, 20.5 levels, 12 darker; every other body 1-12. Shadows play no part: the scene's lights
-cast none (castshadow false), nor does MuJoCo's headlight. The test asks for centres within 2 px, IoU of at least 0.8 for every body and
-0.99 for the union, and a mean colour difference under 15 levels: a wrong fovy or aspect, a
-quaternion in the wrong order or a mesh offset moves or cuts silhouettes far past these, and
-lights placed or tessellated unlike MuJoCo's move the colours past 15.
+cast none (castshadow false), nor does MuJoCo's headlight. The test asks for centres within
+2 px, IoU of at least 0.8 for every body and 0.99 for the union, and a mean colour difference
+under 15 levels: a wrong fovy or aspect, a quaternion in the wrong order or a mesh offset moves
+or cuts silhouettes far past these, and lights placed or tessellated unlike MuJoCo's move the
+colours past 15.
 """
 
 import base64
