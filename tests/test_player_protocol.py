@@ -236,6 +236,39 @@ def test_only_the_newest_player_hears_the_keys(host, page):
     assert old == "10", "the replaced player stepped too"
 
 
+def test_a_value_the_page_never_handled_is_sent_again_by_the_new_player(host, page):
+    # CI of 40053bb: shift+←'s value left the old iframe while the page's run that ends
+    # pre-rendering re-created it; it went to the polling fragment that run had dropped, which
+    # Streamlit skips, and the page's slider kept the old step for good
+    _open(page, host, 10)
+    page.keyboard.press("ArrowRight")
+    lost = _wait_values(page, 1)
+    page.evaluate("() => window.newPlayer(false)")
+    _first_args(page, step=10)  # the run that re-created the player had not handled it
+    _wait_player_step(page, 11)
+    again = _wait_values(page, 2)
+    assert (again["step"], again["event"]) == (11, "step") and again["seq"] != lost["seq"]
+    # handled by the run that re-created the player: not sent again
+    page.keyboard.press("ArrowRight")
+    handled = _wait_values(page, 3)
+    page.evaluate("() => window.newPlayer(false)")
+    page.wait_for_function("() => window.ready", timeout=20_000)
+    _render(page, step=12, answers=handled["seq"])
+    _wait_player_step(page, 12)
+    page.wait_for_timeout(800)
+    assert len(page.evaluate("() => window.values")) == 3
+
+
+def test_n_or_p_the_page_never_handled_is_sent_again_by_the_new_player(host, page):
+    _open(page, host, 12)
+    page.keyboard.press("n")
+    lost = _wait_values(page, 1)
+    page.evaluate("() => window.newPlayer(false)")
+    _first_args(page, step=12)  # still the same episode: the page never opened the next one
+    again = _wait_values(page, 2)
+    assert (again["event"], again["episode"]) == ("next", lost["episode"]) and again["seq"] != lost["seq"]
+
+
 def test_v_jumps_to_the_violating_step_as_the_button_says(host, page):
     _open(page, host, 3)
     title = page.frame_locator("#player").locator("#toviol").get_attribute("title")

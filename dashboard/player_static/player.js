@@ -47,7 +47,7 @@ const S = {
   episode: null, nSteps: 1, dt: 0.05, vstep: null, frames: {}, nFrames: 0, total: 0, violated: {},
   step: 0, shownStep: -1, serverStep: null, playing: false, seq: 0, view: null, spec: null,
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
-  lastSeq: null, queued: [], askedFirst: null, chartTimer: null,
+  lastSeq: null, lastMove: null, answers: null, queued: [], askedFirst: null, chartTimer: null,
   web: null, webState: "off", sceneView: null, sceneUrl: null, ep: null, viewName: null, saidNoWebgl: false,
   saidDrawn: null, lost: false, renewTimer: null,
 };
@@ -71,7 +71,7 @@ const MEMO = "safevla.timeline";
 function remember() {
   try {
     sessionStorage.setItem(MEMO, JSON.stringify({ episode: S.episode, step: S.step, playing: S.playing,
-                                                  pending: S.pending || null, at: Date.now() }));
+                                                  pending: S.pending || null, moved: S.lastMove, at: Date.now() }));
   } catch (e) { /* storage off: a remount starts from the page's step */ }
 }
 // The newest player's script claims the keys: when a rerun re-creates the iframe, an old
@@ -86,18 +86,30 @@ function ownsKeys() {
   } catch (e) { /* storage off */ }
   return !window.frameElement || window.frameElement.isConnected;
 }
+// A value the old iframe sent that no page run has handled: when pre-rendering ends, the page's
+// run draws the player outside the polling fragment, and a value the old iframe sent from
+// inside it meanwhile reruns a fragment that no longer exists, which Streamlit skips. The
+// page then kept the old step until the next interaction. Sent again, it reruns the page.
+// A value sent twice moves the page to the same step, or n / p of an episode it has left.
+function unanswered(memo) {
+  if (!memo || !memo.moved || memo.moved.seq === S.answers) return false;
+  return memo.moved.event === "next" || memo.moved.event === "previous" || S.step !== S.serverStep;
+}
 function recalled(episode) {
   try {
     const m = JSON.parse(sessionStorage.getItem(MEMO) || "null");
     return m && m.episode === episode && Date.now() - m.at < 10000 ? m : null;
   } catch (e) { return null; }
 }
+// The values a re-created player sends again when the page never handled them (`resend`).
+const RESENT_EVENTS = new Set(["step", "seek", "pause", "next", "previous"]);
 function emit(event) {
   clearTimeout(S.emitTimer);
   S.pending = null;
-  remember();
   S.seq += 1;
   S.lastSeq = `${LOAD_ID}:${S.seq}`;
+  if (RESENT_EVENTS.has(event)) S.lastMove = { seq: S.lastSeq, event: event };
+  remember();
   send("streamlit:setComponentValue", { value: { step: S.step, seq: S.lastSeq, event: event, episode: S.episode },
                                         dataType: "json" });
 }
@@ -502,7 +514,7 @@ window.addEventListener("message", (event) => {
     pause(false);
     S.ep = null;
     S.episode = a.episode; S.frames = {}; S.shownStep = -1; S.spec = a.spec;
-    S.lastSeq = null;
+    S.lastSeq = null; S.lastMove = null;
     root.dataset.episode = a.episode;  // what the frames shown belong to (tests, benchmarks)
   }
   S.nSteps = Math.max(1, a.n_steps || 1);
@@ -524,6 +536,7 @@ window.addEventListener("message", (event) => {
   // page's slider, the jump button, a deep link) moves the player, and never while a key step
   // waits to be sent.
   const answers = a.answers === undefined || a.answers === null ? null : String(a.answers);
+  S.answers = answers;
   const behind = S.lastSeq !== null && answers !== S.lastSeq;
   S.web = web;
   if (web && (fresh || webChanged || S.webState === "off")) {
@@ -546,6 +559,7 @@ window.addEventListener("message", (event) => {
     embedChart().catch((e) => console.error(e)).then(() => {  // frames and keys even without a chart
       show(S.step);
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
+      else if (unanswered(memo)) emit(memo.moved.event);
       if (memo && memo.playing) play();
       S.queued.splice(0).forEach(applyMove);  // keys pressed before the page's arguments came
     });
