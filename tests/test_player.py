@@ -76,7 +76,7 @@ def test_the_players_frames_come_violation_first_and_equal_the_services_render()
 
     from PIL import Image
 
-    from dashboard.replay_bridge import RenderService, jpeg
+    from dashboard.replay_bridge import PLAYER, RenderService, jpeg
     from render_helpers import H, T, VIOL, W, toy_record
 
     rec = toy_record()
@@ -102,7 +102,9 @@ def test_the_players_frames_come_violation_first_and_equal_the_services_render()
         idle = svc.frames("toy", rec, None, (), size=(W, H), idle_stop_s=1.0)
         time.sleep(1.5)  # nobody polls it meanwhile
         gate.set()
-        svc.submit(lambda: None).result(60)  # every queued job has run
+        # every queued job has run: the batches' jobs came first at this priority (a page's
+        # priority would overtake them, and it did when the render thread was slow to start)
+        svc.submit(lambda: None, priority=PLAYER).result(60)
         assert left.snapshot() == {} and idle.snapshot() == {}
         assert idle.complete and idle.cancelled
         assert idle.stopped_idle and not left.stopped_idle and not left.resume()
@@ -176,14 +178,14 @@ def test_a_wanted_step_jumps_the_pre_render_queue_and_every_step_is_rendered_onc
 @pytest.mark.render
 def test_an_episode_whose_frames_keep_failing_stops_after_max_errors():
     pytest.importorskip("mujoco")
-    from dashboard.replay_bridge import RenderService
+    from dashboard.replay_bridge import PLAYER, RenderService
     from render_helpers import H, T, W, toy_record
 
     svc = RenderService()
     try:
         batch = player.frames(svc, "toy", toy_record(), (), T, None, size=(W, H), camera="no-such-camera")
         _until_complete(batch)
-        svc.submit(lambda: None).result(60)  # every queued job has run
+        svc.submit(lambda: None, priority=PLAYER).result(60)  # after every job of the batch
         assert batch.complete and batch.cancelled and not batch.ready
         assert len(batch.errors) == player.MAX_ERRORS + 1, batch.errors  # the rest were not even tried
         assert all("unknown camera 'no-such-camera'" in m for m in batch.errors.values())

@@ -336,7 +336,7 @@ def test_a_webgl_context_the_browser_takes_away_is_drawn_again(dashboard, webgl_
     pg = webgl_page
     pg.goto(f"{dashboard}/detail")
     wait_timeline(pg, "r.dataset.renderer === 'webgl' && r.dataset.firstDraw !== undefined", timeout=90)
-    frame = pg.locator(TIMELINE_IFRAME).element_handle().content_frame()
+    frame = pg.locator(TIMELINE_IFRAME).element_handle(timeout=90_000).content_frame()
     picture = "() => document.getElementById('gl').toDataURL('image/png')"
     before = frame.evaluate(picture)
     frame.evaluate("""() => { window.__lose = document.getElementById('gl').getContext('webgl2')
