@@ -81,6 +81,7 @@ def test_healthz_answers_200_as_openpis_server_does(serving):
         assert (answer.status, answer.read()) == (200, b"OK\n")
     with pytest.raises(urllib.error.HTTPError) as plain_get:  # any other path is the websocket
         urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=10)
+    plain_get.value.close()  # an answer left open holds the server's shutdown 10 s
     assert plain_get.value.code == 426
 
 
