@@ -102,8 +102,8 @@ def test_the_players_frames_come_violation_first_and_equal_the_services_render()
         idle = svc.frames("toy", rec, None, (), size=(W, H), idle_stop_s=1.0)
         time.sleep(1.5)  # nobody polls it meanwhile
         gate.set()
-        # every queued job has run: the batches' jobs came first at this priority (a page's
-        # priority would overtake them, and it did when the render thread was slow to start)
+        # every queued job has run: queued behind the batches' jobs at their priority (at a
+        # page's priority it overtook them, and on a slow machine ran before they had)
         svc.submit(lambda: None, priority=PLAYER).result(60)
         assert left.snapshot() == {} and idle.snapshot() == {}
         assert idle.complete and idle.cancelled

@@ -101,7 +101,7 @@ function recalled(episode) {
     return m && m.episode === episode && Date.now() - m.at < 10000 ? m : null;
   } catch (e) { return null; }
 }
-// The values a re-created player sends again when the page never handled them (`resend`).
+// The values a re-created player sends again when its page never handled them (`unanswered`).
 const RESENT_EVENTS = new Set(["step", "seek", "pause", "next", "previous"]);
 function emit(event) {
   clearTimeout(S.emitTimer);
