@@ -26,6 +26,7 @@ import contextlib
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,11 +62,14 @@ STEP_JS = """async ([s, n]) => {
 @contextlib.contextmanager
 def fresh_caches():
     """A $XDG_CACHE_HOME of its own (the player's web scenes) with vl-convert's vega bundle
-    copied in (made once per machine, as a user's earlier run leaves it), and an empty
-    compiled-scene cache; both removed after."""
+    copied in from the environment (scripts/install.sh makes it) or a user's earlier run (a
+    checkout before the install made it looks there only), and an empty compiled-scene cache;
+    both removed after."""
     home = Path(tempfile.mkdtemp(prefix="safevla-bench-xdg-"))
+    made = (*(Path.home() / ".cache" / "safevla" / "player").glob("vl-convert-*/vega-bundle.js"),
+            *(Path(sys.prefix) / "share" / "safevla").glob("vl-convert-*/vega-bundle.js"))
     try:
-        for bundle in (Path.home() / ".cache" / "safevla" / "player").glob("vl-convert-*/vega-bundle.js"):
+        for bundle in made:
             dest = home / "safevla" / "player" / bundle.parent.name
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(bundle, dest / bundle.name)

@@ -9,13 +9,15 @@ with the component; the player fetches each once and steps without a request. Wh
 browser has no WebGL, the player says so and the page sends frames rendered by MuJoCo on
 the server instead (`RenderService.frames`, the violating step's neighbourhood first, into a
 `FrameBatch` the page polls). The vega/vega-lite/vega-embed JavaScript comes from
-vl-convert's bundle (no CDN): it is written once next to a copy of the component's files.
+vl-convert's bundle (no CDN): made once per environment by `scripts/install.sh` and copied
+next to the component's files (made there if the install did not).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,14 +39,14 @@ def frames(service, key: str, record, violations, n_steps: int, violating_step: 
                           idle_stop_s=IDLE_STOP_S, max_errors=MAX_ERRORS)
 
 
-def component_dir(cache: Path | None = None) -> Path:
-    """A folder holding the component's files and vl-convert's vega bundle (written once per
-    vl-convert version: the bundle is ~0.9 MB and takes ~2 s to make)."""
+def component_dir(cache: Path | None = None, *, vega: bool = True) -> Path:
+    """A folder holding the component's files and, with `vega`, vl-convert's vega bundle
+    (`vega_bundle`). The replay's web files live in it too (`dashboard.web_files.web_dir`,
+    which needs no bundle: a page's first link converts its scene without waiting for one)."""
     import vl_convert
 
     base = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "safevla" / "player"
     out = base / f"vl-convert-{vl_convert.__version__}"
-    bundle = out / "vega-bundle.js"
     out.mkdir(parents=True, exist_ok=True)
     for f in (*STATIC.iterdir(), *(STATIC / "vendor").iterdir()):  # refreshed every start: edits show up at once
         if f.is_file():
@@ -52,11 +54,36 @@ def component_dir(cache: Path | None = None) -> Path:
             dest.parent.mkdir(exist_ok=True)
             if not dest.exists() or dest.stat().st_size != f.stat().st_size or f.parent == STATIC:
                 shutil.copyfile(f, dest)
-    if not bundle.exists():
-        tmp = out / f".vega-bundle.{threading.get_ident()}.tmp"
-        tmp.write_text(vl_convert.javascript_bundle(), encoding="utf-8")
-        tmp.replace(bundle)
+    if vega:
+        vega_bundle(out / "vega-bundle.js")
     return out
+
+
+def installed_vega_bundle() -> Path:
+    """Where `scripts/install.sh` leaves the vega bundle: in the environment, one per vl-convert
+    version, so that a first detail page under a new $HOME (or $XDG_CACHE_HOME) copies it."""
+    import vl_convert
+
+    return Path(sys.prefix) / "share" / "safevla" / f"vl-convert-{vl_convert.__version__}" / "vega-bundle.js"
+
+
+def vega_bundle(dest: Path) -> Path:
+    """vl-convert's vega/vega-lite/vega-embed bundle (~0.9 MB of JavaScript) at `dest`: copied
+    from `installed_vega_bundle()` where there is one, else made (1.4-2 s of CPU on a 2-core
+    machine: it used to delay a first link's scene conversion by that much)."""
+    if dest.exists():
+        return dest
+    import vl_convert
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    installed = installed_vega_bundle()
+    try:
+        shutil.copyfile(installed, tmp)
+    except OSError:
+        tmp.write_text(vl_convert.javascript_bundle(), encoding="utf-8")
+    tmp.replace(dest)
+    return dest
 
 
 _COMPONENT = None

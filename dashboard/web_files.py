@@ -42,7 +42,7 @@ def _web_dir_under(cache_home: str) -> Path:
     again each time (a browser reading player.js meanwhile could get it half written)."""
     from dashboard import player
 
-    return player.component_dir() / "web"
+    return player.component_dir(vega=False) / "web"
 
 
 def _scene_name(record) -> str:

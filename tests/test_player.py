@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def test_violated_by_step_names_the_specs_of_each_violated_step():
     assert player.violated_by_step(tr.iloc[:0]) == {}
 
 
-def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path):
+def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path, monkeypatch):
     pytest.importorskip("vl_convert")
+    monkeypatch.setattr(player, "installed_vega_bundle", lambda: tmp_path / "not installed.js")  # made here
     out = player.component_dir(tmp_path)
     html = (out / "index.html").read_text()
     assert 'src="player.js" data-vega="vega-bundle.js"' in html  # the player loads the bundle itself
@@ -53,6 +55,29 @@ def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path):
         web = (out / name).read_text()
         assert "http://" not in web and "https://" not in web and 'from "three"' in web
 
+
+
+def test_the_vega_bundle_is_copied_from_the_install_and_the_web_folder_needs_none(tmp_path, monkeypatch):
+    pytest.importorskip("vl_convert")
+    installed = tmp_path / "share" / "vega-bundle.js"
+    installed.parent.mkdir()
+    installed.write_text("window.vegaEmbed = 'as installed';")
+    monkeypatch.setattr(player, "installed_vega_bundle", lambda: installed)
+    bare = player.component_dir(tmp_path / "a", vega=False)
+    assert (bare / "player.js").is_file() and not (bare / "vega-bundle.js").exists()
+    out = player.component_dir(tmp_path / "b")
+    assert (out / "vega-bundle.js").read_text() == installed.read_text()  # copied, not made
+    installed.write_text("changed")
+    assert (player.component_dir(tmp_path / "b") / "vega-bundle.js").read_text() != "changed"  # kept once there
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_install_script_made_the_vega_bundle_where_the_player_looks():
+    pytest.importorskip("vl_convert")
+    installed = player.installed_vega_bundle()  # scripts/install.sh, which the test command runs first
+    assert installed.is_relative_to(sys.prefix)
+    assert installed.is_file(), f"{installed}: scripts/install.sh did not make the vega bundle"
+    assert "window.vegaEmbed" in installed.read_text()
 
 def _until_complete(batch, timeout: float = 120.0) -> None:
     """Polls the batch as the page does (touching it) until every frame is in."""
