@@ -65,10 +65,13 @@ def test_the_poses_are_made_while_the_scene_converts(tmp_path, monkeypatch, fres
     from replay.render import scene_models
 
     release = _held_scene_blob(monkeypatch)
+    gave_back = []
+    monkeypatch.setattr(WF, "_give_back_memory", lambda: gave_back.append(threading.current_thread().name))
     rec = toy_record(mjcf=toy_scene(3))
     got = WF.web_files(rec, [VIOL], tmp_path, wait=False)
     scene, poses = (tmp_path / Path(got[k]).name for k in ("scene", "poses"))
     assert poses.is_file() and not scene.exists()
+    assert gave_back == []  # the page's poses collect nothing: the conversion gives its memory back after
     assert got["pending"] is not None and not got["pending"].done() and WF.converting(scene)
     mine = scene_models._resolved_scene(scene_models.scene_key(rec))[0]
     assert mine not in fresh_models  # the poses' model is the conversion's: no texture-free compile
@@ -76,6 +79,7 @@ def test_the_poses_are_made_while_the_scene_converts(tmp_path, monkeypatch, fres
     assert again["pending"] is got["pending"]
     release.set()
     assert got["pending"].result(60) is True and scene.is_file() and not WF.converting(scene)
+    assert [name.startswith("test-web-scene") for name in gave_back] == [True]
     on_disk = WF.web_files(rec, [VIOL], tmp_path, wait=False)
     assert on_disk["pending"] is None and on_disk["poses"] == got["poses"]
 
