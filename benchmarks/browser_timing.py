@@ -216,10 +216,14 @@ def wait_drawn(pg, *, since_ms: float, expect: dict[str, int] | None = None, tim
 
 
 def archive_of(rev: str, repo: Path) -> Path:
-    """The tree of git revision `rev` unpacked in a temp folder (the baseline code)."""
+    """The tree of git revision `rev` unpacked in a temp folder (the baseline code), its modules
+    compiled as scripts/install.sh compiles a checkout's: where PYTHONDONTWRITEBYTECODE is set,
+    a baseline left uncompiled would compile them from source at every server start."""
     out = Path(tempfile.mkdtemp(prefix=f"safevla-baseline-{rev[:10]}-"))
     tar = subprocess.run(["git", "-C", str(repo), "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(out)], input=tar, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "scoring", "replay", "dashboard"], cwd=out,
+                   check=True, stdout=subprocess.DEVNULL)
     return out
 
 
