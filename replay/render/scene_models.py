@@ -20,7 +20,6 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from replay.render.mesh_helper import loading_meshes_beside
 from replay.render.render_assets import MODEL_VIS_LOCK, shrunk_size
 from replay.render.preview_scene import compile_preview, preview_text
 from replay.render.scene_cache import build_later, compile_cached, load_cached, scene_digest
@@ -378,8 +377,7 @@ def _parse(resolved: str, base: Path, origin: str) -> mujoco.MjSpec:
 
 def _compiled(spec: mujoco.MjSpec, base: Path, origin: str) -> mujoco.MjModel:
     try:
-        with loading_meshes_beside(spec):
-            return spec.compile()
+        return spec.compile()
     except (ValueError, mujoco.FatalError) as exc:
         raise RenderError(f"cannot load the MJCF ({origin}, assets looked up from {base}): {exc}") from None
 
