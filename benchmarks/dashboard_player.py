@@ -62,9 +62,9 @@ STEP_JS = """async ([s, n]) => {
 @contextlib.contextmanager
 def fresh_caches():
     """A $XDG_CACHE_HOME of its own (the player's web scenes) with vl-convert's vega bundle
-    copied in from the environment (scripts/install.sh makes it) or a user's earlier run (a
-    checkout before the install made it looks there only), and an empty compiled-scene cache;
-    both removed after."""
+    copied in, as scripts/install.sh (in the environment) or a user's earlier run (in ~/.cache)
+    leaves it: a baseline from before the install made it looks in the cache folder only. And
+    an empty compiled-scene cache; both removed after."""
     home = Path(tempfile.mkdtemp(prefix="safevla-bench-xdg-"))
     made = (*(Path.home() / ".cache" / "safevla" / "player").glob("vl-convert-*/vega-bundle.js"),
             *(Path(sys.prefix) / "share" / "safevla").glob("vl-convert-*/vega-bundle.js"))

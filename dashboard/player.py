@@ -69,8 +69,8 @@ def installed_vega_bundle() -> Path:
 
 def vega_bundle(dest: Path) -> Path:
     """vl-convert's vega/vega-lite/vega-embed bundle (~0.9 MB of JavaScript) at `dest`: copied
-    from `installed_vega_bundle()` where there is one, else made (1.4-2 s of CPU on a 2-core
-    machine: it used to delay a first link's scene conversion by that much)."""
+    from `installed_vega_bundle()` where there is one, else made (1.3-2 s of CPU on a 2-core
+    machine, which a first detail page under a new $HOME would spend beside its scene's conversion)."""
     if dest.exists():
         return dest
     import vl_convert

@@ -166,8 +166,8 @@ def _poses(record, violations, folder: Path, scene: str, *, wait: bool = True) -
     episode = _episode_name(scene, record, violations)
     _cap_asset_cache()
     with _POSES_LOCK if wait else contextlib.nullcontext():
-        # a scene being converted brings the pose model, and gives its memory back itself: a
-        # collection here held the GIL 0.05 s of the conversion's last part, on a first picture's way
+        # a scene being converted brings the pose model and gives its memory back itself: a
+        # collection here would hold the GIL (0.05 s) while the conversion ends, on a first picture's way
         loads = not pose_model_in_memory(record) and not converting(folder / f"{scene}.bin")
         made = W.cached_file(folder, episode, lambda: W.episode_blob(pose_model(record), record, violations))[1]
         if made and loads:

@@ -56,7 +56,6 @@ def test_component_dir_holds_the_page_the_script_and_the_vega_bundle(tmp_path, m
         assert "http://" not in web and "https://" not in web and 'from "three"' in web
 
 
-
 def test_the_vega_bundle_is_copied_from_the_install_and_the_web_folder_needs_none(tmp_path, monkeypatch):
     pytest.importorskip("vl_convert")
     installed = tmp_path / "share" / "vega-bundle.js"
@@ -78,6 +77,7 @@ def test_the_install_script_made_the_vega_bundle_where_the_player_looks():
     assert installed.is_relative_to(sys.prefix)
     assert installed.is_file(), f"{installed}: scripts/install.sh did not make the vega bundle"
     assert "window.vegaEmbed" in installed.read_text()
+
 
 def _until_complete(batch, timeout: float = 120.0) -> None:
     """Polls the batch as the page does (touching it) until every frame is in."""
