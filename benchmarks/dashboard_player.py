@@ -65,9 +65,12 @@ def fresh_caches():
     copied in, as scripts/install.sh (in the environment) or a user's earlier run (in ~/.cache)
     leaves it: a baseline from before the install made it looks in the cache folder only. And
     an empty compiled-scene cache; both removed after."""
+    from dashboard.player import installed_vega_bundle
+
     home = Path(tempfile.mkdtemp(prefix="safevla-bench-xdg-"))
+    installed = installed_vega_bundle()
     made = (*(Path.home() / ".cache" / "safevla" / "player").glob("vl-convert-*/vega-bundle.js"),
-            *(Path(sys.prefix) / "share" / "safevla").glob("vl-convert-*/vega-bundle.js"))
+            *([installed] if installed.is_file() else []))
     try:
         for bundle in made:
             dest = home / "safevla" / "player" / bundle.parent.name

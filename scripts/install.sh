@@ -81,7 +81,7 @@ fi
 # clone would compile ~150 modules from source (docs/benchmarks.md, "Compiled bytecode").
 .venv/bin/python -m compileall -q -j 0 scoring replay dashboard >/dev/null \
   || echo "scripts/install.sh: warning: could not compile the checkout's modules (a first start compiles them)" >&2
-# The dashboard's vega bundle (vl-convert makes it in 1.4-2 s), made once per environment: a first
+# The dashboard's vega bundle (vl-convert makes it in 1.3-2 s), made once per environment: a first
 # detail page copies it, under any $HOME, instead of making it (dashboard/player.py).
 case ",$EXTRAS," in
   *,dashboard,*) .venv/bin/python -c "import dashboard.player as p; p.vega_bundle(p.installed_vega_bundle())" \
