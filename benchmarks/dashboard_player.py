@@ -5,7 +5,10 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   cache, no warm-up), seconds from navigation to the first drawn picture of (a) a scene whose
   web scene must first be converted, (b) another episode of that scene in a new session, and,
   on a second fresh server sharing those caches, (c) a scene never opened in that server whose
-  web scene is on disk, each with where its time went (`first_draw_breakdown`); then, in that last
+  web scene is on disk, each with where its time went (`first_draw_breakdown`). Each is navigated
+  once the new session's window has settled (`dashboard_frames.WINDOW_SETTLE_S`), as a link opens
+  in a running browser; (a) and (c) are also timed navigated as the window is made, which on this
+  machine's two cores adds chromium's building of its window's own UI. Then, in that last
   page once it has settled (`settle`: its tables drawn, no request for 1 s), 30 key steps (each
   timed in the page until its pixels can be read back) with the requests they made, and
   playback at 1x, 2x and 4x (steps advanced per second against the recording's rate, pictures
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 from dashboard_bench import PLAYER_IFRAME, dashboard_server, summary
-from dashboard_frames import _DRAWN, _first_frame, _sbu_by_scene, renderer
+from dashboard_frames import WINDOW_SETTLE_S, _DRAWN, _first_frame, _sbu_by_scene, renderer
 
 _ROOT_JS = "document.querySelector('iframe[title*=\"safevla_timeline\"]').contentDocument"
 
@@ -189,16 +192,24 @@ def _play(pg, speed: float, seconds: float | None = None) -> dict:
     return {"speed": speed, "steps_per_s": round((int(got[0]) - s0) / seconds, 1), "drawn_per_s": float(got[1] or 0)}
 
 
+def _converted_new_window(b, code: Path, store: Path, eid: str) -> float:
+    """The first picture of `eid` on a fresh server with empty caches, navigated as a new
+    window is made (`_first_frame(window="new")`)."""
+    with fresh_caches() as env, dashboard_server(code, store, env) as srv:
+        srv.wait_healthy()
+        return _first_frame(b.browser, f"{srv.url}/detail?ep={eid}")
+
+
 def player(b, code: Path) -> dict:
     store = b.demo
     first, other_scene = _sbu_by_scene(store, 2)
     same = _same_scene_episode(store, first)
     same_tab = _same_scene_episode(store, first, skip=(same,))
-    out = {"store": str(store), "episodes": [first, same, other_scene, same_tab]}
+    out = {"store": str(store), "episodes": [first, same, other_scene, same_tab], "window_settle_s": WINDOW_SETTLE_S}
     with fresh_caches() as env:
         with dashboard_server(code, store, env) as srv:
             srv.wait_healthy()
-            got = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True)
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={first}", keep=True, window="open")
             out["renderer"] = renderer(got["page"])
             out["first_scene_breakdown_ms"] = first_draw_breakdown(got["page"])
             out["first_scene_converted_s"] = got["value_s"]
@@ -208,7 +219,7 @@ def player(b, code: Path) -> dict:
             out["same_scene_other_episode_tab_s"] = tab["value_s"]
             out["same_scene_tab_breakdown_ms"] = first_draw_breakdown(tab["page"])
             got["page"].context.close()
-            got = _first_frame(b.browser, f"{srv.url}/detail?ep={same}", keep=True)
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={same}", keep=True, window="open")
             out["same_scene_other_episode_s"] = got["value_s"]
             out["same_scene_breakdown_ms"] = first_draw_breakdown(got["page"])
             got["page"].context.close()
@@ -216,7 +227,7 @@ def player(b, code: Path) -> dict:
             _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}")
         with dashboard_server(code, store, env) as srv:  # restarted: nothing in memory
             srv.wait_healthy()
-            got = _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}", keep=True)
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}", keep=True, window="open")
             pg = got["page"]
             try:
                 out["never_opened_scene_on_disk_s"] = got["value_s"]
@@ -235,11 +246,17 @@ def player(b, code: Path) -> dict:
                 pg.context.close()
             # the worst SBU episode (its scene on disk), then n through the picker's list
             out["next_in_page"] = next_in_page(b, f"{srv.url}/detail")
+        with dashboard_server(code, store, env) as srv:  # restarted again: the same page from a new window
+            srv.wait_healthy()
+            out["never_opened_scene_on_disk_new_window_s"] = _first_frame(b.browser, f"{srv.url}/detail?ep={other_scene}")
+    out["first_scene_converted_new_window_s"] = _converted_new_window(b, code, store, first)
     out["value_s"] = out["first_scene_converted_s"]
     out["includes"] = ("fresh servers with empty caches, no warm-up: navigation -> first picture drawn, for a scene "
                        "converted on the way, another episode of that scene (a new tab of the same browser, then a "
                        "third in a new browser session), and a scene on disk in a "
-                       "restarted server (each with where its time went, ms since navigation); then, once that page "
+                       "restarted server (each with where its time went, ms since navigation), each navigated once "
+                       "the new session's window had settled (window_settle_s; the two *_new_window_s: navigated "
+                       "as the window is made, its making timed with the page); then, once that page "
                        "has settled (tables drawn, no request for 1 s), 30 key steps timed in the page to readable "
                        "pixels and the requests they made; playback at 1x/2x/4x; then, on the worst SBU episode's "
                        "page, n six times, each after the page settled and 3 s of watching, key -> the next "
