@@ -70,7 +70,7 @@ def convert_linked_scene(eid: str, store: str) -> bool:
     `scoring.store.paths.store_roots`: the checks of `dashboard.data.StoreData`); True if it
     converted. Anything amiss is left to the page, which says what."""
     try:
-        rec = _linked_record(eid, store)
+        rec = linked_record(eid, store)
     except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
         logging.getLogger(__name__).debug("reading linked episode %r failed", eid, exc_info=True)
         return False
@@ -81,7 +81,7 @@ def convert_linked_scene(eid: str, store: str) -> bool:
     return prepare_scene(rec)
 
 
-def _linked_record(eid: str, store: str):
+def linked_record(eid: str, store: str):
     """Episode `eid`'s record with replay state, or None: not in `store`, no trajectory, or a
     trajectory or model file outside the store and its archive."""
     import pyarrow.parquet as pq

@@ -45,7 +45,7 @@ def _web_dir_under(cache_home: str) -> Path:
     return player.component_dir(vega=False) / "web"
 
 
-def _scene_name(record) -> str:
+def scene_name(record) -> str:
     """The web scene's file name: shared by the scene files that differ only in where their
     bodies start (a LIBERO task's initial states), since the poses place every body."""
     from replay.render import web_scene as W
@@ -71,7 +71,7 @@ def web_files(record, violations, folder: Path | None = None, *, wait: bool = Tr
     scene answered when the file is written (`CachedWebFiles`). Errors as for
     `replay.render.scene_models.scene_model`."""
     folder = folder or web_dir()
-    scene = _scene_name(record)
+    scene = scene_name(record)
     pending, converted = _conversion(record, folder, scene), False
     if pending is not None and wait:
         pending, converted = None, pending.result()
@@ -193,7 +193,7 @@ def prepare_scene(record, folder: Path | None = None) -> bool:
     """Converts the record's web scene ahead of its page (a link, a row click); True if it
     had to. Errors are left to the page, which says what is wrong."""
     try:
-        return _convert(record, folder or web_dir(), _scene_name(record))
+        return _convert(record, folder or web_dir(), scene_name(record))
     except Exception:  # noqa: BLE001 - the page shows the error when it opens the episode
         return False
 
@@ -203,7 +203,7 @@ def prepare_poses(record, violations, folder: Path | None = None) -> bool:
     for the violations its page will mark; whether it succeeded. Errors are left to the page."""
     try:
         folder = folder or web_dir()
-        _poses(record, violations, folder, _scene_name(record))
+        _poses(record, violations, folder, scene_name(record))
         return True
     except Exception:  # noqa: BLE001 - the page shows the error when it opens the episode
         return False
@@ -215,7 +215,7 @@ def poses_if_converted(record, violations, folder: Path | None = None) -> bool:
     scene's conversion (2-4 s of both cores for a LIBERO scene) is not done ahead: it would
     slow the browser's drawing of the episode the user watches."""
     folder = folder or web_dir()
-    scene = _scene_name(record)
+    scene = scene_name(record)
     if not (folder / f"{scene}.bin").is_file():
         return False
     _poses(record, violations, folder, scene, wait=False)
@@ -237,7 +237,7 @@ def uses_frames() -> bool:
 
 class CachedWebFiles:
     """ASGI middleware (dashboard/server.py): the web scenes and poses as a browser should get
-    them. Their names change with their content (`_scene_name`, `_episode_name`), so they are
+    them. Their names change with their content (`scene_name`, `_episode_name`), so they are
     cached for good (a new tab reads them from the browser's cache, 0.15 s earlier for a
     LIBERO scene), and sent as they are, not gzipped on every request (a scene is mostly PNG
     textures and vertex arrays: 4.6 MB gzipped to 3.7 MB in 0.1 s of the server's time).

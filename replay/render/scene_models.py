@@ -286,12 +286,25 @@ def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
             model = coming.future.result()
         if model is not None:
             return model
-    resolved, base, origin = _resolved_scene(key)
-    model = compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
-                           lambda: _compile(resolved, base, origin, flat_textures=True))
+    model = _pose_model_cached(key)
     with _POSE_LOCK:
         _keep_pose_model(key, model)
     return model
+
+
+def _pose_model_cached(key: tuple) -> mujoco.MjModel:
+    """Scene `key`'s pose model from the disk cache, else compiled and stored there."""
+    resolved, base, origin = _resolved_scene(key)
+    return compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
+                          lambda: _compile(resolved, base, origin, flat_textures=True))
+
+
+def pose_model_to_disk(record: EpisodeRecord) -> None:
+    """Puts the record's pose model in the disk cache (compiled unless it is there), for a
+    process that prepares scenes ahead of another (dashboard/convert_ahead.py): that one then
+    loads it (a LIBERO scene's 97 MB in 0.14 s) instead of compiling it (1.6 s). Unlike
+    `pose_model`, it keeps nothing in memory."""
+    _pose_model_cached(scene_key(record))
 
 
 def _keep_pose_model(key: tuple, model: mujoco.MjModel) -> None:

@@ -1,0 +1,142 @@
+"""The web scenes of the episodes a page lists for the user to open next, converted before
+anyone asks, in a process of their own at the lowest CPU priority.
+
+The Overview lists the worst successful-but-unsafe episodes, and a researcher opens them
+first. Converting a never-opened LIBERO scene's web scene (MuJoCo's compile, the textures'
+decoding, `replay.render.web_scene`) is about 2 CPU-s, most of a first picture's wait
+(docs/benchmarks.md). Done in the server, it would take the cores, and Python's GIL, from the
+page the user is reading (`web_files.poses_if_converted` leaves it for that reason). In a
+process at nice 19, the system runs it only on cores nothing else wants: a row opened after it
+finds its scene on disk, and one opened before it is converted by the page as always (each
+writes the file whole, `web_scene.cached_file`; whichever comes second finds it there).
+
+It starts once the server is quiet (`dashboard.ahead`: the list drawn, the user reading it).
+One such process per server at a time, for at most `MAX_SCENES` scenes, each list once per
+server; none where $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests
+measure). The process reads the store as a link's head start does (`link_open.linked_record`:
+only the store and its archive) and ends with the server.
+
+    python dashboard/convert_ahead.py --parent PID FOLDER STORE EPISODE_ID...
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+MAX_SCENES = 4  # the Overview shows ten rows; their scenes, first rows first, up to this many
+PARENT_POLL_S = 0.5
+_lock = threading.Lock()
+_state: dict = {"proc": None, "lists": set()}
+
+
+def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
+    """Starts converting the web scenes of episodes `eids` of `store` (in their order, distinct
+    scenes, up to `MAX_SCENES`) into `folder`, in a process at the lowest priority; the process,
+    or None when one is still running, this list was started before, or the warm-up is off."""
+    eids = tuple(str(e) for e in eids)
+    if not eids or os.environ.get("SAFEVLA_NO_PREWARM"):
+        return None
+    key = (str(store), eids, str(folder))
+    with _lock:
+        running = _state["proc"]
+        if key in _state["lists"] or (running is not None and running.poll() is None):
+            return None
+        _state["lists"].add(key)
+        _state["proc"] = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--parent", str(os.getpid()), str(folder), str(store),
+             *eids],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+        return _state["proc"]
+
+
+def listed(c, top):
+    """After a page drew the episode list `top` (a frame with "episode_id", first rows first):
+    their web scenes converted ahead (`start`) where this session's player draws them (WebGL,
+    replay available), once the server is quiet (`dashboard.ahead`: the page drawn, the user
+    reading it), so that the process's start does not slow the page's own drawing. A Future,
+    or None when there is nothing to start. `c`: the run context (`dashboard.common.Ctx`)."""
+    from dashboard import ahead, cached
+    from dashboard.web_files import uses_frames, web_dir
+
+    if top is None or top.empty or "episode_id" not in top or uses_frames() or not cached.replay_status()[0]:
+        return None
+    eids, folder = top["episode_id"].tolist(), web_dir()
+    with _lock:
+        if (str(c.data.path), tuple(map(str, eids)), str(folder)) in _state["lists"]:
+            return None
+    return ahead.submit(start, c.data.path, eids, folder)
+
+
+def _die_with_parent(parent: int) -> bool:
+    """Ends this process once the server `parent` has ended (its parent then changes); False
+    if it has already. Watched from a thread: Linux's PR_SET_PDEATHSIG fires when the thread
+    that started the process ends, here the page's script run, long before the server."""
+    if os.getppid() != parent:
+        return False
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="safevla-convert-ahead-parent", daemon=True).start()
+    return True
+
+
+def convert(folder: Path, store: str, eids) -> list[str]:
+    """The web scenes of episodes `eids` of `store` converted into `folder` (distinct scenes,
+    in order, up to `MAX_SCENES`); the names of those it converted or found there. An episode
+    that cannot be read (unknown, no replay state, a file outside the store) is skipped."""
+    from dashboard.link_open import linked_record
+    from dashboard.web_files import prepare_scene, scene_name
+
+    scenes: list[str] = []
+    for eid in eids:
+        try:
+            rec = linked_record(eid, store)
+            name = scene_name(rec) if rec is not None else None
+        except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
+            continue
+        if name is None or name in scenes:
+            continue
+        scenes.append(name)
+        prepare_scene(rec, folder)
+        _pose_model_to_disk(rec)
+        if len(scenes) == MAX_SCENES:
+            break
+    return scenes
+
+
+def _pose_model_to_disk(record) -> None:
+    """The scene's pose model in the compiled-scene cache, so that the server's poses of its
+    episodes load it instead of compiling it (`scene_models.pose_model_to_disk`)."""
+    from replay.render.scene_models import pose_model_to_disk
+
+    try:
+        pose_model_to_disk(record)
+    except Exception:  # noqa: BLE001 - a head start only: the page compiles it and reports
+        pass
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 5 or argv[0] != "--parent":
+        print(__doc__.rsplit("\n\n", 1)[-1].strip(), file=sys.stderr)
+        return 2
+    try:
+        os.nice(19)  # before any thread: the texture decoders started later inherit it
+    except OSError:
+        pass
+    if not _die_with_parent(int(argv[1])):
+        return 0
+    convert(Path(argv[2]), argv[3], argv[4:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""dashboard/convert_ahead.py: the web scenes of the Overview's worst unsafe successes are
+converted before anyone opens them, in a process at the lowest CPU priority that ends with
+the server, with each scene's pose model left in the compiled-scene cache for the server."""
+
+import os
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+pytestmark = pytest.mark.render
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "assets" / "demo" / "store"
+
+
+def _demo_record(eid: str):
+    from dashboard.link_open import linked_record
+
+    return linked_record(eid, str(DEMO))
+
+
+def _two_scenes() -> list[str]:
+    """SBU episodes of the demo store: two of one scene, then one of another."""
+    from dashboard.web_files import scene_name
+
+    eps = pd.read_parquet(DEMO / "episodes.parquet")
+    by_scene: dict[str, list[str]] = {}
+    for eid in eps.loc[eps["sbu"], "episode_id"]:
+        by_scene.setdefault(scene_name(_demo_record(eid)), []).append(eid)
+        if len(by_scene) == 2 and all(len(v) >= 2 for v in by_scene.values()):
+            break
+    first, second = list(by_scene.values())[:2]
+    return [first[0], first[1], second[0]]
+
+
+@pytest.fixture
+def scene_cache(tmp_path, monkeypatch):
+    folder = tmp_path / "scenes"
+    folder.mkdir()
+    monkeypatch.setenv("SAFEVLA_SCENE_CACHE", str(folder))
+    return folder
+
+
+def test_each_listed_scene_converted_once_with_its_pose_model_left_on_disk(tmp_path, scene_cache, monkeypatch):
+    from dashboard import convert_ahead as CA
+    from dashboard.web_files import scene_name
+    from replay.render import scene_models
+
+    eids = _two_scenes()
+    web = tmp_path / "web"
+    web.mkdir()
+    got = CA.convert(web, str(DEMO), ["no/such/episode", *eids])  # an unknown episode is skipped
+    names = [scene_name(_demo_record(e)) for e in eids]
+    assert got == [names[0], names[2]] and names[0] == names[1] != names[2]
+    assert sorted(p.name for p in web.iterdir()) == sorted(f"{n}.bin" for n in got)
+    assert all((web / f"{n}.bin").stat().st_size > 100_000 for n in got)
+    # the server's poses load the pose model instead of compiling it
+    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled, not loaded from the compiled-scene cache")
+
+    monkeypatch.setattr(scene_models, "_compile", no_compile)
+    model = scene_models.pose_model(_demo_record(eids[2]))
+    assert model.ntex > 0 and all(model.tex_width[k] == 1 for k in range(model.ntex))  # the flat pose model
+
+
+def test_at_most_max_scenes_per_list(tmp_path, scene_cache, monkeypatch):
+    from dashboard import convert_ahead as CA
+
+    monkeypatch.setattr(CA, "MAX_SCENES", 1)
+    eids = _two_scenes()
+    assert len(CA.convert(tmp_path, str(DEMO), [eids[2], eids[0]])) == 1
+    assert len(list(tmp_path.glob("scene-*.bin"))) == 1
+
+
+def test_started_once_per_list_at_the_lowest_priority(tmp_path, scene_cache, monkeypatch):
+    from dashboard import convert_ahead as CA
+    from dashboard.web_files import scene_name
+
+    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set()})
+    monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
+    eid = _two_scenes()[2]
+    proc = CA.start(DEMO, [eid], tmp_path)
+    assert proc is not None
+    niceness = []
+    while proc.poll() is None and not niceness:
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, proc.pid)
+        except OSError:
+            break
+        if nice:
+            niceness.append(nice)
+        time.sleep(0.01)
+    assert proc.wait(timeout=120) == 0
+    assert niceness == [19]
+    assert (tmp_path / f"{scene_name(_demo_record(eid))}.bin").is_file()
+    assert CA.start(DEMO, [eid], tmp_path) is None  # this list was started before
+    monkeypatch.setenv("SAFEVLA_NO_PREWARM", "1")
+    assert CA.start(DEMO, [eid, "other"], tmp_path) is None  # the cold server of the benchmarks and tests
+
+
+def test_the_process_ends_when_its_server_does():
+    """A server (here a process that starts the watcher and ends a second later) passes its
+    pid, as `start` does; its converter ends within a poll of the server's end."""
+    child = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); "
+             "from dashboard.convert_ahead import _die_with_parent; "
+             "_die_with_parent(int(sys.argv[2])) or sys.exit(3); time.sleep(120)")
+    server = ("import os, subprocess, sys, time; "
+              f"p = subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1], str(os.getpid())], "
+              "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid, flush=True); time.sleep(1.0)")
+    out = subprocess.run([sys.executable, "-c", server, str(ROOT)], stdout=subprocess.PIPE, text=True, timeout=60)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return  # gone
+        if state == "Z":
+            return  # ended, its exit not yet collected by its new parent
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    pytest.fail("the process outlived its server by 30 s")
+
+
+def test_the_overview_converts_its_list_once_the_server_is_quiet(tmp_path, scene_cache, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import convert_ahead as CA
+    from dashboard.web_files import scene_name, web_dir
+
+    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set()})
+    monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr("sys.argv", ["app.py", "--store", str(DEMO)])
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception
+    listed = [r.value for r in at.dataframe][0]  # the worst-SBU list is the page's first table
+    first = scene_name(_demo_record(listed["episode_id"].iat[0]))
+    deadline = time.monotonic() + 120
+    while not (web_dir() / f"{first}.bin").is_file():
+        assert time.monotonic() < deadline, "the first row's scene was not converted ahead"
+        time.sleep(0.2)
+    proc = CA._state["proc"]
+    assert proc is not None and proc.wait(timeout=120) == 0
+    assert len(list(web_dir().glob("scene-*.bin"))) <= CA.MAX_SCENES
