@@ -17,6 +17,9 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   episode's first picture, for an episode of a scene the page had drawn and of a new scene.
 - replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
+- list_click (this module's own command only): the Overview's worst-SBU list, its first row
+  clicked after a few seconds of reading, on a server as shipped (its warm-up on): seconds from
+  the click to the episode's first picture.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
   bytes, vertices, textures and conversion time, and one episode's poses each.
 Run against a checkout before the WebGL player (`--baseline`), the same steps time its
@@ -264,6 +267,43 @@ def player(b, code: Path) -> dict:
     return out
 
 
+READ_S = 4.0  # the Overview drawn, the user reads its list before choosing a row
+
+
+def list_click(b, code: Path, rounds: int = 3) -> dict:
+    """The Overview's worst-SBU list, its first row clicked: seconds from the click to the
+    episode's first picture. Each round a fresh server with empty caches, as shipped (with its
+    warm-up: what `safevla dashboard` runs), the Overview navigated once the new window settled,
+    then `READ_S` of reading; with what the scene's web files were before the click."""
+    from browser_timing import wait_drawn
+    from dashboard_bench import OVERVIEW
+
+    store, times, found = b.demo, [], []
+    for _ in range(rounds):
+        with fresh_caches() as env:
+            env = {k: v for k, v in env.items() if k != "SAFEVLA_NO_PREWARM"}
+            with dashboard_server(code, store, env) as srv:
+                srv.wait_healthy()
+                pg = b.browser.page()
+                try:
+                    time.sleep(WINDOW_SETTLE_S)
+                    pg.goto(srv.url)
+                    wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
+                    time.sleep(READ_S)
+                    found.append(len(list(Path(env["XDG_CACHE_HOME"]).glob("safevla/player/*/web/scene-*.bin"))))
+                    grid = pg.get_by_test_id("stDataFrame").first.bounding_box()  # the worst-SBU list
+                    t0 = time.perf_counter()
+                    pg.mouse.click(grid["x"] + 17, grid["y"] + 35 + 17)  # the first row's selection box
+                    pg.wait_for_url("**/detail?**", timeout=60_000)
+                    pg.wait_for_function(_DRAWN, arg=PLAYER_IFRAME, timeout=300_000)
+                    times.append(round(time.perf_counter() - t0, 3))
+                finally:
+                    pg.context.close()
+    return {"value_s": round(statistics.median(times), 3), **summary(times), "scenes_on_disk_at_click": found,
+            "read_s": READ_S, "includes": "fresh server with empty caches and its warm-up, the Overview drawn, "
+            f"{READ_S:g} s of reading, a click on the worst-SBU list's first row -> its first picture drawn"}
+
+
 def _rss_mb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
@@ -359,7 +399,8 @@ def main(argv=None) -> int:
             for name in args.only.split(","):
                 for rev, code in codes:
                     out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
-                    run = {"player": player, "replay_sessions": replay_sessions, "payload": payload}[name]
+                    run = {"player": player, "replay_sessions": replay_sessions, "payload": payload,
+                           "list_click": list_click}[name]
                     out.update(run(b, code))
                     print(json.dumps(out), flush=True)
     finally:
