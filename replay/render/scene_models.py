@@ -292,19 +292,25 @@ def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
     return model
 
 
-def _pose_model_cached(key: tuple) -> mujoco.MjModel:
-    """Scene `key`'s pose model from the disk cache, else compiled and stored there."""
+def _pose_model_cached(key: tuple, build: Callable[[], mujoco.MjModel] | None = None) -> mujoco.MjModel:
+    """Scene `key`'s pose model from the disk cache, else `build()` (by default the texture-free
+    compile) and stored there."""
     resolved, base, origin = _resolved_scene(key)
     return compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
-                          lambda: _compile(resolved, base, origin, flat_textures=True))
+                          build or (lambda: _compile(resolved, base, origin, flat_textures=True)))
 
 
 def pose_model_to_disk(record: EpisodeRecord) -> None:
-    """Puts the record's pose model in the disk cache (compiled unless it is there), for a
-    process that prepares scenes ahead of another (dashboard/convert_ahead.py): that one then
-    loads it (a LIBERO scene's 97 MB in 0.14 s) instead of compiling it (1.6 s). Unlike
-    `pose_model`, it keeps nothing in memory."""
-    _pose_model_cached(scene_key(record))
+    """Puts the record's pose model in the disk cache unless it is there, for a process that
+    prepares scenes ahead of another (dashboard/convert_ahead.py): that one then loads it (a
+    LIBERO scene's in 0.14 s) instead of compiling it (1.6 s). The model stored is the one kept
+    in memory as the pose model, after a web scene's conversion its web model (the same
+    bodies, joints, geoms and meshes, its textures shrunk: the same poses and marks,
+    tests/test_web_poses.py), else the texture-free compile. Keeps nothing in memory."""
+    key = scene_key(record)
+    with _POSE_LOCK:
+        kept = _POSE_CACHE.get(key)
+    _pose_model_cached(key, None if kept is None else (lambda: kept))
 
 
 def _keep_pose_model(key: tuple, model: mujoco.MjModel) -> None:
