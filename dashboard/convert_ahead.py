@@ -124,13 +124,13 @@ def _pose_model_to_disk(record) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5 or argv[0] != "--parent":
-        print(__doc__.rsplit("\n\n", 1)[-1].strip(), file=sys.stderr)
+    if len(argv) < 5 or argv[0] != "--parent" or not argv[1].isdigit():
+        print("usage: " + __doc__.rsplit("\n\n", 1)[-1].strip(), file=sys.stderr)
         return 2
     try:
         os.nice(19)  # before any thread: the texture decoders started later inherit it
-    except OSError:
-        pass
+    except (OSError, AttributeError):  # no lower priority here: not worth the cores the user's pages need
+        return 0
     if not _die_with_parent(int(argv[1])):
         return 0
     convert(Path(argv[2]), argv[3], argv[4:])
