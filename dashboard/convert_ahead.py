@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 MAX_SCENES = 4  # the Overview shows ten rows; their scenes, first rows first, up to this many
+LISTED_ROWS = 10  # of a list, the first rows whose scenes are looked at
 PARENT_POLL_S = 0.5
 _lock = threading.Lock()
 _state: dict = {"proc": None, "lists": set()}
@@ -54,22 +55,49 @@ def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
         return _state["proc"]
 
 
-def listed(c, top):
-    """After a page drew the episode list `top` (a frame with "episode_id", first rows first):
-    their web scenes converted ahead (`start`) where this session's player draws them (WebGL,
-    replay available), once the server is quiet (`dashboard.ahead`: the page drawn, the user
-    reading it), so that the process's start does not slow the page's own drawing. A Future,
-    or None when there is nothing to start. `c`: the run context (`dashboard.common.Ctx`)."""
+def listed(c, eids):
+    """After a page drew a list of episodes (`eids`, first rows first: the Overview's worst
+    unsafe successes, the Episodes table): their web scenes converted ahead where this
+    session's player draws them (WebGL, replay available), once the server is quiet
+    (`dashboard.ahead`: the page drawn, the user reading it), so that the process's start does
+    not slow the page's own drawing, and only if one of those scenes is not on disk yet
+    (`_start_if_missing`). A Future, or None when there is nothing to do. `c`: the run context
+    (`dashboard.common.Ctx`)."""
     from dashboard import ahead, cached
     from dashboard.web_files import uses_frames, web_dir
 
-    if top is None or top.empty or "episode_id" not in top or uses_frames() or not cached.replay_status()[0]:
+    if uses_frames() or not cached.replay_status()[0]:
         return None
-    eids, folder = top["episode_id"].tolist(), web_dir()
+    index = [(str(e), c.data.index_of(str(e))) for e in list(eids)[:LISTED_ROWS]]
+    eids = [e for e, i in index if i is not None and not c.data.missing_trajectory[i]]
+    if not eids:  # no trajectories (a scores-only or synthetic store): nothing to convert
+        return None
+    folder = web_dir()
     with _lock:
-        if (str(c.data.path), tuple(map(str, eids)), str(folder)) in _state["lists"]:
+        if (str(c.data.path), tuple(eids), str(folder)) in _state["lists"]:
             return None
-    return ahead.submit(start, c.data.path, eids, folder)
+    return ahead.submit(_start_if_missing, c, eids, folder)
+
+
+def _start_if_missing(c, eids: list[str], folder: Path) -> subprocess.Popen | None:
+    """On the ahead thread: `start` unless the scenes it would convert are on disk already
+    (the records are the pages' own, `cached.replay_record`: read once per server)."""
+    from dashboard import cached
+    from dashboard.web_files import scene_name
+
+    scenes: set[str] = set()
+    for eid in eids:
+        try:
+            name = scene_name(cached.replay_record(c.data, c.data.index_of(eid)))
+        except Exception:  # noqa: BLE001 - unreadable: the converter skips it too, the page reports it
+            continue
+        if name not in scenes:
+            scenes.add(name)
+            if not (folder / f"{name}.bin").is_file():
+                return start(c.data.path, eids, folder)
+            if len(scenes) == MAX_SCENES:
+                break
+    return None
 
 
 def _die_with_parent(parent: int) -> bool:

@@ -134,7 +134,8 @@ def test_the_process_ends_when_its_server_does():
     pytest.fail("the process outlived its server by 30 s")
 
 
-def test_the_overview_converts_its_list_once_the_server_is_quiet(tmp_path, scene_cache, monkeypatch):
+@pytest.mark.parametrize("page", ["overview", "episodes"])
+def test_a_listing_page_converts_its_first_rows_once_the_server_is_quiet(page, tmp_path, scene_cache, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     from dashboard import convert_ahead as CA
@@ -145,10 +146,17 @@ def test_the_overview_converts_its_list_once_the_server_is_quiet(tmp_path, scene
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr("sys.argv", ["app.py", "--store", str(DEMO)])
     at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    at.query_params["page"] = page  # the page opened first (no other page's list)
     at.run()
-    assert not at.exception
-    listed = [r.value for r in at.dataframe][0]  # the worst-SBU list is the page's first table
+    assert not at.exception and at.title[0].value == page.capitalize()
+    listed = max((t.value for t in at.dataframe if "episode_id" in t.value), key=len)  # the page's episode list
     first = scene_name(_demo_record(listed["episode_id"].iat[0]))
+    deadline = time.monotonic() + 60
+    while not CA._state["lists"]:
+        assert time.monotonic() < deadline, "no conversion started once the server was quiet"
+        time.sleep(0.2)
+    (started,) = CA._state["lists"]  # this page's list, its first rows
+    assert started[1][:3] == tuple(listed["episode_id"].iloc[:3])
     deadline = time.monotonic() + 120
     while not (web_dir() / f"{first}.bin").is_file():
         assert time.monotonic() < deadline, "the first row's scene was not converted ahead"
@@ -156,3 +164,27 @@ def test_the_overview_converts_its_list_once_the_server_is_quiet(tmp_path, scene
     proc = CA._state["proc"]
     assert proc is not None and proc.wait(timeout=120) == 0
     assert len(list(web_dir().glob("scene-*.bin"))) <= CA.MAX_SCENES
+
+
+def test_nothing_started_when_the_listed_scenes_are_on_disk_or_have_no_replay(tmp_path, scene_cache, monkeypatch):
+    import types
+
+    from dashboard import convert_ahead as CA
+    from dashboard import stores
+    from dashboard_helpers import build_store
+
+    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set()})
+    monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
+    demo = types.SimpleNamespace(data=stores.load_store(str(DEMO)))  # the run context's store
+    eids = _two_scenes()
+    CA.convert(tmp_path, str(DEMO), eids)
+    assert CA._start_if_missing(demo, eids, tmp_path) is None
+    assert CA._state["proc"] is None
+    synthetic = build_store(tmp_path / "synthetic", 4, renderable=False)  # trajectories without replay state
+    monkeypatch.setenv("SAFEVLA_STORES", str(synthetic))
+    plain = types.SimpleNamespace(data=stores.load_store(str(synthetic)))
+    ids = plain.data.episodes["episode_id"].tolist()
+    assert CA._start_if_missing(plain, ids, tmp_path / "web") is None
+    (tmp_path / "empty").mkdir()
+    proc = CA._start_if_missing(demo, eids, tmp_path / "empty")  # not on disk there: started
+    assert proc is not None and proc.wait(timeout=120) == 0

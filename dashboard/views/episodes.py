@@ -8,6 +8,7 @@ import streamlit as st
 from dashboard import annotations as AN
 from dashboard import charts
 from dashboard import common as C
+from dashboard import convert_ahead
 from dashboard import episode_groups as G
 from dashboard import perturbation_ui
 from dashboard import state as S
@@ -182,6 +183,7 @@ def render() -> None:
             "tags": st.column_config.TextColumn("tags", help="your tags (detail page), separated by ;"),
             "note": st.column_config.TextColumn("note", width="medium"),
             "task_id": "task", "n_active": "active specs", "n_steps": "steps"})
+    convert_ahead.listed(c, table["episode_id"])  # the first rows' scenes converted before they are opened
     rows = ev.selection.rows if ev is not None else []
     if rows:
         r = table.iloc[rows[0]]

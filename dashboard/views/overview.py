@@ -80,7 +80,7 @@ def render() -> None:
     kpis(c)
     tabs = cached.overview_tables(data, c.key, c.items)
     worst_sbu(c, tabs["top"])
-    convert_ahead.listed(c, tabs["top"])  # the rows a researcher opens first find their scenes converted
+    convert_ahead.listed(c, tabs["top"].get("episode_id", ()))  # the rows opened first find their scenes converted
 
     st.subheader("Main results per model × suite")
     st.caption("The paper's main table (Tables 4/5): rates in %, Wilson 95% intervals; VSI with bootstrap intervals.")
