@@ -32,7 +32,7 @@ MAX_SCENES = 4  # the Overview shows ten rows; their scenes, first rows first, u
 LISTED_ROWS = 10  # of a list, the first rows whose scenes are looked at
 PARENT_POLL_S = 0.5
 _lock = threading.Lock()
-_state: dict = {"proc": None, "lists": set()}
+_state: dict = {"proc": None, "lists": set(), "looked_at": set()}  # lists started; lists queued for a look
 
 
 def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
@@ -66,16 +66,18 @@ def listed(c, eids):
     from dashboard import ahead, cached
     from dashboard.web_files import uses_frames, web_dir
 
-    if uses_frames() or not cached.replay_status()[0]:
+    if os.environ.get("SAFEVLA_NO_PREWARM") or uses_frames() or not cached.replay_status()[0]:
         return None
     index = [(str(e), c.data.index_of(str(e))) for e in list(eids)[:LISTED_ROWS]]
     eids = [e for e, i in index if i is not None and not c.data.missing_trajectory[i]]
     if not eids:  # no trajectories (a scores-only or synthetic store): nothing to convert
         return None
     folder = web_dir()
+    key = (str(c.data.path), tuple(eids), str(folder))
     with _lock:
-        if (str(c.data.path), tuple(eids), str(folder)) in _state["lists"]:
+        if key in _state["looked_at"]:  # every rerun of the page lists them again
             return None
+        _state["looked_at"].add(key)
     return ahead.submit(_start_if_missing, c, eids, folder)
 
 
@@ -94,10 +96,22 @@ def _start_if_missing(c, eids: list[str], folder: Path) -> subprocess.Popen | No
         if name not in scenes:
             scenes.add(name)
             if not (folder / f"{name}.bin").is_file():
-                return start(c.data.path, eids, folder)
+                return _start_or_look_again(c.data.path, eids, folder)
             if len(scenes) == MAX_SCENES:
                 break
     return None
+
+
+def _start_or_look_again(store, eids: list[str], folder: Path) -> subprocess.Popen | None:
+    """`start`; when another list's process is still running, the page's next run of this
+    list looks again (`listed`)."""
+    proc = start(store, eids, folder)
+    if proc is None:
+        key = (str(store), tuple(eids), str(folder))
+        with _lock:
+            if key not in _state["lists"]:
+                _state["looked_at"].discard(key)
+    return proc
 
 
 def _die_with_parent(parent: int) -> bool:

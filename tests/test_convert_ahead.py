@@ -88,7 +88,7 @@ def test_started_once_per_list_at_the_lowest_priority(tmp_path, scene_cache, mon
     from dashboard import convert_ahead as CA
     from dashboard.web_files import scene_name
 
-    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set()})
+    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set(), "looked_at": set()})
     monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
     eid = _two_scenes()[2]
     proc = CA.start(DEMO, [eid], tmp_path)
@@ -141,7 +141,7 @@ def test_a_listing_page_converts_its_first_rows_once_the_server_is_quiet(page, t
     from dashboard import convert_ahead as CA
     from dashboard.web_files import scene_name, web_dir
 
-    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set()})
+    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set(), "looked_at": set()})
     monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr("sys.argv", ["app.py", "--store", str(DEMO)])
@@ -173,7 +173,7 @@ def test_nothing_started_when_the_listed_scenes_are_on_disk_or_have_no_replay(tm
     from dashboard import stores
     from dashboard_helpers import build_store
 
-    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set()})
+    monkeypatch.setattr(CA, "_state", {"proc": None, "lists": set(), "looked_at": set()})
     monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
     demo = types.SimpleNamespace(data=stores.load_store(str(DEMO)))  # the run context's store
     eids = _two_scenes()
@@ -188,3 +188,18 @@ def test_nothing_started_when_the_listed_scenes_are_on_disk_or_have_no_replay(tm
     (tmp_path / "empty").mkdir()
     proc = CA._start_if_missing(demo, eids, tmp_path / "empty")  # not on disk there: started
     assert proc is not None and proc.wait(timeout=120) == 0
+
+
+def test_a_list_refused_while_another_converts_is_looked_at_again(tmp_path, monkeypatch):
+    from dashboard import convert_ahead as CA
+
+    monkeypatch.delenv("SAFEVLA_NO_PREWARM", raising=False)
+    busy = subprocess.Popen(["sleep", "60"])  # another list's process, still converting
+    key = (str(DEMO), ("a", "b"), str(tmp_path))
+    monkeypatch.setattr(CA, "_state", {"proc": busy, "lists": set(), "looked_at": {key}})
+    try:
+        assert CA._start_or_look_again(DEMO, ["a", "b"], tmp_path) is None
+        assert key not in CA._state["looked_at"]  # the page's next run queues it again
+    finally:
+        busy.kill()
+        busy.wait()
