@@ -54,6 +54,9 @@ def test_each_listed_scene_converted_once_with_its_pose_model_left_on_disk(tmp_p
     from dashboard.web_files import scene_name
     from replay.render import scene_models
 
+    from replay.render import scene_cache
+
+    monkeypatch.setattr(scene_cache, "_DEFER", [True])  # as a server's render thread leaves it: written anyway
     eids = _two_scenes()
     web = tmp_path / "web"
     web.mkdir()

@@ -264,9 +264,10 @@ def build_later(resolved_xml: str, modelfiledir: str, build: Callable[[], mujoco
 
 
 def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[], mujoco.MjModel], *,
-                   store: bool = True) -> mujoco.MjModel:
+                   store: bool = True, now: bool = False) -> mujoco.MjModel:
     """The scene's model from the disk cache, else `compile_fn()` (then stored for next time,
-    unless `store` is False).
+    unless `store` is False; with `now`, written before returning even where saves are
+    deferred, `defer_saves`).
 
     Errors of `compile_fn` pass through; a cache that cannot be read or written is skipped.
     """
@@ -284,7 +285,7 @@ def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[]
     model = compile_fn()
     if not store:
         return model
-    if _DEFER[0]:
+    if _DEFER[0] and not now:
         _queue((model, path, None))
     else:
         _store(model, path)

@@ -292,12 +292,13 @@ def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
     return model
 
 
-def _pose_model_cached(key: tuple, build: Callable[[], mujoco.MjModel] | None = None) -> mujoco.MjModel:
+def _pose_model_cached(key: tuple, build: Callable[[], mujoco.MjModel] | None = None, *,
+                       now: bool = False) -> mujoco.MjModel:
     """Scene `key`'s pose model from the disk cache, else `build()` (by default the texture-free
-    compile) and stored there."""
+    compile) and stored there (with `now`, before returning: `compile_cached`)."""
     resolved, base, origin = _resolved_scene(key)
     return compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
-                          build or (lambda: _compile(resolved, base, origin, flat_textures=True)))
+                          build or (lambda: _compile(resolved, base, origin, flat_textures=True)), now=now)
 
 
 def pose_model_to_disk(record: EpisodeRecord) -> None:
@@ -306,11 +307,12 @@ def pose_model_to_disk(record: EpisodeRecord) -> None:
     LIBERO scene's in 0.14 s) instead of compiling it (1.6 s). The model stored is the one kept
     in memory as the pose model, after a web scene's conversion its web model (the same
     bodies, joints, geoms and meshes, its textures shrunk: the same poses and marks,
-    tests/test_web_poses.py), else the texture-free compile. Keeps nothing in memory."""
+    tests/test_web_poses.py), else the texture-free compile. Written before it returns, even
+    where saves are deferred; keeps nothing in memory."""
     key = scene_key(record)
     with _POSE_LOCK:
         kept = _POSE_CACHE.get(key)
-    _pose_model_cached(key, None if kept is None else (lambda: kept))
+    _pose_model_cached(key, None if kept is None else (lambda: kept), now=True)
 
 
 def _keep_pose_model(key: tuple, model: mujoco.MjModel) -> None:
