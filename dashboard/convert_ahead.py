@@ -68,9 +68,8 @@ def listed(c, eids):
 
     if os.environ.get("SAFEVLA_NO_PREWARM") or uses_frames() or not cached.replay_status()[0]:
         return None
-    index = [(str(e), c.data.index_of(str(e))) for e in list(eids)[:LISTED_ROWS]]
-    eids = [e for e, i in index if i is not None and not c.data.missing_trajectory[i]]
-    if not eids:  # no trajectories (a scores-only or synthetic store): nothing to convert
+    eids = [str(e) for e in list(eids)[:LISTED_ROWS]]
+    if not eids or c.data.missing_trajectory.all():  # no trajectories (a scores-only store): nothing to convert
         return None
     folder = web_dir()
     key = (str(c.data.path), tuple(eids), str(folder))
@@ -82,15 +81,20 @@ def listed(c, eids):
 
 
 def _start_if_missing(c, eids: list[str], folder: Path) -> subprocess.Popen | None:
-    """On the ahead thread: `start` unless the scenes it would convert are on disk already
-    (the records are the pages' own, `cached.replay_record`: read once per server)."""
+    """On the ahead thread, off the page's run: `start` unless the scenes it would convert are
+    on disk already (the records are the pages' own, `cached.replay_record`: read once per
+    server; an episode without a trajectory or replay state is passed over, as the converter
+    does)."""
     from dashboard import cached
     from dashboard.web_files import scene_name
 
     scenes: set[str] = set()
     for eid in eids:
+        i = c.data.index_of(eid)
+        if i is None or c.data.missing_trajectory[i]:
+            continue
         try:
-            name = scene_name(cached.replay_record(c.data, c.data.index_of(eid)))
+            name = scene_name(cached.replay_record(c.data, i))
         except Exception:  # noqa: BLE001 - unreadable: the converter skips it too, the page reports it
             continue
         if name not in scenes:
