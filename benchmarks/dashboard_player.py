@@ -274,7 +274,7 @@ def list_click(b, code: Path, rounds: int = 3) -> dict:
     """The Overview's worst-SBU list, its first row clicked: seconds from the click to the
     episode's first picture. Each round a fresh server with empty caches, as shipped (with its
     warm-up: what `safevla dashboard` runs), the Overview navigated once the new window settled,
-    then `READ_S` of reading; with what the scene's web files were before the click."""
+    then `READ_S` of reading; with how many web scenes were on disk at each click."""
     from browser_timing import wait_drawn
     from dashboard_bench import OVERVIEW
 
