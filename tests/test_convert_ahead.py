@@ -1,6 +1,7 @@
-"""dashboard/convert_ahead.py: the web scenes of the Overview's worst unsafe successes are
-converted before anyone opens them, in a process at the lowest CPU priority that ends with
-the server, with each scene's pose model left in the compiled-scene cache for the server."""
+"""dashboard/convert_ahead.py: the web scenes of the first rows the Overview and the Episodes
+page list are converted before anyone opens them, in a process at the lowest CPU priority that
+ends with the server, with each scene's pose model left in the compiled-scene cache for the
+server."""
 
 import os
 import subprocess
@@ -35,9 +36,10 @@ def _two_scenes() -> list[str]:
     by_scene: dict[str, list[str]] = {}
     for eid in eps.loc[eps["sbu"], "episode_id"]:
         by_scene.setdefault(scene_name(_demo_record(eid)), []).append(eid)
-        if len(by_scene) == 2 and all(len(v) >= 2 for v in by_scene.values()):
+        if len(by_scene) >= 2 and any(len(v) >= 2 for v in by_scene.values()):
             break
-    first, second = list(by_scene.values())[:2]
+    first = next(v for v in by_scene.values() if len(v) >= 2)
+    second = next(v for v in by_scene.values() if v is not first)
     return [first[0], first[1], second[0]]
 
 
@@ -52,11 +54,10 @@ def scene_cache(tmp_path, monkeypatch):
 def test_each_listed_scene_converted_once_with_its_pose_model_left_on_disk(tmp_path, scene_cache, monkeypatch):
     from dashboard import convert_ahead as CA
     from dashboard.web_files import scene_name
+    from replay.render import scene_cache as SC
     from replay.render import scene_models
 
-    from replay.render import scene_cache
-
-    monkeypatch.setattr(scene_cache, "_DEFER", [True])  # as a server's render thread leaves it: written anyway
+    monkeypatch.setattr(SC, "_DEFER", [True])  # as a server's render thread leaves it: written anyway
     eids = _two_scenes()
     web = tmp_path / "web"
     web.mkdir()
