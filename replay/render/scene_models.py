@@ -304,7 +304,7 @@ def _pose_model_cached(key: tuple, build: Callable[[], mujoco.MjModel] | None = 
 def pose_model_to_disk(record: EpisodeRecord) -> None:
     """Puts the record's pose model in the disk cache unless it is there, for a process that
     prepares scenes ahead of another (dashboard/convert_ahead.py): that one then loads it (a
-    LIBERO scene's in 0.14 s) instead of compiling it (1.6 s). The model stored is the one kept
+    LIBERO scene's in 0.21 s) instead of compiling it (1.6 s). The model stored is the one kept
     in memory as the pose model, after a web scene's conversion its web model (the same
     bodies, joints, geoms and meshes, its textures shrunk: the same poses and marks,
     tests/test_web_poses.py), else the texture-free compile. Written before it returns, even
