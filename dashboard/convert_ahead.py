@@ -35,14 +35,19 @@ _lock = threading.Lock()
 _state: dict = {"proc": None, "lists": set(), "looked_at": set()}  # lists started; lists queued for a look
 
 
+def _list_key(store, eids, folder: Path) -> tuple:
+    """What identifies a list for `start` and `listed`: the store, the episodes, the folder."""
+    return str(store), tuple(str(e) for e in eids), str(folder)
+
+
 def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
     """Starts converting the web scenes of episodes `eids` of `store` (in their order, distinct
     scenes, up to `MAX_SCENES`) into `folder`, in a process at the lowest priority; the process,
     or None when one is still running, this list was started before, or the warm-up is off."""
-    eids = tuple(str(e) for e in eids)
+    key = _list_key(store, eids, folder)
+    eids = key[1]
     if not eids or os.environ.get("SAFEVLA_NO_PREWARM"):
         return None
-    key = (str(store), eids, str(folder))
     with _lock:
         running = _state["proc"]
         if key in _state["lists"] or (running is not None and running.poll() is None):
@@ -72,7 +77,7 @@ def listed(c, eids):
     if not eids or c.data.missing_trajectory.all():  # no trajectories (a scores-only store): nothing to convert
         return None
     folder = web_dir()
-    key = (str(c.data.path), tuple(eids), str(folder))
+    key = _list_key(c.data.path, eids, folder)
     with _lock:
         if key in _state["looked_at"]:  # every rerun of the page lists them again
             return None
@@ -111,7 +116,7 @@ def _start_or_look_again(store, eids: list[str], folder: Path) -> subprocess.Pop
     list looks again (`listed`)."""
     proc = start(store, eids, folder)
     if proc is None:
-        key = (str(store), tuple(eids), str(folder))
+        key = _list_key(store, eids, folder)
         with _lock:
             if key not in _state["lists"]:
                 _state["looked_at"].discard(key)
