@@ -2,19 +2,21 @@
 anyone asks, in a process of their own at the lowest CPU priority.
 
 The Overview lists the worst successful-but-unsafe episodes and the Episodes page its table's
-first rows, and a researcher opens those first. Converting a never-opened LIBERO scene's web scene (MuJoCo's compile, the textures'
-decoding, `replay.render.web_scene`) is about 2 CPU-s, most of a first picture's wait
-(docs/benchmarks.md). Done in the server, it would take the cores, and Python's GIL, from the
-page the user is reading (`web_files.poses_if_converted` leaves it for that reason). In a
-process at nice 19, the system runs it only on cores nothing else wants: a row opened after it
-finds its scene on disk, and one opened before it is converted by the page as always (each
-writes the file whole, `web_scene.cached_file`; whichever comes second finds it there).
+first rows, and a researcher opens those first. Converting a never-opened LIBERO scene's web
+scene (MuJoCo's compile, the textures' decoding, `replay.render.web_scene`) is about 2 CPU-s,
+most of a first picture's wait (docs/benchmarks.md). Done in the server, it would take the
+cores, and Python's GIL, from the page the user is reading (`web_files.poses_if_converted`
+leaves it for that reason). In a process at nice 19, the system runs it only on cores nothing
+else wants: a row opened after it finds its scene on disk, and one opened before it is
+converted by the page as always (each writes the file whole, `web_scene.cached_file`;
+whichever comes second finds it there).
 
 It starts once the server is quiet (`dashboard.ahead`: the list drawn, the user reading it),
 when one of the first `LISTED_ROWS` rows' scenes is not on disk. One such process per server at
-a time, for at most `MAX_SCENES` scenes, each list once per server; none where $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests
-measure). The process reads the store as a link's head start does (`link_open.linked_record`:
-only the store and its archive) and ends with the server.
+a time, for at most `MAX_SCENES` scenes, each list once per server; none where
+$SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests measure). The process
+reads the store as a link's head start does (`link_open.linked_record`: only the store and its
+archive) and ends with the server.
 
     python dashboard/convert_ahead.py --parent PID FOLDER STORE EPISODE_ID...
 """
