@@ -29,6 +29,7 @@ $SAFEVLA_WEB_CACHE_MB (default 512), trimmed the same way.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -238,7 +239,13 @@ def _path_for(resolved_xml: str, modelfiledir: str) -> Path | None:
 def load_cached(resolved_xml: str, modelfiledir: str) -> mujoco.MjModel | None:
     """The cached model of this scene text, or None (not cached, unreadable, cache off)."""
     path = _path_for(resolved_xml, modelfiledir)
-    if path is None or not path.is_file():
+    return None if path is None else _load(path)
+
+
+def _load(path: Path) -> mujoco.MjModel | None:
+    """The model stored at `path`, marked recently used (evicted last); None if there is none,
+    or it is truncated or from an incompatible build (then removed, to be compiled anew)."""
+    if not path.is_file():
         return None
     try:
         model = mujoco.MjModel.from_binary_path(str(path))
@@ -247,6 +254,20 @@ def load_cached(resolved_xml: str, modelfiledir: str) -> mujoco.MjModel | None:
     except (ValueError, OSError, mujoco.FatalError):
         path.unlink(missing_ok=True)
         return None
+
+
+def store_unless_cached(resolved_xml: str, modelfiledir: str, build: Callable[[], mujoco.MjModel]) -> None:
+    """Writes `build()` under this scene text before returning, even where saves are deferred
+    (`defer_saves`), for another process to load; where it is cached already it is only marked
+    recently used, not loaded. Nothing with the cache off; a disk error keeps nothing."""
+    path = _path_for(resolved_xml, modelfiledir)
+    if path is None:
+        return
+    if path.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        return
+    _store(build(), path)
 
 
 def build_later(resolved_xml: str, modelfiledir: str, build: Callable[[], mujoco.MjModel | None]) -> None:
@@ -264,28 +285,22 @@ def build_later(resolved_xml: str, modelfiledir: str, build: Callable[[], mujoco
 
 
 def compile_cached(resolved_xml: str, modelfiledir: str, compile_fn: Callable[[], mujoco.MjModel], *,
-                   store: bool = True, now: bool = False) -> mujoco.MjModel:
+                   store: bool = True) -> mujoco.MjModel:
     """The scene's model from the disk cache, else `compile_fn()` (then stored for next time,
-    unless `store` is False; with `now`, written before returning even where saves are
-    deferred, `defer_saves`).
+    unless `store` is False).
 
     Errors of `compile_fn` pass through; a cache that cannot be read or written is skipped.
     """
-    folder = cache_dir()
-    if folder is None:
+    path = _path_for(resolved_xml, modelfiledir)
+    if path is None:
         return compile_fn()
-    path = folder / (scene_digest(resolved_xml, modelfiledir) + SUFFIX)
-    if path.is_file():
-        try:
-            model = mujoco.MjModel.from_binary_path(str(path))
-            os.utime(path)  # recently used: evicted last
-            return model
-        except (ValueError, OSError, mujoco.FatalError):
-            path.unlink(missing_ok=True)  # truncated or from an incompatible build: compile anew
+    model = _load(path)
+    if model is not None:
+        return model
     model = compile_fn()
     if not store:
         return model
-    if _DEFER[0] and not now:
+    if _DEFER[0]:
         _queue((model, path, None))
     else:
         _store(model, path)

@@ -22,7 +22,7 @@ import numpy as np
 
 from replay.render.render_assets import MODEL_VIS_LOCK, shrunk_size
 from replay.render.preview_scene import compile_preview, preview_text
-from replay.render.scene_cache import build_later, compile_cached, load_cached, scene_digest
+from replay.render.scene_cache import build_later, compile_cached, load_cached, scene_digest, store_unless_cached
 from replay.render.violation import RenderError
 from replay.scene.assets import SceneAssetError, resolve_scene
 from scoring.errors import RecordError
@@ -286,19 +286,18 @@ def pose_model(record: EpisodeRecord) -> mujoco.MjModel:
             model = coming.future.result()
         if model is not None:
             return model
-    model = _pose_model_cached(key)
+    model = compile_cached(*_pose_cache_entry(key))
     with _POSE_LOCK:
         _keep_pose_model(key, model)
     return model
 
 
-def _pose_model_cached(key: tuple, build: Callable[[], mujoco.MjModel] | None = None, *,
-                       now: bool = False) -> mujoco.MjModel:
-    """Scene `key`'s pose model from the disk cache, else `build()` (by default the texture-free
-    compile) and stored there (with `now`, before returning: `compile_cached`)."""
+def _pose_cache_entry(key: tuple) -> tuple[str, str, Callable[[], mujoco.MjModel]]:
+    """The scene text and model folder under which scene `key`'s pose model is cached on disk,
+    and its texture-free compile."""
     resolved, base, origin = _resolved_scene(key)
-    return compile_cached(f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
-                          build or (lambda: _compile(resolved, base, origin, flat_textures=True)), now=now)
+    return (f"{resolved}\n<!-- safevla textures flat -->", str(base) + os.sep,
+            lambda: _compile(resolved, base, origin, flat_textures=True))
 
 
 def pose_model_to_disk(record: EpisodeRecord) -> None:
@@ -308,11 +307,12 @@ def pose_model_to_disk(record: EpisodeRecord) -> None:
     in memory as the pose model, after a web scene's conversion its web model (the same
     bodies, joints, geoms and meshes, its textures shrunk: the same poses and marks,
     tests/test_web_poses.py), else the texture-free compile. Written before it returns, even
-    where saves are deferred; keeps nothing in memory."""
+    where saves are deferred; one already there is not loaded; keeps nothing in memory."""
     key = scene_key(record)
     with _POSE_LOCK:
         kept = _POSE_CACHE.get(key)
-    _pose_model_cached(key, None if kept is None else (lambda: kept), now=True)
+    text, folder, compile_flat = _pose_cache_entry(key)
+    store_unless_cached(text, folder, compile_flat if kept is None else (lambda: kept))
 
 
 def _keep_pose_model(key: tuple, model: mujoco.MjModel) -> None:
