@@ -93,23 +93,13 @@ def _start_if_missing(c, eids: list[str], folder: Path) -> subprocess.Popen | No
     server; an episode without a trajectory or replay state is passed over, as the converter
     does)."""
     from dashboard import cached
-    from dashboard.web_files import scene_name
 
-    scenes: set[str] = set()
-    for eid in eids:
+    def record(eid: str):
         i = c.data.index_of(eid)
-        if i is None or c.data.missing_trajectory[i]:
-            continue
-        try:
-            name = scene_name(cached.replay_record(c.data, i))
-        except Exception:  # noqa: BLE001 - unreadable: the converter skips it too, the page reports it
-            continue
-        if name not in scenes:
-            scenes.add(name)
-            if not (folder / f"{name}.bin").is_file():
-                return _start_or_look_again(c.data.path, eids, folder)
-            if len(scenes) == MAX_SCENES:
-                break
+        return None if i is None or c.data.missing_trajectory[i] else cached.replay_record(c.data, i)
+
+    if any(not (folder / f"{name}.bin").is_file() for _, name in _first_scenes(eids, record)):
+        return _start_or_look_again(c.data.path, eids, folder)
     return None
 
 
@@ -141,27 +131,39 @@ def _die_with_parent(parent: int) -> bool:
     return True
 
 
+def _first_scenes(eids, record_of):
+    """(record, web scene name) of the first `MAX_SCENES` distinct scenes of episodes `eids`,
+    in their order; an episode whose record cannot be read (`record_of` raises or gives None:
+    unknown, no trajectory or replay state, a file outside the store) is passed over."""
+    from dashboard.web_files import scene_name
+
+    seen: list[str] = []
+    for eid in eids:
+        try:
+            rec = record_of(eid)
+            name = scene_name(rec) if rec is not None else None
+        except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
+            continue
+        if name is None or name in seen:
+            continue
+        seen.append(name)
+        yield rec, name
+        if len(seen) == MAX_SCENES:
+            return
+
+
 def convert(folder: Path, store: str, eids) -> list[str]:
     """The web scenes of episodes `eids` of `store` converted into `folder` (distinct scenes,
     in order, up to `MAX_SCENES`); the names of those it converted or found there. An episode
     that cannot be read (unknown, no replay state, a file outside the store) is skipped."""
     from dashboard.link_open import linked_record
-    from dashboard.web_files import prepare_scene, scene_name
+    from dashboard.web_files import prepare_scene
 
     scenes: list[str] = []
-    for eid in eids:
-        try:
-            rec = linked_record(eid, store)
-            name = scene_name(rec) if rec is not None else None
-        except Exception:  # noqa: BLE001 - a head start only: the page opens the episode itself and reports
-            continue
-        if name is None or name in scenes:
-            continue
-        scenes.append(name)
+    for rec, name in _first_scenes(eids, lambda eid: linked_record(eid, store)):
         prepare_scene(rec, folder)
         _pose_model_to_disk(rec)
-        if len(scenes) == MAX_SCENES:
-            break
+        scenes.append(name)
     return scenes
 
 
