@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import parse_qs
 
 from dashboard import ahead
@@ -112,25 +112,28 @@ PAGE_MODULES = ("dashboard.cached", "dashboard.common", "dashboard.links", "dash
                 "dashboard.pair_media", "scipy.special", "streamlit.components.v1")
 
 
-def warm_server() -> None:
+def warm_server() -> Future | None:
     """At server start (dashboard/server.py's lifespan, the runtime started): loads the
     server's store and imports what a page's first run and a scene's open import, on a thread
     of its own, so the first browser to arrive finds them done: the first page after a start
     ran 0.4 s of imports and waited on the store (docs/benchmarks.md, 2026-11-27, 36f4af0),
     then 0.9 s more on scipy.special and Streamlit's REPL check (2026-11-27, a177f7a). A
     page or link arriving meanwhile waits on the same store load
-    (`stores.load_store_at_request`) and the same module locks, never on a second copy.
-    Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests
-    measure)."""
+    (`stores.load_store_at_request`) and the same module locks, never on a second copy. Then,
+    once the server is quiet, a scene's meshes and textures are loaded for the first
+    conversion (`load_a_scenes_assets`); returned is that load (whether it found a scene).
+    Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests measure)."""
     import importlib
 
     if os.environ.get("SAFEVLA_NO_PREWARM"):
-        return
+        return None
     _check_for_a_repl()
+    store = None
     try:
         from dashboard import stores
 
-        stores.load_store_at_request(stores.server_default_store()[0])
+        store = stores.server_default_store()[0]
+        stores.load_store_at_request(store)
     except Exception:  # noqa: BLE001 - a head start only: the page loads the store itself and says what is wrong
         logging.getLogger(__name__).debug("loading the server's store at start failed", exc_info=True)
     for name in PAGE_MODULES:
@@ -139,6 +142,7 @@ def warm_server() -> None:
         except Exception:  # noqa: BLE001 - the page imports it again and reports
             logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
     _index_module_files()
+    return None if store is None else ahead.submit(load_a_scenes_assets, store)
 
 
 def _index_module_files() -> None:
@@ -164,6 +168,41 @@ def _check_for_a_repl() -> None:
     check = getattr(delta_generator, "_maybe_print_use_warning", None)  # a Streamlit without it: nothing to do
     if callable(check):
         check()
+
+
+SCENES_TRIED = 5  # load_a_scenes_assets: episodes looked at for one with a replay
+
+
+def load_a_scenes_assets(store: str) -> bool:
+    """Loads the meshes and textures of the scene of the first of `store`'s episodes with a
+    replay (`web_files.load_scene_assets`), once the server is quiet after its start
+    (`dashboard.ahead`): a scene's first conversion in a process spent 0.5-0.7 CPU-s of its
+    1.9-2.2 loading the meshes and textures every LIBERO scene shares (the robot's; the scanned
+    bowl and plate), on the way to a first link's picture. True if it found such an episode."""
+    try:
+        return _load_first_scenes_assets(store)
+    finally:
+        _index_module_files()  # what it imported, as after the warm-up's imports
+
+
+def _load_first_scenes_assets(store: str) -> bool:
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(os.path.join(store, "episodes.parquet")).read(columns=["episode_id", "trajectory"])
+    with_trajectory = [eid for eid, path in zip(table.column("episode_id").to_pylist(),
+                                                table.column("trajectory").to_pylist()) if path]
+    for eid in with_trajectory[:SCENES_TRIED]:
+        try:
+            rec = linked_record(eid, store)
+        except Exception:  # noqa: BLE001 - a head start only: the page that opens it says what is wrong
+            logging.getLogger(__name__).debug("reading episode %r for its scene's assets failed", eid, exc_info=True)
+            continue
+        if rec is not None:
+            from dashboard.web_files import load_scene_assets
+
+            load_scene_assets(rec)
+            return True
+    return False
 
 
 def _open_quietly(eid: str, store: str | None) -> None:

@@ -198,6 +198,20 @@ def prepare_scene(record, folder: Path | None = None) -> bool:
         return False
 
 
+def load_scene_assets(record) -> None:
+    """Loads the meshes and textures a conversion of the record's scene reads
+    (`scene_models.load_assets`), for the first conversion in this process to find those of
+    them its scene shares: the server's start has it done ahead with a scene of its store
+    (`link_open.warm_server`). Memory as after a conversion: MuJoCo's asset cache capped, the
+    model's heap given back."""
+    from replay.render import web_scene as W
+    from replay.render.scene_models import load_assets
+
+    _cap_asset_cache()
+    load_assets(record, W.WEB_TEXTURE_PX)
+    _give_back_memory()
+
+
 def prepare_poses(record, violations, folder: Path | None = None) -> bool:
     """Makes the episode's poses ahead of its page (after `prepare_scene`, on the same worker),
     for the violations its page will mark; whether it succeeded. Errors are left to the page."""

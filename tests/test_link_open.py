@@ -174,7 +174,8 @@ def test_a_detail_page_request_opens_its_scene_before_any_page_script_runs(tmp_p
 
 WARM_CHILD = """import json, os, sys
 from dashboard import link_open, stores
-link_open.warm_server()
+loading = link_open.warm_server()
+assets_found = loading.result(timeout=120) if loading else None
 real_lstat, lstats = os.lstat, [0]
 def counted(*args, **kwargs):
     lstats[0] += 1
@@ -186,7 +187,7 @@ repl_check, lstats[0] = lstats[0], 0
 from dashboard import player
 player._component()  # what the detail page's first run declares
 os.lstat = real_lstat
-print(json.dumps({"store_loaded": stores.loaded_store(sys.argv[1]) is not None,
+print(json.dumps({"assets_found": assets_found, "store_loaded": stores.loaded_store(sys.argv[1]) is not None,
                   "imported": [m for m in link_open.PAGE_MODULES if m in sys.modules], "repl_check_lstats": repl_check,
                   "component_lstats": lstats[0]}))
 """
@@ -217,9 +218,10 @@ def test_warm_server_loads_the_store_and_imports_the_pages_modules(tmp_path, war
 
     if warm:
         assert {k: got[k] for k in ("store_loaded", "imported")} == {"store_loaded": True, "imported": list(PAGE_MODULES)}
+        assert got["assets_found"] is False  # queued, and the store has no episode with a replay
         assert got["repl_check_lstats"] < 50 and got["component_lstats"] < 50
     else:
-        assert not got["store_loaded"] and "dashboard.charts" not in got["imported"]
+        assert not got["store_loaded"] and "dashboard.charts" not in got["imported"] and got["assets_found"] is None
         assert got["repl_check_lstats"] > 1000
 
 
@@ -238,3 +240,59 @@ def test_the_server_imports_the_pages_modules_at_start_before_any_page_is_asked_
         while not imported.search(srv.log.read_text()) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert imported.search(srv.log.read_text()), srv.log.read_text()[-2000:]
+
+
+ASSETS_CHILD = """import json, sys
+import mujoco
+from dashboard import link_open
+from dashboard.web_files import _cap_asset_cache
+from replay.render import scene_models, web_scene
+store, first, other, load = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+def bytes_read():
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar")).split()[1])
+found = link_open.load_a_scenes_assets(store) if load else None
+_cap_asset_cache()
+cache = mujoco.mj_getCache()
+held, capacity = mujoco.mj_getCacheSize(cache), mujoco.mj_getCacheCapacity(cache)
+kept = scene_models.pose_model_in_memory(link_open.linked_record(first, store))
+record = link_open.linked_record(other, store)
+before = bytes_read()
+scene_models.web_model(record, web_scene.WEB_TEXTURE_PX)
+print(json.dumps({"found": found, "held": held, "capacity": capacity, "kept": kept, "read": bytes_read() - before}))
+"""
+
+
+@pytest.mark.render
+def test_a_scenes_assets_loaded_at_start_spare_the_first_conversion_reading_them(tmp_path):
+    """`link_open.load_a_scenes_assets` (queued by the server's warm-up) loads the meshes and
+    textures of the store's first replayable episode's scene into MuJoCo's asset cache (within
+    its cap) and the texture cache, keeping no model, so the first conversion of another scene
+    in the process reads the files the two share no more: a LIBERO scene's web model read 91 MB
+    of files alone, 45 MB after another's assets were loaded. Fresh interpreters: MuJoCo's
+    cache is the process's."""
+    import json
+    import os
+    import subprocess
+
+    from dashboard.link_open import linked_record
+    from dashboard.web_files import ASSET_CACHE_BYTES, scene_name
+
+    store = str(ROOT / "assets" / "demo" / "store")
+    eps = pd.read_parquet(Path(store) / "episodes.parquet")
+    replayable = [e for e in eps.loc[eps["trajectory"].notna(), "episode_id"] if linked_record(e, store) is not None]
+    first = replayable[0]
+    other = next(e for e in replayable if scene_name(linked_record(e, store)) != scene_name(linked_record(first, store)))
+    got = {}
+    for load in (True, False):
+        env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT),
+               "SAFEVLA_SCENE_CACHE": str(tmp_path / f"scenes-{load}"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        out = subprocess.run([sys.executable, "-c", ASSETS_CHILD, store, first, other, str(int(load))], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got[load] = json.loads(out.stdout.strip().splitlines()[-1])
+    loaded, alone = got[True], got[False]
+    assert loaded["found"] is True and not loaded["kept"]
+    assert 10 * 2**20 < loaded["held"] <= loaded["capacity"] <= ASSET_CACHE_BYTES and alone["held"] == 0
+    assert list((tmp_path / "scenes-True" / "textures").glob("*.npy"))
+    assert loaded["read"] < 0.7 * alone["read"], got
