@@ -20,6 +20,9 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
 - list_click (this module's own command only): the Overview's worst-SBU list, its first row
   clicked after a few seconds of reading, on a server as shipped (its warm-up on): seconds from
   the click to the episode's first picture.
+- link_converted (this module's own command only): a link to a never-opened scene on a
+  server as shipped, its start-up warm-up done: seconds to the first picture, its web scene
+  converted on the way.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
   bytes, vertices, textures and conversion time, and one episode's poses each.
 Run against a checkout before the WebGL player (`--baseline`), the same steps time its
@@ -304,6 +307,36 @@ def list_click(b, code: Path, rounds: int = 3) -> dict:
             f"{READ_S:g} s of reading, a click on the worst-SBU list's first row -> its first picture drawn"}
 
 
+WARM_UP_WAIT_S = 8.0  # link_converted: the server's start-up warm-up is done by then
+
+
+def link_converted(b, code: Path, rounds: int = 3) -> dict:
+    """A link to a never-opened scene on a server as shipped that has been up a while: each round
+    a fresh server with empty caches and its warm-up on, the link navigated `WARM_UP_WAIT_S`
+    after the server answers, from a settled window; seconds to the episode's first picture, its
+    web scene converted on the way. The worst SBU episode whose scene is not that of the store's
+    first episode with a trajectory (whose assets the warm-up loads)."""
+    import pandas as pd
+
+    from dashboard.link_open import linked_record
+    from dashboard.web_files import scene_name
+
+    eps, scene_of = pd.read_parquet(b.demo / "episodes.parquet"), lambda e: scene_name(linked_record(e, str(b.demo)))
+    warmed = next(e for e in eps.loc[eps["trajectory"].notna(), "episode_id"] if linked_record(e, str(b.demo)))
+    eid, times = next(e for e in _sbu_by_scene(b.demo, 2) if scene_of(e) != scene_of(warmed)), []
+    for _ in range(rounds):
+        with fresh_caches() as env:
+            env = {k: v for k, v in env.items() if k != "SAFEVLA_NO_PREWARM"}
+            with dashboard_server(code, b.demo, env) as srv:
+                srv.wait_healthy()
+                time.sleep(WARM_UP_WAIT_S)
+                times.append(_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", window="open"))
+    return {"value_s": round(statistics.median(times), 3), **summary(times), "episode": eid,
+            "warm_up_scene_of": warmed, "includes": f"fresh server with empty caches and its warm-up, "
+            f"{WARM_UP_WAIT_S:g} s after it answers a link to a scene never opened (not the warm-up's), navigated "
+            "from a settled window -> its first picture drawn, the web scene converted on the way"}
+
+
 def _rss_mb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
@@ -400,7 +433,7 @@ def main(argv=None) -> int:
                 for rev, code in codes:
                     out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
                     run = {"player": player, "replay_sessions": replay_sessions, "payload": payload,
-                           "list_click": list_click}[name]
+                           "list_click": list_click, "link_converted": link_converted}[name]
                     out.update(run(b, code))
                     print(json.dumps(out), flush=True)
     finally:
