@@ -323,7 +323,7 @@ def link_converted(b, code: Path, rounds: int = 3) -> dict:
 
     eps, scene_of = pd.read_parquet(b.demo / "episodes.parquet"), lambda e: scene_name(linked_record(e, str(b.demo)))
     warmed = next(e for e in eps.loc[eps["trajectory"].notna(), "episode_id"] if linked_record(e, str(b.demo)))
-    eid, times = next(e for e in _sbu_by_scene(b.demo, 2) if scene_of(e) != scene_of(warmed)), []
+    eid, times = next(e for e in _sbu_by_scene(b.demo, 8) if scene_of(e) != scene_of(warmed)), []
     for _ in range(rounds):
         with fresh_caches() as env:
             env = {k: v for k, v in env.items() if k != "SAFEVLA_NO_PREWARM"}
