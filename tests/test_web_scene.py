@@ -127,11 +127,11 @@ def test_cached_file_is_made_once_and_the_folder_is_trimmed(tmp_path, monkeypatc
     assert p3.is_file()  # the file just written is kept
 
 
-def _ball_scene(n: int):
+def _ball_scene(n: int, base: str = TOY_XML):
     rng = np.random.default_rng(1)
     pts = rng.normal(size=(n, 3))
     pts = 0.1 * pts / np.linalg.norm(pts, axis=1, keepdims=True)  # a ball's hull of `n` vertices
-    xml = TOY_XML.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.5f}" for v in pts.ravel())
+    xml = base.replace("<worldbody>", '<asset><mesh name="ball" vertex="' + " ".join(f"{v:.5f}" for v in pts.ravel())
                           + '"/></asset><worldbody><geom type="mesh" mesh="ball" pos="0 .3 .2"/>')
     return scene_model(toy_record(mjcf=xml))
 
@@ -172,6 +172,27 @@ def test_a_large_mesh_is_clustered_to_cells_no_finer_than_the_floor(monkeypatch)
     # a 20 cm ball of 20,000 corners about 2.5 mm apart: cells of 4 mm or more (48 across) keep
     # about half the corners cells of 2 mm (96 across) keep, and those about the corners it has
     assert counts[0.004] < 0.6 * counts[0.002] and counts[0.002] > 0.6 * mesh["source_vertices"]
+
+
+def test_a_mesh_is_simplified_once_per_process_for_every_scene_that_has_it(monkeypatch):
+    from collections import OrderedDict
+
+    from replay.render import web_mesh
+
+    monkeypatch.setattr(web_mesh, "_KEPT", OrderedDict())
+    monkeypatch.setattr(web_mesh, "_KEPT_SIZE", [0])
+    made, real = [], W._web_mesh
+    monkeypatch.setattr(W, "_web_mesh", lambda *source: made.append(len(source[0])) or real(*source))
+    first = W.scene_blob(_ball_scene(20000))
+    elsewhere = _ball_scene(20000, TOY_XML.replace('<body name="ball" pos="0.4 0 .095">',
+                                                    '<body name="ball" pos="0.6 0.1 .095">'))
+    second = W.scene_blob(elsewhere)
+    assert len(made) == 1 and made[0] > W.SMALL_MESH_VERTS and first != second  # another scene, its mesh kept
+    monkeypatch.setattr(web_mesh, "_KEPT", OrderedDict())
+    assert W.scene_blob(elsewhere) == second and len(made) == 2  # made anew: the same bytes
+    monkeypatch.setattr(W, "MIN_CELL_M", 0.05)  # other settings: made anew
+    W.scene_blob(elsewhere)
+    assert len(made) == 3
 
 
 def test_a_small_mesh_is_sent_whole(monkeypatch):

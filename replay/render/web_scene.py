@@ -37,6 +37,7 @@ from replay.render.highlight import SceneHighlighter, TINT_RGBA, Violation, cano
 from replay.render.render_assets import render_assets_key, texture_as_uploaded  # noqa: E402
 from replay.render.replayer import apply_state, success_step  # noqa: E402
 from replay.render.scene_models import AGENT_VIEWS, WRIST_VIEWS, replay_option  # noqa: E402
+from replay.render.web_mesh import cluster, decimate, remembered, source_key  # noqa: E402
 
 MAGIC = b"SVW1"
 FORMAT = 4  # bump when the layout changes: cached files of another format are made anew
@@ -106,93 +107,49 @@ def _drawn_geoms(model: mujoco.MjModel) -> list:
     return [scn.geoms[i] for i in range(scn.ngeom) if scn.geoms[i].objtype == _GEOM]
 
 
-def _cluster(pos: np.ndarray, normals: np.ndarray, uv: np.ndarray | None, tris: np.ndarray, limit: int,
-             min_cell: float = 0.0):
-    """Vertex clustering: corners in one cell of a grid over the mesh's box (and, with texture
-    coordinates, one cell of a 64-per-unit grid of those, so seams stay) become one corner at
-    their mean; triangles left with two corners in one cell are dropped. The finest grid with
-    cells of at least `min_cell` (model units) and at most `limit` corners is used: 2.5 mm
-    cells for a 20 cm object at 80 cells."""
-    lo, ext = pos.min(axis=0), np.maximum(np.ptp(pos, axis=0), 1e-12)
-    grids = (256, 192, 160, 128, 96, 80, 64, 48, 32, 24, 16, 12, 8, 6, 4)
-    for cells in [c for c in grids if ext.max() / c >= min_cell] or grids[-1:]:
-        c = np.minimum(((pos - lo) / ext * cells).astype(np.int64), cells - 1)
-        key = (c[:, 0] * cells + c[:, 1]) * cells + c[:, 2]
-        if uv is not None:
-            t = np.floor(uv * 64).astype(np.int64)
-            key = key * 1_000_003 + (t[:, 0] % 1009) * 1013 + t[:, 1] % 1013
-        uniq, inv = np.unique(key, return_inverse=True)
-        if uniq.size <= limit:
-            break
-    n = uniq.size
-    count = np.bincount(inv, minlength=n)[:, None]
-    mean = lambda a: np.stack([np.bincount(inv, a[:, k], n) for k in range(a.shape[1])], axis=1)  # noqa: E731
-    t = inv[tris]
-    keep = (t[:, 0] != t[:, 1]) & (t[:, 1] != t[:, 2]) & (t[:, 0] != t[:, 2])
-    return (mean(pos) / count, mean(normals), None if uv is None else mean(uv) / count, t[keep])
-
-
-def _area(pos: np.ndarray, tris: np.ndarray) -> float:
-    return float(np.linalg.norm(np.cross(pos[tris[:, 1]] - pos[tris[:, 0]], pos[tris[:, 2]] - pos[tris[:, 0]]),
-                                axis=1).sum() / 2)
-
-
-def _decimate(verts: np.ndarray, faces: np.ndarray):
-    """Quadric edge-collapse decimation (fast-simplification) of a mesh welded by position, to
-    about a triangle per `DECIMATED_TRIANGLE_M2` of surface (flat parts get large triangles,
-    curved ones small), with area-weighted smooth normals: (pos, normals, triangles), or None
-    where that would not cut the triangles by a fifth, or where the result's area is off by over
-    3 % or its box by over 1 mm (a mesh the decimation does not handle: clustering takes it)."""
-    import fast_simplification
-
-    rows = np.ascontiguousarray(verts, np.float32)  # MuJoCo's own float32 vertices: welded where equal
-    _, first, weld = np.unique(rows.view(np.dtype((np.void, 12))).ravel(), return_index=True, return_inverse=True)
-    pos, tris = rows[first].astype(np.float64), weld.reshape(-1)[faces]
-    tris = tris[(tris[:, 0] != tris[:, 1]) & (tris[:, 1] != tris[:, 2]) & (tris[:, 0] != tris[:, 2])]
-    area = _area(pos, tris)
-    target = max(64, int(area / DECIMATED_TRIANGLE_M2))
-    if not len(tris) or target > 0.8 * len(tris):
-        return None
-    out_pos, out_tris = fast_simplification.simplify(pos, tris.astype(np.int32), target_count=target)
-    out_pos, out_tris = np.asarray(out_pos, np.float64), np.asarray(out_tris, np.int64)
-    if (not len(out_tris) or abs(_area(out_pos, out_tris) / area - 1) > 0.03
-            or np.abs(out_pos.min(axis=0) - pos.min(axis=0)).max() > 1e-3
-            or np.abs(out_pos.max(axis=0) - pos.max(axis=0)).max() > 1e-3):
-        return None
-    face_normals = np.cross(out_pos[out_tris[:, 1]] - out_pos[out_tris[:, 0]],
-                            out_pos[out_tris[:, 2]] - out_pos[out_tris[:, 0]])  # length: twice the area
-    normals = np.stack([np.bincount(out_tris.reshape(-1), np.repeat(face_normals[:, k], 3), len(out_pos))
-                        for k in range(3)], axis=1)
-    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
-    return out_pos, normals, out_tris
-
-
 def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     """One mesh as indexed corners (vertex, normal and texture coordinate of each face corner),
-    simplified when it has over `SMALL_MESH_VERTS`: decimated (`_decimate`) when it is drawn
-    without a texture, else, or where decimation fails, clustered (`_cluster`) to cells of
-    `MIN_CELL_M` or more and at most `MAX_MESH_VERTS` corners."""
+    simplified when it has over `SMALL_MESH_VERTS`: decimated (`web_mesh.decimate`) when it is
+    drawn without a texture, else, or where decimation fails, clustered (`web_mesh.cluster`) to
+    cells of `MIN_CELL_M` or more and at most `MAX_MESH_VERTS` corners. Made once per process
+    for the same source arrays (`web_mesh.remembered`): every LIBERO scene has the robot's
+    meshes, 0.2 s of a scene's 0.4 s here."""
     va, vn = int(model.mesh_vertadr[i]), int(model.mesh_vertnum[i])
     fa, fn = int(model.mesh_faceadr[i]), int(model.mesh_facenum[i])
     na, nn = int(model.mesh_normaladr[i]), int(model.mesh_normalnum[i])
     ta, tn = int(model.mesh_texcoordadr[i]), int(model.mesh_texcoordnum[i])
-    verts = model.mesh_vert[va:va + vn].astype(np.float64)
-    fv = model.mesh_face[fa:fa + fn].reshape(-1).astype(np.int64)
-    fnorm = model.mesh_facenormal[fa:fa + fn].reshape(-1).astype(np.int64)
     uv_on = textured and ta >= 0 and tn > 0
-    ft = model.mesh_facetexcoord[fa:fa + fn].reshape(-1).astype(np.int64) if uv_on else np.zeros_like(fv)
+    source = (model.mesh_vert[va:va + vn], model.mesh_face[fa:fa + fn], model.mesh_normal[na:na + nn],
+              model.mesh_facenormal[fa:fa + fn], *((model.mesh_texcoord[ta:ta + tn],
+                                                    model.mesh_facetexcoord[fa:fa + fn]) if uv_on else ()))
+    key = source_key(source, (uv_on, SMALL_MESH_VERTS, MAX_MESH_VERTS, MIN_CELL_M, DECIMATED_TRIANGLE_M2))
+    made = remembered(key, lambda: _web_mesh(*source))
+    out = {k: made[k] for k in ("centre", "half", "vertices", "source_vertices", "simplified")}
+    out.update({k: pack.add(made[k]) for k in ("pos", "normal", "index", "uv") if k in made})
+    return out
+
+
+def _web_mesh(verts32: np.ndarray, faces: np.ndarray, mesh_normals: np.ndarray, face_normals: np.ndarray,
+              texcoords: np.ndarray | None = None, face_texcoords: np.ndarray | None = None) -> dict:
+    """`_mesh`'s arrays from the mesh's own (MuJoCo's vertices, faces, normals and their face
+    indices; texture coordinates and theirs where drawn textured)."""
+    verts = verts32.astype(np.float64)
+    fv = faces.reshape(-1).astype(np.int64)
+    fnorm = face_normals.reshape(-1).astype(np.int64)
+    nn, tn = len(mesh_normals), 0 if texcoords is None else len(texcoords)
+    ft = face_texcoords.reshape(-1).astype(np.int64) if texcoords is not None else np.zeros_like(fv)
     key = (fv * (nn + 1) + fnorm) * (tn + 1) + ft
     uniq, first, index = np.unique(key, return_index=True, return_inverse=True)
-    pos, normals = verts[fv[first]], model.mesh_normal[na:na + nn][fnorm[first]].astype(np.float64)
-    uv = model.mesh_texcoord[ta:ta + tn][ft[first]].astype(np.float64) if uv_on else None
+    pos, normals = verts[fv[first]], mesh_normals[fnorm[first]].astype(np.float64)
+    uv = texcoords[ft[first]].astype(np.float64) if texcoords is not None else None
     tris = index.reshape(-1, 3)
     simplified = None
     if uniq.size > SMALL_MESH_VERTS:
-        decimated = _decimate(model.mesh_vert[va:va + vn], fv.reshape(-1, 3)) if uv is None else None
+        decimated = decimate(verts32, fv.reshape(-1, 3), DECIMATED_TRIANGLE_M2) if uv is None else None
         if decimated is not None:
             (pos, normals, tris), simplified = decimated, "decimated"
         else:
-            pos, normals, uv, tris = _cluster(pos, normals, uv, tris, MAX_MESH_VERTS, MIN_CELL_M)
+            pos, normals, uv, tris = cluster(pos, normals, uv, tris, MAX_MESH_VERTS, MIN_CELL_M)
             simplified = "clustered"
     lo, hi = pos.min(axis=0), pos.max(axis=0)
     centre, half = (lo + hi) / 2, np.maximum((hi - lo) / 2, 1e-9)
@@ -200,12 +157,11 @@ def _mesh(model: mujoco.MjModel, i: int, pack: _Packer, textured: bool) -> dict:
     normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
     n = len(pos)
     out = {"centre": centre.tolist(), "half": half.tolist(), "vertices": int(n), "source_vertices": int(uniq.size),
-           "simplified": simplified,
-           "pos": pack.add(np.round((pos - centre) / half * 32767).astype(np.int16)),
-           "normal": pack.add(np.round(normals * 127).astype(np.int8)),
-           "index": pack.add(tris.reshape(-1).astype(np.uint16 if n < 65536 else np.uint32))}
+           "simplified": simplified, "pos": np.round((pos - centre) / half * 32767).astype(np.int16),
+           "normal": np.round(normals * 127).astype(np.int8),
+           "index": tris.reshape(-1).astype(np.uint16 if n < 65536 else np.uint32)}
     if uv is not None:
-        out["uv"] = pack.add(uv.astype(np.float32))
+        out["uv"] = uv.astype(np.float32)
     return out
 
 
