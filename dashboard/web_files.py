@@ -198,17 +198,23 @@ def prepare_scene(record, folder: Path | None = None) -> bool:
         return False
 
 
-def load_scene_assets(record) -> None:
+def load_scene_assets(record, folder: Path | None = None) -> None:
     """Loads the meshes and textures a conversion of the record's scene reads
-    (`scene_models.load_assets`), for the first conversion in this process to find those of
-    them its scene shares: the server's start has it done ahead with a scene of its store
-    (`link_open.warm_server`). Memory as after a conversion: MuJoCo's asset cache capped, the
+    (`scene_models.load_assets`) and simplifies its meshes (`web_mesh.remembered`), for the
+    first conversion in this process to find those its scene shares: the server's start has it
+    done ahead with a scene of its store (`link_open.warm_server`). That scene's web scene is
+    written if not on disk. Memory as after a conversion: MuJoCo's asset cache capped, the
     model's heap given back."""
     from replay.render import web_scene as W
     from replay.render.scene_models import load_assets
 
     _cap_asset_cache()
-    load_assets(record, W.WEB_TEXTURE_PX)
+    model = load_assets(record, W.WEB_TEXTURE_PX)
+    if model is None:  # compiled in this process before: its assets are loaded
+        return
+    blob = W.scene_blob(model)  # made whether or not the file is on disk: its meshes are what is kept
+    del model
+    W.cached_file(folder or web_dir(), scene_name(record), lambda: blob)
     _give_back_memory()
 
 

@@ -267,8 +267,8 @@ print(json.dumps({"found": found, "held": held, "capacity": capacity, "kept": ke
 def test_a_scenes_assets_loaded_at_start_spare_the_first_conversion_reading_them(tmp_path):
     """`link_open.load_a_scenes_assets` (queued by the server's warm-up) loads the meshes and
     textures of the store's first replayable episode's scene into MuJoCo's asset cache (within
-    its cap) and the texture cache, keeping no model, so the first conversion of another scene
-    in the process reads the files the two share no more: a LIBERO scene's web model read 91 MB
+    its cap) and the texture cache, keeping no model (its web scene written), so the first
+    conversion of another scene in the process reads the files the two share no more: a LIBERO scene's web model read 91 MB
     of files alone, 45 MB after another's assets were loaded. Fresh interpreters: MuJoCo's
     cache is the process's."""
     import json
@@ -295,4 +295,5 @@ def test_a_scenes_assets_loaded_at_start_spare_the_first_conversion_reading_them
     assert loaded["found"] is True and not loaded["kept"]
     assert 10 * 2**20 < loaded["held"] <= loaded["capacity"] <= ASSET_CACHE_BYTES and alone["held"] == 0
     assert list((tmp_path / "scenes-True" / "textures").glob("*.npy"))
+    assert len(list((tmp_path / "xdg").glob("safevla/player/*/web/scene-*.bin"))) == 1  # the loaded scene's, kept
     assert loaded["read"] < 0.7 * alone["read"], got

@@ -261,19 +261,19 @@ def _compile_shrunk(resolved: str, base: Path, origin: str, max_px: int) -> mujo
     return model
 
 
-def load_assets(record: EpisodeRecord, max_px: int) -> None:
-    """Loads what a conversion of the record's scene to `max_px` textures reads from files, and
-    lets the model go: MuJoCo keeps the meshes in its asset cache (`mujoco.mj_getCache`), for
-    any later compile that names the same files, and the texture cache the shrunk PNGs. Every
-    LIBERO scene has the robot's meshes and most the same few large textures: a scene's first
-    web model in a process took 1.9-2.3 s against 0.9-1.5 s after another scene's assets were
-    loaded (2026-11-28, a loaded machine). Nothing when a model of the scene is in memory: this
-    process compiled it."""
+def load_assets(record: EpisodeRecord, max_px: int) -> mujoco.MjModel | None:
+    """Loads what a conversion of the record's scene to `max_px` textures reads from files and
+    returns the model it compiled, kept nowhere: MuJoCo keeps the meshes in its asset cache
+    (`mujoco.mj_getCache`), for any later compile that names the same files, and the texture
+    cache the shrunk PNGs. Every LIBERO scene has the robot's meshes and most the same few large
+    textures: a scene's first web model in a process took 1.9-2.3 s against 0.9-1.5 s after
+    another scene's assets were loaded (2026-11-28, a loaded machine). None, loading nothing,
+    when a model of the scene is in memory: this process compiled it."""
     key = scene_key(record)
     if key in _MODEL_CACHE or pose_model_in_memory(record):
-        return
+        return None
     resolved, base, origin = _resolved_scene(key)
-    _compile_shrunk(resolved, base, origin, int(max_px))
+    return _compile_shrunk(resolved, base, origin, int(max_px))
 
 
 def pose_model_in_memory(record: EpisodeRecord) -> bool:
