@@ -7,6 +7,8 @@ HTTP request (a page load, its files) for that long. A job that started runs to 
 still queued when the process exits are dropped. The thread keeps the normal CPU priority: a
 thread at a lower one that holds Python's GIL when the browser's drawing takes the cores is
 not scheduled to give it back, and every other thread of the server waits meanwhile.
+Work worth less than any other (`after_the_rest`: the server start's load of a scene's
+assets) waits on a thread of its own until none is queued or running.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ QUIET_S = 2.0  # a user reading the page, not one whose next page is loading
 POLL_S = 0.1
 
 _lock = threading.Lock()
-_state = {"running": 0, "last": 0.0}
+_state = {"running": 0, "last": 0.0, "ahead": 0}  # page runs; last page run or request; jobs queued or running
 
 
 _jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -36,13 +38,21 @@ def _work() -> None:
         fut, fn, args = _jobs.get()
         while not quiet():
             time.sleep(POLL_S)
-        if not fut.set_running_or_notify_cancel():
-            continue
         try:
-            fut.set_result(fn(*args))
-        except Exception:  # noqa: BLE001 - a head start only: the page does the work itself and reports
-            logging.getLogger(__name__).debug("work ahead %r failed", fn, exc_info=True)
-            fut.set_result(None)
+            _run(fut, fn, args)
+        finally:
+            with _lock:
+                _state["ahead"] -= 1
+
+
+def _run(fut: Future, fn, args) -> None:
+    if not fut.set_running_or_notify_cancel():
+        return
+    try:
+        fut.set_result(fn(*args))
+    except Exception:  # noqa: BLE001 - a head start only: the page does the work itself and reports
+        logging.getLogger(__name__).debug("work ahead %r failed", fn, exc_info=True)
+        fut.set_result(None)
 
 
 @contextlib.contextmanager
@@ -74,8 +84,32 @@ def submit(fn, *args) -> Future:
     """Runs `fn(*args)` on the ahead thread once the server is quiet (errors are dropped)."""
     fut: Future = Future()
     with _lock:
+        _state["ahead"] += 1
         if not _worker:
             _worker.append(threading.Thread(target=_work, name="safevla-ahead", daemon=True))
             _worker[0].start()
     _jobs.put((fut, fn, args))
+    return fut
+
+
+IDLE_S = 3.0  # `after_the_rest`: longer than QUIET_S, so work queued meanwhile starts first
+
+
+def after_the_rest(fn, *args, busy=lambda: False) -> Future:
+    """Runs `fn(*args)` on a thread of its own once the server has been quiet for `IDLE_S`, no
+    work ahead is queued or running and `busy()` is false (other work of the server's own, such
+    as a conversion process): a head start worth less than any other, which must not delay
+    them (errors are dropped). Polled every `POLL_S`."""
+    fut: Future = Future()
+
+    def wait_then_run() -> None:
+        while True:
+            with _lock:
+                others = _state["ahead"]
+            if not others and quiet(IDLE_S) and not busy():
+                break
+            time.sleep(POLL_S)
+        _run(fut, fn, args)
+
+    threading.Thread(target=wait_then_run, name="safevla-after-the-rest", daemon=True).start()
     return fut

@@ -62,6 +62,13 @@ def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
         return _state["proc"]
 
 
+def converting() -> bool:
+    """Whether a conversion process this server started is running."""
+    with _lock:
+        running = _state["proc"]
+    return running is not None and running.poll() is None
+
+
 def listed(c, eids):
     """After a page drew a list of episodes (`eids`, first rows first: the Overview's worst
     unsafe successes, the Episodes table): their web scenes converted ahead where this

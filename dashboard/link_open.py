@@ -120,8 +120,9 @@ def warm_server() -> Future | None:
     then 0.9 s more on scipy.special and Streamlit's REPL check (2026-11-27, a177f7a). A
     page or link arriving meanwhile waits on the same store load
     (`stores.load_store_at_request`) and the same module locks, never on a second copy. Then,
-    once the server is quiet, a scene's meshes and textures are loaded for the first
-    conversion (`load_a_scenes_assets`); returned is that load (whether it found a scene).
+    once the server is idle (no other work ahead, no conversion process), a scene's meshes and
+    textures are loaded for the first conversion (`load_a_scenes_assets`); returned is that
+    load (whether it found a scene).
     Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests measure)."""
     import importlib
 
@@ -142,7 +143,11 @@ def warm_server() -> Future | None:
         except Exception:  # noqa: BLE001 - the page imports it again and reports
             logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
     _index_module_files()
-    return None if store is None else ahead.submit(load_a_scenes_assets, store)
+    if store is None:
+        return None
+    from dashboard import convert_ahead
+
+    return ahead.after_the_rest(load_a_scenes_assets, store, busy=convert_ahead.converting)
 
 
 def _index_module_files() -> None:
@@ -175,8 +180,8 @@ SCENES_TRIED = 5  # load_a_scenes_assets: episodes looked at for one with a repl
 
 def load_a_scenes_assets(store: str) -> bool:
     """Loads the meshes and textures of the scene of the first of `store`'s episodes with a
-    replay (`web_files.load_scene_assets`), once the server is quiet after its start
-    (`dashboard.ahead`): a scene's first conversion in a process spent 0.5-0.7 CPU-s of its
+    replay (`web_files.load_scene_assets`), once the server is idle after its start
+    (`dashboard.ahead.after_the_rest`): a scene's first conversion in a process spent 0.5-0.7 CPU-s of its
     1.9-2.2 loading the meshes and textures every LIBERO scene shares (the robot's; the scanned
     bowl and plate), on the way to a first link's picture. True if it found such an episode."""
     try:

@@ -45,6 +45,24 @@ def test_work_ahead_waits_for_a_quiet_server(quick):
     assert ahead.submit(job, "b").result(timeout=10) == "b"
 
 
+def test_the_least_worthy_work_waits_for_every_other_job_and_until_not_busy(quick, monkeypatch):
+    import threading
+
+    monkeypatch.setattr(ahead, "IDLE_S", 0.5)
+    busy, order, release = [True], [], threading.Event()
+    first = ahead.submit(lambda: release.wait(10) and order.append("ahead"))
+    last = ahead.after_the_rest(order.append, "last", busy=lambda: busy[0])
+    time.sleep(1.0)
+    assert order == [] and not last.done()  # a job ahead is running
+    release.set()
+    first.result(timeout=10)
+    time.sleep(1.0)
+    assert order == ["ahead"] and not last.done()  # busy
+    busy[0] = False
+    last.result(timeout=10)
+    assert order == ["ahead", "last"]
+
+
 def test_jobs_still_queued_never_hold_the_process_at_its_exit():
     """A process whose queued job waits for a quiet server that never comes (a page run that
     never ends) exits at once: the ahead thread is a daemon."""
