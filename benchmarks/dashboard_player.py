@@ -17,12 +17,8 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   episode's first picture, for an episode of a scene the page had drawn and of a new scene.
 - replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
-- list_click (this module's own command only): the Overview's worst-SBU list, its first row
-  clicked after a few seconds of reading, on a server as shipped (its warm-up on): seconds from
-  the click to the episode's first picture.
-- link_converted (this module's own command only): a link to a never-opened scene on a
-  server as shipped, its start-up warm-up done: seconds to the first picture, its web scene
-  converted on the way.
+- list_click, link_converted, link_on_disk (this module's own command only; in
+  benchmarks/dashboard_shipped.py): on servers as shipped, with their start-up warm-up.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
   bytes, vertices, textures and conversion time, and one episode's poses each.
 Run against a checkout before the WebGL player (`--baseline`), the same steps time its
@@ -40,8 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dashboard_bench import PLAYER_IFRAME, dashboard_server, summary
-from dashboard_frames import WINDOW_SETTLE_S, _DRAWN, _first_frame, _sbu_by_scene, renderer
+from dashboard_bench import PLAYER_IFRAME, dashboard_server
+from dashboard_frames import WINDOW_SETTLE_S, _first_frame, _sbu_by_scene, renderer
 
 _ROOT_JS = "document.querySelector('iframe[title*=\"safevla_timeline\"]').contentDocument"
 
@@ -270,73 +266,6 @@ def player(b, code: Path) -> dict:
     return out
 
 
-READ_S = 4.0  # the Overview drawn, the user reads its list before choosing a row
-
-
-def list_click(b, code: Path, rounds: int = 3) -> dict:
-    """The Overview's worst-SBU list, its first row clicked: seconds from the click to the
-    episode's first picture. Each round a fresh server with empty caches, as shipped (with its
-    warm-up: what `safevla dashboard` runs), the Overview navigated once the new window settled,
-    then `READ_S` of reading; with how many web scenes were on disk at each click."""
-    from browser_timing import wait_drawn
-    from dashboard_bench import OVERVIEW
-
-    store, times, found = b.demo, [], []
-    for _ in range(rounds):
-        with fresh_caches() as env:
-            env = {k: v for k, v in env.items() if k != "SAFEVLA_NO_PREWARM"}
-            with dashboard_server(code, store, env) as srv:
-                srv.wait_healthy()
-                pg = b.browser.page()
-                try:
-                    time.sleep(WINDOW_SETTLE_S)
-                    pg.goto(srv.url)
-                    wait_drawn(pg, since_ms=0.0, expect=OVERVIEW, need_run=False)
-                    time.sleep(READ_S)
-                    found.append(len(list(Path(env["XDG_CACHE_HOME"]).glob("safevla/player/*/web/scene-*.bin"))))
-                    grid = pg.get_by_test_id("stDataFrame").first.bounding_box()  # the worst-SBU list
-                    t0 = time.perf_counter()
-                    pg.mouse.click(grid["x"] + 17, grid["y"] + 35 + 17)  # the first row's selection box
-                    pg.wait_for_url("**/detail?**", timeout=60_000)
-                    pg.wait_for_function(_DRAWN, arg=PLAYER_IFRAME, timeout=300_000)
-                    times.append(round(time.perf_counter() - t0, 3))
-                finally:
-                    pg.context.close()
-    return {"value_s": round(statistics.median(times), 3), **summary(times), "scenes_on_disk_at_click": found,
-            "read_s": READ_S, "includes": "fresh server with empty caches and its warm-up, the Overview drawn, "
-            f"{READ_S:g} s of reading, a click on the worst-SBU list's first row -> its first picture drawn"}
-
-
-WARM_UP_WAIT_S = 8.0  # link_converted: the server's start-up warm-up is done by then
-
-
-def link_converted(b, code: Path, rounds: int = 3) -> dict:
-    """A link to a never-opened scene on a server as shipped that has been up a while: each round
-    a fresh server with empty caches and its warm-up on, the link navigated `WARM_UP_WAIT_S`
-    after the server answers, from a settled window; seconds to the episode's first picture, its
-    web scene converted on the way. The worst SBU episode whose scene is not that of the store's
-    first episode with a trajectory (whose assets the warm-up loads)."""
-    import pandas as pd
-
-    from dashboard.link_open import linked_record
-    from dashboard.web_files import scene_name
-
-    eps, scene_of = pd.read_parquet(b.demo / "episodes.parquet"), lambda e: scene_name(linked_record(e, str(b.demo)))
-    warmed = next(e for e in eps.loc[eps["trajectory"].notna(), "episode_id"] if linked_record(e, str(b.demo)))
-    eid, times = next(e for e in _sbu_by_scene(b.demo, 8) if scene_of(e) != scene_of(warmed)), []
-    for _ in range(rounds):
-        with fresh_caches() as env:
-            env = {k: v for k, v in env.items() if k != "SAFEVLA_NO_PREWARM"}
-            with dashboard_server(code, b.demo, env) as srv:
-                srv.wait_healthy()
-                time.sleep(WARM_UP_WAIT_S)
-                times.append(_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", window="open"))
-    return {"value_s": round(statistics.median(times), 3), **summary(times), "episode": eid,
-            "warm_up_scene_of": warmed, "includes": f"fresh server with empty caches and its warm-up, "
-            f"{WARM_UP_WAIT_S:g} s after it answers a link to a scene never opened (not the warm-up's), navigated "
-            "from a settled window -> its first picture drawn, the web scene converted on the way"}
-
-
 def _rss_mb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
@@ -418,6 +347,7 @@ def main(argv=None) -> int:
     import types
 
     from browser_timing import Browser, archive_of, remove_tree
+    from dashboard_shipped import link_converted, link_on_disk, list_click
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default="player,replay_sessions")
@@ -433,7 +363,8 @@ def main(argv=None) -> int:
                 for rev, code in codes:
                     out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
                     run = {"player": player, "replay_sessions": replay_sessions, "payload": payload,
-                           "list_click": list_click, "link_converted": link_converted}[name]
+                           "list_click": list_click, "link_converted": link_converted,
+                           "link_on_disk": link_on_disk}[name]
                     out.update(run(b, code))
                     print(json.dumps(out), flush=True)
     finally:
