@@ -195,7 +195,10 @@ def main(argv: list[str]) -> int:
         return 0
     if not _die_with_parent(int(argv[1])):
         return 0
-    convert(Path(argv[2]), argv[3], argv[4:])
+    from dashboard import ahead
+
+    with ahead.page_running():  # no work ahead here: `convert` stores each pose model itself, before it exits
+        convert(Path(argv[2]), argv[3], argv[4:])
     return 0
 
 

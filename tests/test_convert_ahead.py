@@ -207,3 +207,31 @@ def test_a_list_refused_while_another_converts_is_looked_at_again(tmp_path, monk
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_scene_the_server_converts_leaves_its_pose_model_on_disk_once_quiet(tmp_path, scene_cache, monkeypatch):
+    """A conversion in the server (a page's, a link's) keeps the conversion's model as the
+    scene's pose model; once the server is quiet it is written to the compiled-scene cache, so
+    a restarted server loads it for another episode's poses instead of compiling it."""
+    from dashboard import ahead
+    from dashboard.web_files import prepare_scene
+    from replay.render import scene_cache as SC
+    from replay.render import scene_models
+
+    monkeypatch.setattr(SC, "_DEFER", [True])  # as a server's render thread leaves it: written anyway
+    monkeypatch.setattr(ahead, "QUIET_S", 0.2)
+    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())
+    eid = _two_scenes()[2]
+    with ahead.page_running():  # the page that converts it: nothing written meanwhile
+        assert prepare_scene(_demo_record(eid), tmp_path / "web")
+        time.sleep(0.5)
+        assert not list(scene_cache.glob("*.mjb"))
+    ahead.submit(lambda: None).result(timeout=120)  # the jobs queued before it are done
+    assert len(list(scene_cache.glob("*.mjb"))) == 1
+    monkeypatch.setattr(scene_models, "_POSE_CACHE", OrderedDict())  # a restarted server
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled, not loaded from the compiled-scene cache")
+
+    monkeypatch.setattr(scene_models, "_compile", no_compile)
+    assert scene_models.pose_model(_demo_record(eid)).nbody > 1

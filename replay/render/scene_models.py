@@ -315,17 +315,20 @@ def _pose_cache_entry(key: tuple) -> tuple[str, str, Callable[[], mujoco.MjModel
             lambda: _compile(resolved, base, origin, flat_textures=True))
 
 
-def pose_model_to_disk(record: EpisodeRecord) -> None:
+def pose_model_to_disk(record: EpisodeRecord, *, kept_only: bool = False) -> None:
     """Puts the record's pose model in the disk cache unless it is there, for a process that
     prepares scenes ahead of another (dashboard/convert_ahead.py): that one then loads it (a
     LIBERO scene's in 0.21 s) instead of compiling it (1.6 s). The model stored is the one kept
     in memory as the pose model, after a web scene's conversion its web model (the same
     bodies, joints, geoms and meshes, its textures shrunk: the same poses and marks,
     tests/test_web_poses.py), else the texture-free compile. Written before it returns, even
-    where saves are deferred; one already there is not loaded; keeps nothing in memory."""
+    where saves are deferred; one already there is not loaded; keeps nothing in memory. With
+    `kept_only`, nothing unless the pose model is in memory."""
     key = scene_key(record)
     with _POSE_LOCK:
         kept = _POSE_CACHE.get(key)
+    if kept is None and kept_only:
+        return
     text, folder, compile_flat = _pose_cache_entry(key)
     store_unless_cached(text, folder, compile_flat if kept is None else (lambda: kept))
 
