@@ -97,10 +97,13 @@ def link_converted(b, code: Path, rounds: int = 3) -> dict:
             "from a settled window -> its first picture drawn, the web scene converted on the way"}
 
 
+WATCH_S = 5.0  # link_on_disk: the earlier server's page stays open this long before it stops
+
+
 def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
     """A link to an episode of a scene an earlier server converted: each round a fresh server
     with empty caches opens one episode of the scene (its web scene to disk, as an earlier run
-    leaves it; not timed) and stops; a restarted server, `WARM_UP_WAIT_S` after it answers, is
+    leaves it; not timed), its page open `WATCH_S`, and stops; a restarted server, `WARM_UP_WAIT_S` after it answers, is
     sent a link to another episode of that scene, from a settled window: seconds to its first
     picture (its poses made on the way)."""
     eid, warmed = _unwarmed_episode(b.demo)
@@ -109,7 +112,9 @@ def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
         with fresh_caches() as env:
             with dashboard_server(code, b.demo, _as_shipped(env)) as srv:
                 srv.wait_healthy()
-                _first_frame(b.browser, f"{srv.url}/detail?ep={eid}")
+                page = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}", keep=True)["page"]
+                time.sleep(WATCH_S)  # the user watches the episode, then ends the dashboard
+                page.context.close()
             with dashboard_server(code, b.demo, _as_shipped(env)) as srv:
                 srv.wait_healthy()
                 time.sleep(WARM_UP_WAIT_S)
@@ -117,5 +122,5 @@ def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
     return {"value_s": round(statistics.median(times), 3), **summary(times), "episode": other,
             "converted_by_opening": eid, "warm_up_scene_of": warmed,
             "includes": f"a restarted server with its warm-up, {WARM_UP_WAIT_S:g} s after it answers a link to an "
-            "episode whose scene an earlier server converted (web scene on disk; not the warm-up's scene), "
+            f"episode whose scene an earlier server converted ({WATCH_S:g} s on its page; not the warm-up's scene), "
             "navigated from a settled window -> its first picture drawn, its poses made on the way"}
