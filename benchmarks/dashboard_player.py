@@ -17,7 +17,7 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   episode's first picture, for an episode of a scene the page had drawn and of a new scene.
 - replay_sessions: the server's resident memory with 5 sessions at once, each on the detail
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
-- list_click, link_converted, link_on_disk (this module's own command only; in
+- list_click, link_converted, link_on_disk, next_shipped (this module's own command only; in
   benchmarks/dashboard_shipped.py): on servers as shipped, with their start-up warm-up.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
   bytes, vertices, textures and conversion time, and one episode's poses each.
@@ -155,9 +155,9 @@ NEXT_JS = """async (s) => { const f = document.querySelector(s), d = f.contentDo
 DWELL_S = 3.0  # between two n: the user watches the episode (work ahead of the user runs meanwhile)
 
 
-def next_in_page(b, url: str, n: int = 6) -> dict:
+def next_in_page(b, url: str, n: int = 6, dwell_s: float = DWELL_S) -> dict:
     """A new session on the detail page `url`, then `n` presses of n, each after the page
-    settled and `DWELL_S` more: ms from the key to the next episode's first picture, split by
+    settled and `dwell_s` more: ms from the key to the next episode's first picture, split by
     whether its scene was new to the page."""
     got = _first_frame(b.browser, url, keep=True)
     pg, requests, same, new = got["page"], [], [], []
@@ -165,13 +165,13 @@ def next_in_page(b, url: str, n: int = 6) -> dict:
     try:
         for _ in range(n):
             settle(pg, requests)
-            time.sleep(DWELL_S)
+            time.sleep(dwell_s)
             step = pg.evaluate(NEXT_JS, PLAYER_IFRAME)
             (new if step["scene"] else same).append(round(step["ms"]))
     finally:
         pg.context.close()
     pick = lambda v: {"median_ms": round(statistics.median(v)), "all_ms": v} if v else None  # noqa: E731
-    return {"same_scene": pick(same), "new_scene": pick(new), "dwell_s": DWELL_S}
+    return {"same_scene": pick(same), "new_scene": pick(new), "dwell_s": dwell_s}
 
 
 PLAY_S = {1: 3.0, 2: 1.5, 4: 0.9}  # played seconds per speed: within a 120-step episode at 20 Hz
@@ -347,7 +347,7 @@ def main(argv=None) -> int:
     import types
 
     from browser_timing import Browser, archive_of, remove_tree
-    from dashboard_shipped import link_converted, link_on_disk, list_click
+    from dashboard_shipped import link_converted, link_on_disk, list_click, next_shipped
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default="player,replay_sessions")
@@ -364,7 +364,7 @@ def main(argv=None) -> int:
                     out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
                     run = {"player": player, "replay_sessions": replay_sessions, "payload": payload,
                            "list_click": list_click, "link_converted": link_converted,
-                           "link_on_disk": link_on_disk}[name]
+                           "link_on_disk": link_on_disk, "next_shipped": next_shipped}[name]
                     out.update(run(b, code))
                     print(json.dumps(out), flush=True)
     finally:

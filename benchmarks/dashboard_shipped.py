@@ -7,6 +7,8 @@ warm-up (`dashboard.link_open.warm_server`), for benchmarks/dashboard_player.py'
   first picture, its web scene converted on the way.
 - link_on_disk: the same in a restarted server, for another episode of a scene an earlier
   server converted (its web scene on disk): seconds to the first picture.
+- next_shipped: the player measure's n in the page (`dashboard_player.next_in_page`), with a
+  longer watch of each episode: ms from the key to the next episode's first picture.
 
 Each round a fresh server with empty caches (`dashboard_player.fresh_caches`), pages navigated
 once the new window has settled (`dashboard_frames.WINDOW_SETTLE_S`).
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from dashboard_bench import PLAYER_IFRAME, dashboard_server, summary
 from dashboard_frames import WINDOW_SETTLE_S, _DRAWN, _first_frame, _sbu_by_scene
-from dashboard_player import _same_scene_episode, fresh_caches
+from dashboard_player import _same_scene_episode, fresh_caches, next_in_page
 
 
 READ_S = 4.0  # the Overview drawn, the user reads its list before choosing a row
@@ -124,3 +126,18 @@ def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
             "includes": f"a restarted server with its warm-up, {WARM_UP_WAIT_S:g} s after it answers a link to an "
             f"episode whose scene an earlier server converted ({WATCH_S:g} s on its page; not the warm-up's scene), "
             "navigated from a settled window -> its first picture drawn, its poses made on the way"}
+
+
+NEXT_DWELL_S = 8.0  # next_shipped: each episode watched this long after its page settled
+
+
+def next_shipped(b, code: Path) -> dict:
+    """The worst SBU episode's page on a fresh server with empty caches, `WARM_UP_WAIT_S` after
+    it answers, then n six times, each after the page settled and `NEXT_DWELL_S` of watching."""
+    with fresh_caches() as env, dashboard_server(code, b.demo, _as_shipped(env)) as srv:
+        srv.wait_healthy()
+        time.sleep(WARM_UP_WAIT_S)
+        got = next_in_page(b, f"{srv.url}/detail", dwell_s=NEXT_DWELL_S)
+    return {"value_s": None, **got, "includes": "fresh server with empty caches and its warm-up, the worst SBU "
+            f"episode's page, then n six times, each after the page settled and {NEXT_DWELL_S:g} s of watching: key "
+            "-> the next episode's first picture (same scene: its poses fetched; new scene: its web scene too)"}
