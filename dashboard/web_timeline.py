@@ -105,11 +105,13 @@ def open_neighbours(c, eids, mode: str) -> None:
     ahead of the user, while the server is quiet (`dashboard.ahead`): their poses where their
     web scene is converted (`web_files.poses_if_converted`) and their robustness traces and
     chart in `mode` ("margin" or "raw", the page's), so that opening one finds them made
-    (docs/benchmarks.md, "another episode"). Once per list of neighbours and session; nobody
-    waits for it."""
-    from dashboard import ahead
+    (docs/benchmarks.md, "another episode"). Their web scenes, where not on disk, are converted
+    ahead in a process at the lowest CPU priority (`convert_ahead.listed`), which runs on cores
+    the player leaves idle. Once per list of neighbours and session; nobody waits for it."""
+    from dashboard import ahead, convert_ahead
 
     eids = tuple(e for e in eids if e is not None)
+    convert_ahead.listed(c, eids)  # looks once per server at each list; again if another was converting
     if not eids or st.session_state.get("_neighbours_opened") == (c.key, c.items, eids, mode):
         return
     st.session_state["_neighbours_opened"] = (c.key, c.items, eids, mode)

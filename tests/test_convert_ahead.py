@@ -235,3 +235,26 @@ def test_a_scene_the_server_converts_leaves_its_pose_model_on_disk_once_quiet(tm
 
     monkeypatch.setattr(scene_models, "_compile", no_compile)
     assert scene_models.pose_model(_demo_record(eid)).nbody > 1
+
+
+def test_the_detail_pages_neighbours_are_listed_once_its_picture_is_drawn(tmp_path, scene_cache, monkeypatch):
+    """The detail page hands the episodes n / p open next to `convert_ahead.listed` (their
+    scenes converted ahead where not on disk) once its first picture is drawn, not before."""
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import convert_ahead as CA
+    from dashboard.web_timeline import DRAWN_KEY
+
+    calls = []
+    monkeypatch.setattr(CA, "listed", lambda c, eids: calls.append(tuple(eids)))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr("sys.argv", ["app.py", "--store", str(DEMO)])
+    eid = _two_scenes()[0]
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    at.query_params["page"], at.query_params["ep"] = "detail", eid
+    at.run()
+    assert not at.exception and calls == []  # the tables wait for the player's first picture: nothing ahead yet
+    at.session_state[DRAWN_KEY] = at.session_state["_timeline_tag"]  # what the player's value "drawn" sets
+    at.run()
+    assert not at.exception and calls, "no neighbours listed once the picture was drawn"
+    assert all(len(eids) == 2 and eid not in eids for eids in calls)
