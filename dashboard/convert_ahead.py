@@ -2,7 +2,8 @@
 anyone asks, in a process of their own at the lowest CPU priority.
 
 The Overview lists the worst successful-but-unsafe episodes and the Episodes page its table's
-first rows, and a researcher opens those first. Converting a never-opened LIBERO scene's web
+first rows, and a researcher opens those first; the detail page's n / p open its neighbours
+(`web_timeline.open_neighbours`). Converting a never-opened LIBERO scene's web
 scene (MuJoCo's compile, the textures' decoding, `replay.render.web_scene`) is about 2 CPU-s,
 most of a first picture's wait (docs/benchmarks.md). Done in the server, it would take the
 cores, and Python's GIL, from the page the user is reading (`web_files.poses_if_converted`
