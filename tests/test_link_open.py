@@ -268,9 +268,9 @@ def test_a_scenes_assets_loaded_at_start_spare_the_first_conversion_reading_them
     """`link_open.load_a_scenes_assets` (queued by the server's warm-up) loads the meshes and
     textures of the store's first replayable episode's scene into MuJoCo's asset cache (within
     its cap) and the texture cache, keeping no model (its web scene written), so the first
-    conversion of another scene in the process reads the files the two share no more: a LIBERO scene's web model read 91 MB
-    of files alone, 45 MB after another's assets were loaded. Fresh interpreters: MuJoCo's
-    cache is the process's."""
+    conversion of another scene in the process reads the files the two share no more: a LIBERO
+    scene's web model read 91 MB of files alone, 45 MB after another's assets were loaded.
+    Fresh interpreters: MuJoCo's cache is the process's."""
     import json
     import os
     import subprocess
@@ -282,7 +282,8 @@ def test_a_scenes_assets_loaded_at_start_spare_the_first_conversion_reading_them
     eps = pd.read_parquet(Path(store) / "episodes.parquet")
     replayable = [e for e in eps.loc[eps["trajectory"].notna(), "episode_id"] if linked_record(e, store) is not None]
     first = replayable[0]
-    other = next(e for e in replayable if scene_name(linked_record(e, store)) != scene_name(linked_record(first, store)))
+    scene_of = lambda eid: scene_name(linked_record(eid, store))  # noqa: E731
+    other = next(e for e in replayable if scene_of(e) != scene_of(first))
     got = {}
     for load in (True, False):
         env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT),

@@ -1,8 +1,8 @@
 """A mesh's simplification for the browser (replay/render/web_scene.py), and the meshes it
 made, kept by their source arrays.
 
-Every LIBERO scene has the robot's meshes (its links, gripper and pedestal): 0.2 s of a scene's
-0.4 s of simplification (2026-11-28). A scene converted after another in the same process (the
+Every LIBERO scene has the robot's meshes (its links, gripper and pedestal): their
+simplification was 0.2 s of a scene's 0.4 s web scene (`web_scene.scene_blob`, 2026-11-28). A scene converted after another in the same process (the
 next scene a user opens, the server's start-up load, dashboard/convert_ahead.py) finds them here.
 """
 
