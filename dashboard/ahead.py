@@ -8,7 +8,8 @@ still queued when the process exits are dropped. The thread keeps the normal CPU
 thread at a lower one that holds Python's GIL when the browser's drawing takes the cores is
 not scheduled to give it back, and every other thread of the server waits meanwhile.
 Work worth less than any other (`after_the_rest`: the server start's load of a scene's
-assets) waits on a thread of its own until none is queued or running.
+assets) waits on a thread of its own until no other is queued, running, or running in a process
+of its own (`process_started`: dashboard/convert_ahead.py's conversions).
 """
 
 from __future__ import annotations
@@ -93,21 +94,30 @@ def submit(fn, *args) -> Future:
 
 
 IDLE_S = 3.0  # `after_the_rest`: longer than QUIET_S, so work queued meanwhile starts first
+_processes: list = []  # processes doing work ahead (`process_started`), under _lock
 
 
-def after_the_rest(fn, *args, busy=lambda: False) -> Future:
-    """Runs `fn(*args)` on a thread of its own once the server has been quiet for `IDLE_S`, no
-    work ahead is queued or running and `busy()` is false (other work of the server's own, such
-    as a conversion process): a head start worth less than any other, which must not delay
-    them (errors are dropped). Polled every `POLL_S`."""
+def process_started(proc) -> None:
+    """A process doing work ahead of the user (a `subprocess.Popen`: dashboard/convert_ahead.py's
+    conversions); `after_the_rest` waits while it runs."""
+    with _lock:
+        _processes[:] = [p for p in _processes if p.poll() is None] + [proc]
+
+
+def idle(quiet_s: float = IDLE_S) -> bool:
+    """`quiet(quiet_s)`, and no work ahead queued, running or in a process of its own."""
+    with _lock:
+        others = _state["ahead"] or any(p.poll() is None for p in _processes)
+    return not others and quiet(quiet_s)
+
+
+def after_the_rest(fn, *args) -> Future:
+    """Runs `fn(*args)` on a thread of its own once the server is `idle`: a head start worth
+    less than any other, which must not delay them (errors are dropped). Polled every `POLL_S`."""
     fut: Future = Future()
 
     def wait_then_run() -> None:
-        while True:
-            with _lock:
-                others = _state["ahead"]
-            if not others and quiet(IDLE_S) and not busy():
-                break
+        while not idle():
             time.sleep(POLL_S)
         _run(fut, fn, args)
 

@@ -56,18 +56,14 @@ def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
         if key in _state["lists"] or (running is not None and running.poll() is None):
             return None
         _state["lists"].add(key)
-        _state["proc"] = subprocess.Popen(
+        proc = _state["proc"] = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--parent", str(os.getpid()), str(folder), str(store),
              *eids],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
-        return _state["proc"]
+    from dashboard import ahead
 
-
-def converting() -> bool:
-    """Whether a conversion process this server started is running."""
-    with _lock:
-        running = _state["proc"]
-    return running is not None and running.poll() is None
+    ahead.process_started(proc)  # the server's least worthy work waits for it
+    return proc
 
 
 def listed(c, eids):

@@ -120,10 +120,10 @@ def warm_server() -> Future | None:
     then 0.9 s more on scipy.special and Streamlit's REPL check (2026-11-27, a177f7a). A
     page or link arriving meanwhile waits on the same store load
     (`stores.load_store_at_request`) and the same module locks, never on a second copy. Then,
-    once the server is idle (no other work ahead, no conversion process), a scene's meshes and
-    textures are loaded for the first conversion (`load_a_scenes_assets`); returned is that
-    load (whether it found a scene).
-    Nothing when $SAFEVLA_NO_PREWARM is set (the cold server the benchmarks and tests measure)."""
+    once the server is idle (`ahead.idle`: no other work ahead, no conversion process), a
+    scene's meshes and textures are loaded for the first conversion (`load_a_scenes_assets`);
+    returned is that load (whether it found a scene). Nothing when $SAFEVLA_NO_PREWARM is set
+    (the cold server the benchmarks and tests measure)."""
     import importlib
 
     if os.environ.get("SAFEVLA_NO_PREWARM"):
@@ -143,11 +143,7 @@ def warm_server() -> Future | None:
         except Exception:  # noqa: BLE001 - the page imports it again and reports
             logging.getLogger(__name__).debug("importing %s at start failed", name, exc_info=True)
     _index_module_files()
-    if store is None:
-        return None
-    from dashboard import convert_ahead
-
-    return ahead.after_the_rest(load_a_scenes_assets, store, busy=convert_ahead.converting)
+    return None if store is None else ahead.after_the_rest(load_a_scenes_assets, store)
 
 
 def _index_module_files() -> None:

@@ -45,20 +45,26 @@ def test_work_ahead_waits_for_a_quiet_server(quick):
     assert ahead.submit(job, "b").result(timeout=10) == "b"
 
 
-def test_the_least_worthy_work_waits_for_every_other_job_and_until_not_busy(quick, monkeypatch):
+def test_the_least_worthy_work_waits_for_every_other_job_and_process_ahead(quick, monkeypatch):
+    import subprocess
     import threading
 
     monkeypatch.setattr(ahead, "IDLE_S", 0.5)
-    busy, order, release = [True], [], threading.Event()
-    first = ahead.submit(lambda: release.wait(10) and order.append("ahead"))
-    last = ahead.after_the_rest(order.append, "last", busy=lambda: busy[0])
-    time.sleep(1.0)
-    assert order == [] and not last.done()  # a job ahead is running
-    release.set()
-    first.result(timeout=10)
-    time.sleep(1.0)
-    assert order == ["ahead"] and not last.done()  # busy
-    busy[0] = False
+    monkeypatch.setattr(ahead, "_processes", [])
+    order, release = [], threading.Event()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        ahead.process_started(proc)  # a conversion process, as dashboard/convert_ahead.py starts one
+        first = ahead.submit(lambda: release.wait(10) and order.append("ahead"))
+        last = ahead.after_the_rest(order.append, "last")
+        time.sleep(1.0)
+        assert order == [] and not last.done()  # a job ahead is running
+        release.set()
+        first.result(timeout=10)
+        time.sleep(1.0)
+        assert order == ["ahead"] and not last.done()  # the process still runs
+    finally:
+        proc.communicate(b"", timeout=30)
     last.result(timeout=10)
     assert order == ["ahead", "last"]
 
