@@ -66,14 +66,14 @@ def start(store: str | Path, eids, folder: Path) -> subprocess.Popen | None:
     return proc
 
 
-def listed(c, eids):
+def listed(c, eids, then=None):
     """After a page drew a list of episodes (`eids`, first rows first: the Overview's worst
     unsafe successes, the Episodes table): their web scenes converted ahead where this
     session's player draws them (WebGL, replay available), once the server is quiet
     (`dashboard.ahead`: the page drawn, the user reading it), so that the process's start does
     not slow the page's own drawing, and only if one of those scenes is not on disk yet
-    (`_start_if_missing`). A Future, or None when there is nothing to do. `c`: the run context
-    (`dashboard.common.Ctx`)."""
+    (`_start_if_missing`); `then()` is queued as work ahead once that process has ended. A
+    Future, or None when there is nothing to do. `c`: the run context (`dashboard.common.Ctx`)."""
     from dashboard import ahead, cached
     from dashboard.web_files import uses_frames, web_dir
 
@@ -88,10 +88,10 @@ def listed(c, eids):
         if key in _state["looked_at"]:  # every rerun of the page lists them again
             return None
         _state["looked_at"].add(key)
-    return ahead.submit(_start_if_missing, c, eids, folder)
+    return ahead.submit(_start_if_missing, c, eids, folder, then)
 
 
-def _start_if_missing(c, eids: list[str], folder: Path) -> subprocess.Popen | None:
+def _start_if_missing(c, eids: list[str], folder: Path, then=None) -> subprocess.Popen | None:
     """On the ahead thread, off the page's run: `start` unless the scenes it would convert are
     on disk already (the records are the pages' own, `cached.replay_record`: read once per
     server; an episode without a trajectory or replay state is passed over, as the converter
@@ -103,8 +103,22 @@ def _start_if_missing(c, eids: list[str], folder: Path) -> subprocess.Popen | No
         return None if i is None or c.data.missing_trajectory[i] else cached.replay_record(c.data, i)
 
     if any(not (folder / f"{name}.bin").is_file() for _, name in _first_scenes(eids, record)):
-        return _start_or_look_again(c.data.path, eids, folder)
+        proc = _start_or_look_again(c.data.path, eids, folder)
+        if proc is not None and then is not None:
+            _after(proc, then)
+        return proc
     return None
+
+
+def _after(proc: subprocess.Popen, then) -> None:
+    """Queues `then()` as work ahead once `proc` has ended (waited for on a thread of its own)."""
+    from dashboard import ahead
+
+    def wait() -> None:
+        proc.wait()
+        ahead.submit(then)
+
+    threading.Thread(target=wait, name="safevla-convert-ahead-then", daemon=True).start()
 
 
 def _start_or_look_again(store, eids: list[str], folder: Path) -> subprocess.Popen | None:

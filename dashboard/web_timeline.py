@@ -107,18 +107,18 @@ def open_neighbours(c, eids, mode: str) -> None:
     chart in `mode` ("margin" or "raw", the page's), so that opening one finds them made
     (docs/benchmarks.md, "another episode"). Their web scenes, where not on disk, are converted
     ahead in a process at the lowest CPU priority (`convert_ahead.listed`), which runs on cores
-    the player leaves idle. Once per list of neighbours and session; nobody waits for it."""
+    the player leaves idle, and their poses made once it has ended. Once per list of neighbours
+    and session; nobody waits for it."""
     from dashboard import ahead, convert_ahead
 
     eids = tuple(e for e in eids if e is not None)
-    convert_ahead.listed(c, eids)  # looks once per server at each list; again if another was converting
+    rows = [i for i in map(c.data.index_of, eids) if i is not None and not c.data.missing_trajectory[i]]
+    # looks once per server at each list (again if another list was converting)
+    convert_ahead.listed(c, eids, then=lambda: [_poses_ahead(c, i) for i in rows])
     if not eids or st.session_state.get("_neighbours_opened") == (c.key, c.items, eids, mode):
         return
     st.session_state["_neighbours_opened"] = (c.key, c.items, eids, mode)
-    for eid in eids:
-        i = c.data.index_of(eid)
-        if i is None or c.data.missing_trajectory[i]:
-            continue
+    for i in rows:
         if not uses_frames() and cached.replay_status()[0]:
             ahead.submit(_poses_ahead, c, i)
         ahead.submit(_chart, c, i, mode)

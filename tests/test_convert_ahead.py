@@ -190,8 +190,14 @@ def test_nothing_started_when_the_listed_scenes_are_on_disk_or_have_no_replay(tm
     ids = plain.data.episodes["episode_id"].tolist()
     assert CA._start_if_missing(plain, ids, tmp_path / "web") is None
     (tmp_path / "empty").mkdir()
-    proc = CA._start_if_missing(demo, eids, tmp_path / "empty")  # not on disk there: started
+    done = []
+    proc = CA._start_if_missing(demo, eids, tmp_path / "empty", lambda: done.append(proc.poll()))  # started
     assert proc is not None and proc.wait(timeout=120) == 0
+    deadline = time.monotonic() + 60
+    while not done:  # `then`, queued as work ahead once the process ended
+        assert time.monotonic() < deadline, "then() never ran after the process"
+        time.sleep(0.1)
+    assert done == [0]
 
 
 def test_a_list_refused_while_another_converts_is_looked_at_again(tmp_path, monkeypatch):
@@ -246,7 +252,7 @@ def test_the_detail_pages_neighbours_are_listed_once_its_picture_is_drawn(tmp_pa
     from dashboard.web_timeline import DRAWN_KEY
 
     calls = []
-    monkeypatch.setattr(CA, "listed", lambda c, eids: calls.append(tuple(eids)))
+    monkeypatch.setattr(CA, "listed", lambda c, eids, then=None: calls.append(tuple(eids)))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr("sys.argv", ["app.py", "--store", str(DEMO)])
     eid = _two_scenes()[0]
