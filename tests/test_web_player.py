@@ -306,9 +306,20 @@ def test_n_opens_the_next_episode_in_the_same_player_with_web_files_cached_for_g
     contexts = WEBGL_CONTEXTS % TIMELINE_IFRAME
     made = pg.evaluate(contexts)
     was, draws = timeline_attr(pg, "data-episode"), timeline_attr(pg, "data-draw-ms")
+    # what comes first for the next episode: its picture, or its chart embedded anew in the chart's box
+    pg.evaluate("""(s) => { const d = document.querySelector(s).contentDocument, w = d.defaultView;
+        const r = d.querySelector('#timeline'), was = r.dataset.episode, order = w.__order = [];
+        const note = (what) => { if (!order.includes(what)) order.push(what); };
+        new w.MutationObserver(() => { if (r.dataset.episode !== was) note('drawn'); })
+            .observe(r, { attributes: true, attributeFilter: ['data-draw-ms'] });
+        new w.MutationObserver(() => note('chart')).observe(d.getElementById('chart'), { childList: true }); }""",
+                TIMELINE_IFRAME)
     pg.evaluate("""(s) => { const d = document.querySelector(s).contentDocument;
         d.dispatchEvent(new d.defaultView.KeyboardEvent('keydown', { key: 'n', bubbles: true })); }""", TIMELINE_IFRAME)
     wait_timeline(pg, f"r.dataset.episode !== {was!r} && r.dataset.renderer === 'webgl'", timeout=90)
+    wait_timeline(pg, "r.ownerDocument.defaultView.__order.length === 2", timeout=60)
+    # the chart's parse held the poses and the picture back when it came first
+    assert pg.evaluate("(s) => document.querySelector(s).contentWindow.__order", TIMELINE_IFRAME) == ["drawn", "chart"]
     pg.wait_for_function(f"() => ({ep_now})() !== {picked!r}", timeout=60_000)  # the page's link names it
     assert pg.evaluate("(s) => window.__frame === document.querySelector(s)", TIMELINE_IFRAME)  # the same player
     # no new WebGL context for the next episode: Chromium loses a page's oldest past 16 (the player's)

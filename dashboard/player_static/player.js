@@ -49,7 +49,7 @@ const S = {
   cursorBusy: false, cursorWanted: null, chartWidth: 0, loads: [], emitTimer: null, pending: null,
   lastSeq: null, lastMove: null, answers: null, queued: [], askedFirst: null, chartTimer: null,
   web: null, webState: "off", sceneView: null, sceneUrl: null, ep: null, viewName: null, saidNoWebgl: false,
-  saidDrawn: null, lost: false, renewTimer: null,
+  saidDrawn: null, lost: false, renewTimer: null, drawnWaits: [],
 };
 
 function send(type, data) {
@@ -168,9 +168,24 @@ async function embedChart() {
   setHeight();
 }
 
+// An episode's chart is embedded once its first picture is drawn: vega-embed's parse of the
+// spec is synchronous work that, run at once on n, held back the poses' arrival and the picture.
+function episodeShown() {
+  const waits = S.drawnWaits;
+  S.drawnWaits = [];
+  waits.forEach((w) => { if (w.episode === S.episode) w.resolve(); });  // an older episode's: its timeout
+}
+function episodeDrawn(episode) {
+  return new Promise((resolve) => {
+    S.drawnWaits.push({ episode, resolve });
+    setTimeout(resolve, CHART_WAIT_MS);  // nor wait long for a slow picture
+  });
+}
+
 // ---------------------------------------------------------------- frames
 img.addEventListener("load", () => {
   openChartGate();  // the first frame is drawn: the chart's turn
+  episodeShown();
   const now = performance.now();
   S.loads.push(now);
   while (S.loads.length && now - S.loads[0] > 2000) S.loads.shift();
@@ -209,6 +224,7 @@ function onDraw(step, ms) {
   }
   if (S.saidDrawn !== S.episode) {  // once per episode: the page's tables follow the first picture
     S.saidDrawn = S.episode;
+    episodeShown();
     setTimeout(() => emit("drawn"), 0);
   }
   const now = performance.now();
@@ -556,7 +572,7 @@ window.addEventListener("message", (event) => {
     const memo = recalled(a.episode);
     S.step = memo ? memo.step : a.step;
     show(S.step);  // the frame first (it opens the chart's gate once drawn), then the chart
-    embedChart().catch((e) => console.error(e)).then(() => {  // frames and keys even without a chart
+    episodeDrawn(a.episode).then(embedChart).catch((e) => console.error(e)).then(() => {  // frames and keys even without a chart
       show(S.step);
       if (memo && memo.pending) emit(memo.pending);  // the old iframe's value never left it
       else if (unanswered(memo)) emit(memo.moved.event);
