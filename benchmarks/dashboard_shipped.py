@@ -70,16 +70,14 @@ def _as_shipped(env: dict) -> dict:
 
 
 def _unwarmed_episode(store: Path) -> tuple[str, str]:
-    """The worst SBU episode whose scene is not that of the store's first episode with a
-    trajectory (whose assets the warm-up loads), and that first episode."""
-    import pandas as pd
-
-    from dashboard.link_open import linked_record
+    """The worst SBU episode whose scene is not the one whose assets the warm-up loads
+    (`link_open.first_replayable_episode`), and the warm-up's episode."""
+    from dashboard.link_open import first_replayable_episode, linked_record
     from dashboard.web_files import scene_name
 
-    eps, scene_of = pd.read_parquet(store / "episodes.parquet"), lambda e: scene_name(linked_record(e, str(store)))
-    warmed = next(e for e in eps.loc[eps["trajectory"].notna(), "episode_id"] if linked_record(e, str(store)))
-    return next(e for e in _sbu_by_scene(store, 8) if scene_of(e) != scene_of(warmed)), warmed
+    warmed, warmed_record = first_replayable_episode(str(store))
+    return next(e for e in _sbu_by_scene(store, 8)
+                if scene_name(linked_record(e, str(store))) != scene_name(warmed_record)), warmed
 
 
 def link_converted(b, code: Path, rounds: int = 3) -> dict:

@@ -187,6 +187,19 @@ def load_a_scenes_assets(store: str) -> bool:
 
 
 def _load_first_scenes_assets(store: str) -> bool:
+    found = first_replayable_episode(store)
+    if found is None:
+        return False
+    from dashboard.web_files import load_scene_assets
+
+    load_scene_assets(found[1])
+    return True
+
+
+def first_replayable_episode(store: str) -> tuple[str, object] | None:
+    """(episode id, record) of the first of `store`'s episodes with a trajectory whose record
+    has replay state (`linked_record`), among its first `SCENES_TRIED` with a trajectory; None
+    if none. The scene whose assets the server's start loads (`load_a_scenes_assets`)."""
     import pyarrow.parquet as pq
 
     table = pq.ParquetFile(os.path.join(store, "episodes.parquet")).read(columns=["episode_id", "trajectory"])
@@ -199,11 +212,8 @@ def _load_first_scenes_assets(store: str) -> bool:
             logging.getLogger(__name__).debug("reading episode %r for its scene's assets failed", eid, exc_info=True)
             continue
         if rec is not None:
-            from dashboard.web_files import load_scene_assets
-
-            load_scene_assets(rec)
-            return True
-    return False
+            return eid, rec
+    return None
 
 
 def _open_quietly(eid: str, store: str | None) -> None:
