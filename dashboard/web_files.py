@@ -191,11 +191,12 @@ def _poses(record, violations, folder: Path, scene: str, *, wait: bool = True) -
 def _give_back_memory() -> None:
     """Returns the heap a conversion freed to the system (glibc keeps it otherwise): a LIBERO
     scene's model and its conversion's arrays are 0.6 GB at their peak, of which the server
-    kept 0.7 GB resident after four conversions, 0.43 GB after this (2026-11-27)."""
+    kept 0.7 GB resident after four conversions, 0.43 GB after this (2026-11-27). What they
+    free goes by reference counts, not the cycle collector: a full `gc.collect()` here held the
+    GIL 0.1-0.5 s, the page's run and the frontend's files waiting on it, and gave back nothing
+    more (docs/benchmarks.md, 2026-12-01). `malloc_trim` lets the GIL go (ctypes)."""
     import ctypes
-    import gc
 
-    gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to give back this way
