@@ -19,8 +19,10 @@ import streamlit as st
 
 RENDERER_KEY = "_player_renderer"  # "frames" once the browser said it has no WebGL
 # Where Streamlit serves the files (the component "safevla_timeline" of dashboard/player.py)
-WEB_PATH = "/component/dashboard.player.safevla_timeline/web/"
+PLAYER_PATH = "/component/dashboard.player.safevla_timeline/"
+WEB_PATH = f"{PLAYER_PATH}web/"
 FOREVER = b"public, max-age=31536000, immutable"
+REVALIDATE = b"no-cache"  # the player's code: kept by the browser, asked for again with its ETag
 CONVERSION_POLL_S = 0.01  # how often a request for a scene being converted looks again
 # one conversion at a time (each holds a scene's model), on a thread of its own, so a page can
 # send its player while the scene it draws is converted
@@ -270,14 +272,22 @@ def uses_frames() -> bool:
 
 
 class CachedWebFiles:
-    """ASGI middleware (dashboard/server.py): the web scenes and poses as a browser should get
-    them. Their names change with their content (`scene_name`, `_episode_name`), so they are
-    cached for good (a new tab reads them from the browser's cache, 0.15 s earlier for a
-    LIBERO scene), and sent as they are, not gzipped on every request (a scene is mostly PNG
-    textures and vertex arrays: 4.6 MB gzipped to 3.7 MB in 0.1 s of the server's time).
-    Streamlit's component route still serves them, with its own path checks. A request for a
-    web scene being converted is answered once it is written (a page sends its player while
-    the scene converts, `web_files(wait=False)`), or not found if its conversion failed."""
+    """ASGI middleware (dashboard/server.py): the player's files as a browser should get them.
+    Streamlit's component route still serves them all, with its own path checks.
+
+    The web scenes and poses: their names change with their content (`scene_name`,
+    `_episode_name`), so they are cached for good (a new tab reads them from the browser's
+    cache, 0.15 s earlier for a LIBERO scene), and sent as they are, not gzipped on every
+    request (a scene is mostly PNG textures and vertex arrays: 4.6 MB gzipped to 3.7 MB in 0.1 s
+    of the server's time). A request for a web scene being converted is answered once it is
+    written (a page sends its player while the scene converts, `web_files(wait=False)`), or not
+    found if its conversion failed.
+
+    The player's own HTML and JavaScript (three.js, the vega bundle): sent as they are too, as
+    Streamlit sends its own frontend's bundles (gzip at level 9 on every request was 0.14 s of
+    the server's CPU per page, 3 MB to 0.7 MB, while the browser loads the page on the same
+    cores), with an ETag of their content: the route gives them no validator, so a browser
+    fetched them whole for every page; now it asks, and gets "not modified" (`_revalidated`)."""
 
     def __init__(self, app):
         self.app = app
@@ -287,6 +297,9 @@ class CachedWebFiles:
         import asyncio
 
         path = scope.get("path", "") if scope["type"] == "http" else ""
+        if PLAYER_PATH in path and WEB_PATH not in path and scope.get("method") == "GET":
+            await _revalidated(self.app, scope, receive, send)
+            return
         if WEB_PATH not in path or not path.endswith(".bin"):
             await self.app(scope, receive, send)
             return
@@ -303,3 +316,42 @@ class CachedWebFiles:
             await send(message)
 
         await self.app(scope, receive, send_cached)
+
+
+async def _revalidated(app, scope, receive, send) -> None:
+    """`app`'s answer to a request for one of the player's files, not gzipped, with an ETag (a
+    digest of its content) and "no-cache"; "304 Not Modified" with no body when the request's
+    If-None-Match names that ETag. Any answer but a 200 is passed on as it came."""
+    headers = scope.get("headers", [])
+    asked = b",".join(v for k, v in headers if k.lower() == b"if-none-match")
+    scope = {**scope, "headers": [(k, v) for k, v in headers if k.lower() not in (b"accept-encoding", b"if-none-match")]}
+    start: dict = {}
+    body: list[bytes] = []
+
+    async def hold(message):
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            body.append(message.get("body", b""))
+            if not message.get("more_body") and start:
+                await _answer(send, start, b"".join(body), asked)
+        else:
+            await send(message)
+
+    await app(scope, receive, hold)
+
+
+async def _answer(send, start: dict, content: bytes, asked: bytes) -> None:
+    if start.get("status") != 200:
+        await send(start)
+        await send({"type": "http.response.body", "body": content})
+        return
+    etag = b'"%s"' % hashlib.blake2b(content, digest_size=16).hexdigest().encode()
+    kept = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"cache-control", b"etag")]
+    if etag in (t.strip().removeprefix(b"W/") for t in asked.split(b",")):
+        await send({"type": "http.response.start", "status": 304,
+                    "headers": [(b"etag", etag), (b"cache-control", REVALIDATE)]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await send({**start, "headers": [*kept, (b"etag", etag), (b"cache-control", REVALIDATE)]})
+    await send({"type": "http.response.body", "body": content})

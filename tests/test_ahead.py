@@ -110,32 +110,49 @@ def test_a_neighbours_poses_are_made_ahead_only_where_its_scene_is_converted(tmp
 def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched():
     """`CachedWebFiles` in front of an ASGI app that gzips when asked and says "public": a web
     scene or poses file comes back as the app sent it without gzip, with an immutable cache
-    header; any other path keeps its request and response headers."""
+    header; the player's code without gzip, with an ETag of its content and "no-cache", and a
+    request naming that ETag gets "304 Not Modified" with no body, until the file changes; an
+    answer other than 200 and any path outside the player keep their headers."""
     import asyncio
 
-    from dashboard.web_files import FOREVER, WEB_PATH, CachedWebFiles
+    from dashboard.web_files import FOREVER, PLAYER_PATH, REVALIDATE, WEB_PATH, CachedWebFiles
+
+    served = {"body": b"const three = 1;", "status": 200}
 
     async def inner(scope, receive, send):
         gz = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
-        await send({"type": "http.response.start", "status": 200,
+        await send({"type": "http.response.start", "status": served["status"],
                     "headers": [(b"cache-control", b"public")] + ([(b"content-encoding", b"gzip")] if gz else [])})
-        await send({"type": "http.response.body", "body": b"x"})
+        await send({"type": "http.response.body", "body": served["body"][:5], "more_body": True})
+        await send({"type": "http.response.body", "body": served["body"][5:]})
 
-    def get(path):
+    def get(path, *extra):
         sent = []
 
         async def send(message):
             sent.append(message)
 
-        scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"accept-encoding", b"gzip, br")]}
+        scope = {"type": "http", "method": "GET", "path": path,
+                 "headers": [(b"accept-encoding", b"gzip, br"), *extra]}
         asyncio.run(CachedWebFiles(inner)(scope, None, send))
-        return dict(sent[0]["headers"])
+        return sent[0]["status"], dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
 
-    scene = get(f"/app{WEB_PATH}scene-0123456789abcdef01234567-f1.bin")
-    assert scene == {b"cache-control": FOREVER}
-    other = get("/component/dashboard.player.safevla_timeline/player.js")
-    assert other == {b"cache-control": b"public", b"content-encoding": b"gzip"}
-
+    assert get(f"/app{WEB_PATH}scene-0123456789abcdef01234567-f1.bin")[1] == {b"cache-control": FOREVER}
+    code = f"/app{PLAYER_PATH}vendor/three.core.js"
+    status, headers, body = get(code)
+    etag = headers.pop(b"etag")
+    assert (status, headers, body) == (200, {b"cache-control": REVALIDATE}, served["body"])
+    assert get(code, (b"if-none-match", etag)) == (304, {b"etag": etag, b"cache-control": REVALIDATE}, b"")
+    assert get(code, (b"if-none-match", b'W/"other", ' + etag))[0] == 304
+    assert get(code, (b"if-none-match", b'"other"'))[:3:2] == (200, served["body"])
+    served["body"] = b"const three = 2;"  # a new version of the file: sent whole, under another ETag
+    status, headers, body = get(code, (b"if-none-match", etag))
+    assert (status, body) == (200, served["body"]) and headers[b"etag"] not in (etag, None)
+    served["status"] = 404
+    assert get(code, (b"if-none-match", etag))[:2] == (404, {b"cache-control": b"public"})
+    served["status"] = 200
+    other = get("/static/js/index.js")
+    assert other[:2] == (200, {b"cache-control": b"public", b"content-encoding": b"gzip"})
 
 def test_giving_a_conversions_memory_back_runs_no_full_collection():
     """`_give_back_memory` trims the heap without a full `gc.collect()`: that held the GIL

@@ -290,7 +290,8 @@ def test_detail_page_draws_a_webgl_canvas_and_steps_without_fetching_frames(dash
 def test_n_opens_the_next_episode_in_the_same_player_with_web_files_cached_for_good(dashboard, webgl_page):
     """On the detail page, n in the player opens the next episode of the picker's list in the
     same frame (no new iframe, no second page load), drawn with WebGL; the web scene and poses
-    files came unzipped with an immutable cache header (their names change with their content)."""
+    files came unzipped with an immutable cache header (their names change with their content),
+    and the player's code unzipped with an ETag the server answers "not modified" to."""
     from dashboard_helpers import TIMELINE_IFRAME, timeline_attr, wait_timeline
 
     pg = webgl_page
@@ -335,6 +336,12 @@ def test_n_opens_the_next_episode_in_the_same_player_with_web_files_cached_for_g
     for url, headers in [(r.url, r.all_headers()) for r in responses if r.status == 200] + [(scene, fetched.headers)]:
         assert headers.get("cache-control") == "public, max-age=31536000, immutable", (url, headers)
         assert "content-encoding" not in headers, (url, headers)
+    # the player's code: not gzipped, with an ETag the server answers "not modified" to
+    three = scene.split("/web/")[0] + "/vendor/three.core.js"
+    code = pg.request.get(three, headers={"Accept-Encoding": "gzip"})
+    assert code.ok and "content-encoding" not in code.headers and code.headers.get("cache-control") == "no-cache"
+    again = pg.request.get(three, headers={"Accept-Encoding": "gzip", "If-None-Match": code.headers["etag"]})
+    assert again.status == 304 and again.body() == b""
 
 
 def test_a_webgl_context_the_browser_takes_away_is_drawn_again(dashboard, webgl_page):
