@@ -123,13 +123,19 @@ def settle(pg, requests: list, *, quiet_s: float = 1.0, timeout_s: float = 60.0)
     return round(time.perf_counter() - t0, 3)
 
 
-# Where the player's first picture went, in ms since the page's navigation: the player's frame
-# created, its files fetched (the web scene, the poses), the scene built, the picture drawn.
+# Where the player's first picture went, in ms since the page's navigation: the page's first
+# script run seen starting and ending (`browser_timing`'s record of the app's state), the
+# player's frame created, its files fetched (the web scene, the poses), the scene built, the
+# picture drawn.
 _BREAKDOWN = """(s) => { const f = document.querySelector(s), w = f.contentWindow, d = f.contentDocument;
     const o = w.performance.timeOrigin - performance.timeOrigin;
     const mark = (n) => { const e = w.performance.getEntriesByName(n)[0]; return e ? Math.round(o + e.startTime) : null; };
     const bins = w.performance.getEntriesByType('resource').filter((e) => e.name.endsWith('.bin'));
-    return { frame: Math.round(o), files_from: bins.length ? Math.round(o + Math.min(...bins.map((e) => e.startTime))) : null,
+    const runs = window.__sv ? window.__sv.runs : [], from = runs.findIndex((r) => r[1] === 'running');
+    const to = from < 0 ? -1 : runs.findIndex((r, k) => k > from && r[1] !== 'running');
+    return { run_from: from < 0 ? null : Math.round(runs[from][0]), run_to: to < 0 ? null : Math.round(runs[to][0]),
+             frame: Math.round(o),
+             files_from: bins.length ? Math.round(o + Math.min(...bins.map((e) => e.startTime))) : null,
              files: mark('web:files'), scene_built: mark('web:scene'),
              drawn: Math.round(o + Number(d.querySelector('#timeline').dataset.firstDraw)) }; }"""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dashboard_bench import PLAYER_IFRAME, dashboard_server, summary
 from dashboard_frames import WINDOW_SETTLE_S, _DRAWN, _first_frame, _sbu_by_scene
-from dashboard_player import _same_scene_episode, fresh_caches, next_in_page
+from dashboard_player import _same_scene_episode, first_draw_breakdown, fresh_caches, next_in_page
 
 
 READ_S = 4.0  # the Overview drawn, the user reads its list before choosing a row
@@ -105,9 +105,9 @@ def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
     with empty caches opens one episode of the scene (its web scene to disk, as an earlier run
     leaves it; not timed), its page open `WATCH_S`, and stops; a restarted server, `WARM_UP_WAIT_S` after it answers, is
     sent a link to another episode of that scene, from a settled window: seconds to its first
-    picture (its poses made on the way)."""
+    picture (its poses made on the way), and where each went (`first_draw_breakdown`)."""
     eid, warmed = _unwarmed_episode(b.demo)
-    other, times = _same_scene_episode(b.demo, eid), []
+    other, times, breakdowns = _same_scene_episode(b.demo, eid), [], []
     for _ in range(rounds):
         with fresh_caches() as env:
             with dashboard_server(code, b.demo, _as_shipped(env)) as srv:
@@ -118,9 +118,12 @@ def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
             with dashboard_server(code, b.demo, _as_shipped(env)) as srv:
                 srv.wait_healthy()
                 time.sleep(WARM_UP_WAIT_S)
-                times.append(_first_frame(b.browser, f"{srv.url}/detail?ep={other}", window="open"))
-    return {"value_s": round(statistics.median(times), 3), **summary(times), "episode": other,
-            "converted_by_opening": eid, "warm_up_scene_of": warmed,
+                got = _first_frame(b.browser, f"{srv.url}/detail?ep={other}", keep=True, window="open")
+                times.append(got["value_s"])
+                breakdowns.append(first_draw_breakdown(got["page"]))
+                got["page"].context.close()
+    return {"value_s": round(statistics.median(times), 3), **summary(times), "breakdowns_ms": breakdowns,
+            "episode": other, "converted_by_opening": eid, "warm_up_scene_of": warmed,
             "includes": f"a restarted server with its warm-up, {WARM_UP_WAIT_S:g} s after it answers a link to an "
             f"episode whose scene an earlier server converted ({WATCH_S:g} s on its page; not the warm-up's scene), "
             "navigated from a settled window -> its first picture drawn, its poses made on the way"}
