@@ -83,15 +83,19 @@ def _unwarmed_episode(store: Path) -> tuple[str, str]:
 def link_converted(b, code: Path, rounds: int = 3) -> dict:
     """A link to a never-opened scene on a server that has been up a while: each round a fresh
     server with empty caches, the link navigated `WARM_UP_WAIT_S` after the server answers, from
-    a settled window; seconds to the episode's first picture, its web scene converted on the way."""
+    a settled window; seconds to the episode's first picture, its web scene converted on the way,
+    and where each went (`first_draw_breakdown`)."""
     eid, warmed = _unwarmed_episode(b.demo)
-    times = []
+    times, breakdowns = [], []
     for _ in range(rounds):
         with fresh_caches() as env, dashboard_server(code, b.demo, _as_shipped(env)) as srv:
             srv.wait_healthy()
             time.sleep(WARM_UP_WAIT_S)
-            times.append(_first_frame(b.browser, f"{srv.url}/detail?ep={eid}", window="open"))
-    return {"value_s": round(statistics.median(times), 3), **summary(times), "episode": eid,
+            got = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}", keep=True, window="open")
+            times.append(got["value_s"])
+            breakdowns.append(first_draw_breakdown(got["page"]))
+            got["page"].context.close()
+    return {"value_s": round(statistics.median(times), 3), **summary(times), "breakdowns_ms": breakdowns, "episode": eid,
             "warm_up_scene_of": warmed, "includes": f"fresh server with empty caches and its warm-up, "
             f"{WARM_UP_WAIT_S:g} s after it answers a link to a scene never opened (not the warm-up's), navigated "
             "from a settled window -> its first picture drawn, the web scene converted on the way"}
