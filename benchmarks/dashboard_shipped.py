@@ -95,8 +95,8 @@ def link_converted(b, code: Path, rounds: int = 3) -> dict:
             times.append(got["value_s"])
             breakdowns.append(first_draw_breakdown(got["page"]))
             got["page"].context.close()
-    return {"value_s": round(statistics.median(times), 3), **summary(times), "breakdowns_ms": breakdowns, "episode": eid,
-            "warm_up_scene_of": warmed, "includes": f"fresh server with empty caches and its warm-up, "
+    return {"value_s": round(statistics.median(times), 3), **summary(times), "breakdowns_ms": breakdowns,
+            "episode": eid, "warm_up_scene_of": warmed, "includes": f"fresh server with empty caches and its warm-up, "
             f"{WARM_UP_WAIT_S:g} s after it answers a link to a scene never opened (not the warm-up's), navigated "
             "from a settled window -> its first picture drawn, the web scene converted on the way"}
 

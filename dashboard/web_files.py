@@ -324,7 +324,8 @@ async def _revalidated(app, scope, receive, send) -> None:
     If-None-Match names that ETag. Any answer but a 200 is passed on as it came."""
     headers = scope.get("headers", [])
     asked = b",".join(v for k, v in headers if k.lower() == b"if-none-match")
-    scope = {**scope, "headers": [(k, v) for k, v in headers if k.lower() not in (b"accept-encoding", b"if-none-match")]}
+    passed = [(k, v) for k, v in headers if k.lower() not in (b"accept-encoding", b"if-none-match")]
+    scope = {**scope, "headers": passed}
     start: dict = {}
     body: list[bytes] = []
 

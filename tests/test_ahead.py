@@ -154,6 +154,7 @@ def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched()
     other = get("/static/js/index.js")
     assert other[:2] == (200, {b"cache-control": b"public", b"content-encoding": b"gzip"})
 
+
 def test_giving_a_conversions_memory_back_runs_no_full_collection():
     """`_give_back_memory` trims the heap without a full `gc.collect()`: that held the GIL
     0.1-0.5 s in a server (the page's run and the frontend's files waited) and freed nothing
