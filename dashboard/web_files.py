@@ -307,12 +307,12 @@ class CachedWebFiles:
             converted = web_dir() / path.rsplit("/", 1)[-1]  # only looked up among the conversions under way
             while converting(converted) and not converted.is_file():  # written whole (a rename): served at once
                 await asyncio.sleep(CONVERSION_POLL_S)
-        scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"accept-encoding"]}
+        scope = {**scope, "headers": _without(scope.get("headers", []), b"accept-encoding")}
 
         async def send_cached(message):
             if message["type"] == "http.response.start" and message.get("status") == 200:
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"cache-control"]
-                message = {**message, "headers": [*headers, (b"cache-control", FOREVER)]}
+                message = {**message, "headers": [*_without(message.get("headers", []), b"cache-control"),
+                                                  (b"cache-control", FOREVER)]}
             await send(message)
 
         await self.app(scope, receive, send_cached)
@@ -324,8 +324,7 @@ async def _revalidated(app, scope, receive, send) -> None:
     If-None-Match names that ETag. Any answer but a 200 is passed on as it came."""
     headers = scope.get("headers", [])
     asked = b",".join(v for k, v in headers if k.lower() == b"if-none-match")
-    passed = [(k, v) for k, v in headers if k.lower() not in (b"accept-encoding", b"if-none-match")]
-    scope = {**scope, "headers": passed}
+    scope = {**scope, "headers": _without(headers, b"accept-encoding", b"if-none-match")}
     start: dict = {}
     body: list[bytes] = []
 
@@ -348,7 +347,7 @@ async def _answer(send, start: dict, content: bytes, asked: bytes) -> None:
         await send({"type": "http.response.body", "body": content})
         return
     etag = b'"%s"' % hashlib.blake2b(content, digest_size=16).hexdigest().encode()
-    kept = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"cache-control", b"etag")]
+    kept = _without(start.get("headers", []), b"cache-control", b"etag")
     if etag in (t.strip().removeprefix(b"W/") for t in asked.split(b",")):
         await send({"type": "http.response.start", "status": 304,
                     "headers": [(b"etag", etag), (b"cache-control", REVALIDATE)]})
@@ -356,3 +355,8 @@ async def _answer(send, start: dict, content: bytes, asked: bytes) -> None:
         return
     await send({**start, "headers": [*kept, (b"etag", etag), (b"cache-control", REVALIDATE)]})
     await send({"type": "http.response.body", "body": content})
+
+
+def _without(headers, *names: bytes) -> list:
+    """ASGI `headers` ((name, value) pairs) without those named `names` (lower case)."""
+    return [(k, v) for k, v in headers if k.lower() not in names]
