@@ -80,6 +80,16 @@ def _unwarmed_episode(store: Path) -> tuple[str, str]:
                 if scene_name(linked_record(e, str(store))) != scene_name(warmed_record)), warmed
 
 
+def _first_picture_taken_apart(b, url: str) -> tuple[float, dict]:
+    """Seconds from navigating to `url` in a new session, from a settled window, to the player's
+    first picture, and where they went (`first_draw_breakdown`)."""
+    got = _first_frame(b.browser, url, keep=True, window="open")
+    try:
+        return got["value_s"], first_draw_breakdown(got["page"])
+    finally:
+        got["page"].context.close()
+
+
 def link_converted(b, code: Path, rounds: int = 3) -> dict:
     """A link to a never-opened scene on a server that has been up a while: each round a fresh
     server with empty caches, the link navigated `WARM_UP_WAIT_S` after the server answers, from
@@ -91,10 +101,9 @@ def link_converted(b, code: Path, rounds: int = 3) -> dict:
         with fresh_caches() as env, dashboard_server(code, b.demo, _as_shipped(env)) as srv:
             srv.wait_healthy()
             time.sleep(WARM_UP_WAIT_S)
-            got = _first_frame(b.browser, f"{srv.url}/detail?ep={eid}", keep=True, window="open")
-            times.append(got["value_s"])
-            breakdowns.append(first_draw_breakdown(got["page"]))
-            got["page"].context.close()
+            took, breakdown = _first_picture_taken_apart(b, f"{srv.url}/detail?ep={eid}")
+            times.append(took)
+            breakdowns.append(breakdown)
     return {"value_s": round(statistics.median(times), 3), **summary(times), "breakdowns_ms": breakdowns,
             "episode": eid, "warm_up_scene_of": warmed, "includes": f"fresh server with empty caches and its warm-up, "
             f"{WARM_UP_WAIT_S:g} s after it answers a link to a scene never opened (not the warm-up's), navigated "
@@ -122,10 +131,9 @@ def link_on_disk(b, code: Path, rounds: int = 3) -> dict:
             with dashboard_server(code, b.demo, _as_shipped(env)) as srv:
                 srv.wait_healthy()
                 time.sleep(WARM_UP_WAIT_S)
-                got = _first_frame(b.browser, f"{srv.url}/detail?ep={other}", keep=True, window="open")
-                times.append(got["value_s"])
-                breakdowns.append(first_draw_breakdown(got["page"]))
-                got["page"].context.close()
+                took, breakdown = _first_picture_taken_apart(b, f"{srv.url}/detail?ep={other}")
+                times.append(took)
+                breakdowns.append(breakdown)
     return {"value_s": round(statistics.median(times), 3), **summary(times), "breakdowns_ms": breakdowns,
             "episode": other, "converted_by_opening": eid, "warm_up_scene_of": warmed,
             "includes": f"a restarted server with its warm-up, {WARM_UP_WAIT_S:g} s after it answers a link to an "
