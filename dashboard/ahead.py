@@ -3,10 +3,11 @@ readies the episodes n / p and ‹ › open next (`dashboard.web_timeline.open_n
 
 Such work must not slow what a user waits for now. It runs on one thread of its own, and each
 job starts only once the server has been quiet for `QUIET_S`: no page script running and no
-HTTP request (a page load, its files) for that long. A job that started runs to its end; jobs
-still queued when the process exits are dropped. The thread keeps the normal CPU priority: a
-thread at a lower one that holds Python's GIL when the browser's drawing takes the cores is
-not scheduled to give it back, and every other thread of the server waits meanwhile.
+HTTP request (a page load, its files) for that long. A job that started runs to its end, even
+when the process exits meanwhile (`_end_at_exit`); jobs still queued then are dropped. The
+thread keeps the normal CPU priority: a thread at a lower one that holds Python's GIL when the
+browser's drawing takes the cores is not scheduled to give it back, and every other thread of
+the server waits meanwhile.
 Work worth less than any other (`after_the_rest`: the server start's load of a scene's
 assets) waits on a thread of its own until no other is queued, running, or running in a process
 of its own (`process_started`: dashboard/convert_ahead.py's conversions).
@@ -14,6 +15,7 @@ of its own (`process_started`: dashboard/convert_ahead.py's conversions).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import queue
@@ -30,20 +32,55 @@ _state = {"running": 0, "last": 0.0, "ahead": 0}  # page runs; last page run or 
 
 _jobs: queue.SimpleQueue = queue.SimpleQueue()
 _worker: list[threading.Thread] = []  # started with the first job
+_threads: list[threading.Thread] = []  # the ahead thread and those of `after_the_rest`, under _lock
+_stopping = threading.Event()  # the process exits: no job starts any more
 
 
 def _work() -> None:
-    """The ahead thread: a daemon, so jobs still queued never hold the process at its exit
-    (they are head starts only)."""
+    """The ahead thread: a daemon, so that jobs still queued never hold the process at its exit
+    (they are head starts only); `_end_at_exit` lets the one running end."""
     while True:
         fut, fn, args = _jobs.get()
-        while not quiet():
-            time.sleep(POLL_S)
+        if fut is None:  # the process exits
+            return
         try:
-            _run(fut, fn, args)
+            if _waited_for(quiet):
+                _run(fut, fn, args)
+            else:
+                fut.cancel()
         finally:
             with _lock:
                 _state["ahead"] -= 1
+
+
+def _waited_for(ready) -> bool:
+    """Polls `ready()` every `POLL_S` until it says True (then True) or the process exits (False)."""
+    while not ready():
+        if _stopping.wait(POLL_S):
+            return False
+    return not _stopping.is_set()
+
+
+def _started(thread: threading.Thread) -> None:
+    """Starts a thread of work ahead, for `_end_at_exit` to wait for (under _lock)."""
+    if not _threads:
+        atexit.register(_end_at_exit)
+    _threads[:] = [t for t in _threads if t.is_alive()] + [thread]
+    thread.start()
+
+
+def _end_at_exit() -> None:
+    """At the process's exit (atexit): no job starts, and the threads of work ahead end once the
+    job they run has. A daemon thread still inside MuJoCo's C code, which gives Python's GIL up
+    (`mj_saveModel`, a compile), when the interpreter finalizes is ended as it takes the GIL back,
+    and that crashed the process (SIGSEGV, in 8 of 150 exits of a process that had just converted
+    a scene and queued its pose model's write, 2026-12-02)."""
+    _stopping.set()
+    _jobs.put((None, None, None))
+    with _lock:
+        threads = list(_threads)
+    for thread in threads:
+        thread.join()
 
 
 def _run(fut: Future, fn, args) -> None:
@@ -88,7 +125,7 @@ def submit(fn, *args) -> Future:
         _state["ahead"] += 1
         if not _worker:
             _worker.append(threading.Thread(target=_work, name="safevla-ahead", daemon=True))
-            _worker[0].start()
+            _started(_worker[0])
     _jobs.put((fut, fn, args))
     return fut
 
@@ -117,9 +154,11 @@ def after_the_rest(fn, *args) -> Future:
     fut: Future = Future()
 
     def wait_then_run() -> None:
-        while not idle():
-            time.sleep(POLL_S)
-        _run(fut, fn, args)
+        if _waited_for(idle):
+            _run(fut, fn, args)
+        else:
+            fut.cancel()
 
-    threading.Thread(target=wait_then_run, name="safevla-after-the-rest", daemon=True).start()
+    with _lock:
+        _started(threading.Thread(target=wait_then_run, name="safevla-after-the-rest", daemon=True))
     return fut

@@ -1,7 +1,8 @@
-"""Work ahead of the user (dashboard/ahead.py) waits until the server is quiet and never holds
-the process at its exit, the detail page's neighbours get their poses only where their web
-scene is converted (dashboard/web_files.py `poses_if_converted`), and the web files are sent
-unzipped and cached for good (`CachedWebFiles`)."""
+"""Work ahead of the user (dashboard/ahead.py) waits until the server is quiet, never holds
+the process at its exit and ends the job it runs before it, the detail page's neighbours get
+their poses only where their web scene is converted (dashboard/web_files.py
+`poses_if_converted`), and the web files are sent unzipped and cached for good
+(`CachedWebFiles`)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,43 @@ def test_jobs_still_queued_never_hold_the_process_at_its_exit():
                          capture_output=True, text=True, timeout=50)
     assert out.returncode == 0 and "queued" in out.stdout, out.stderr
     assert time.monotonic() - t0 < 20
+
+
+AT_EXIT_CHILD = """import sys, threading
+import mujoco, numpy as np
+from mujoco import rollout
+from dashboard import ahead
+ball = "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>"
+model = mujoco.MjModel.from_xml_string(ball)
+data = mujoco.MjData(model)
+state = np.zeros((1, mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
+mujoco.mj_getState(model, data, state[0], mujoco.mjtState.mjSTATE_FULLPHYSICS)
+started = threading.Event()
+
+def in_mujoco():  # a second or more in MuJoCo's C code, which gives the GIL up
+    started.set()
+    rollout.rollout(model, data, state, nstep=600_000)
+    print("ended", flush=True)
+
+getattr(ahead, sys.argv[1])(in_mujoco)
+started.wait(60)
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("queued_by", ["submit", "after_the_rest"])
+def test_a_job_running_in_mujoco_at_the_exit_ends_before_the_process(queued_by):
+    """The process exits while a job ahead (or after the rest) runs in MuJoCo's C code: the job
+    ends first, and the process exits cleanly. Ended in the middle, such a thread crashed the
+    process (SIGSEGV) as it took Python's GIL back during the interpreter's finalization."""
+    import subprocess
+    from pathlib import Path
+
+    pytest.importorskip("mujoco")
+    out = subprocess.run([sys.executable, "-c", AT_EXIT_CHILD, queued_by],
+                         cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["exiting", "ended"]
 
 
 @pytest.mark.render

@@ -107,7 +107,6 @@ _WAKE = threading.Event()  # set when a scene is queued: the background writer l
 _WRITER: dict = {"thread": None, "asks": []}  # the background writer, and the idle() of each live render service
 WRITER_NICE = 19  # the background writer's CPU priority (Linux): it takes what nobody else wants
 WRITER_POLL_S = 0.25  # while not idle, the background writer looks again this often
-WRITER_EXIT_WAIT_S = 3.0  # at exit, a write under way gets this long to finish
 _STOPPING = threading.Event()  # the process exits: the background writer starts nothing new
 PART_STALE_S = 3600.0  # a half-written file this old was left by a process stopped mid-write
 
@@ -199,12 +198,16 @@ def _writer_may_write() -> bool:
     return bool(asks) and all(idle() for idle in asks)
 
 
-def _stop_writer(timeout: float = WRITER_EXIT_WAIT_S) -> None:
+def _stop_writer() -> None:
+    """At the process's exit (atexit): the background writer starts nothing new and ends once
+    the write under way has. Not sooner: a daemon thread in `mj_saveModel` (which gives
+    Python's GIL up) when the interpreter finalizes is ended as it takes the GIL back, and
+    crashes the process (dashboard/ahead.py, `_end_at_exit`)."""
     _STOPPING.set()
     _WAKE.set()
     thread = _WRITER["thread"]
     if thread is not None:
-        thread.join(timeout)
+        thread.join()
 
 
 def pending() -> int:
