@@ -19,6 +19,8 @@ for with the replay drawn in the browser (WebGL), and what the server holds for 
   page of a different scene's worst SBU episode, stepping; and the disk the caches hold.
 - list_click, link_converted, link_on_disk, next_shipped (this module's own command only; in
   benchmarks/dashboard_shipped.py): on servers as shipped, with their start-up warm-up.
+- floor (this module's own command only; in benchmarks/streamlit_floor.py): a bare Streamlit
+  app with one component, its frame's first WebGL draw: what any Streamlit page costs here.
 - payload (this module's own command only): the web scene of every distinct demo scene, its
   bytes, vertices, textures and conversion time, and one episode's poses each.
 Run against a checkout before the WebGL player (`--baseline`), the same steps time its
@@ -354,6 +356,7 @@ def main(argv=None) -> int:
 
     from browser_timing import Browser, archive_of, remove_tree
     from dashboard_shipped import link_converted, link_on_disk, list_click, next_shipped
+    from streamlit_floor import floor
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default="player,replay_sessions")
@@ -370,7 +373,7 @@ def main(argv=None) -> int:
                     out = {"measure": name, "code": rev, "load_avg_1m": round(os.getloadavg()[0], 2)}
                     run = {"player": player, "replay_sessions": replay_sessions, "payload": payload,
                            "list_click": list_click, "link_converted": link_converted,
-                           "link_on_disk": link_on_disk, "next_shipped": next_shipped}[name]
+                           "link_on_disk": link_on_disk, "next_shipped": next_shipped, "floor": floor}[name]
                     out.update(run(b, code))
                     print(json.dumps(out), flush=True)
     finally:
