@@ -1,10 +1,11 @@
 """The dashboard's server: `streamlit run dashboard/server.py -- --store STORE` (what
 `safevla dashboard` runs).
 
-Streamlit's ASGI `st.App` serving the script dashboard/app.py, plus two middlewares a script
+Streamlit's ASGI `st.App` serving the script dashboard/app.py, plus three middlewares a script
 cannot be: `link_open.OpenLinkedEpisode` starts opening an episode's scene the moment a
 browser asks for its detail page, while the browser is still starting Streamlit's frontend,
-and `web_files.CachedWebFiles` has the player's scene and poses files cached by the browser.
+`web_files.CachedWebFiles` has the player's scene and poses files cached by the browser, and
+`base_path.BasePathHint` tells the frontend of a direct link to a page where the server is.
 At start, `link_open.warm_server` loads the store and imports the pages' modules before
 anyone asks, and with `--open-browser URL` (`safevla dashboard` on a machine with a display)
 the server opens the user's browser once it answers (`open_browser`).
@@ -24,6 +25,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
+from dashboard.base_path import BasePathHint  # noqa: E402
 from dashboard.link_open import OpenLinkedEpisode, warm_server  # noqa: E402
 from dashboard.open_browser import open_when_answering, url_to_open  # noqa: E402
 from dashboard.web_files import CachedWebFiles  # noqa: E402
@@ -41,4 +43,5 @@ async def _warm_at_start(_app):
 
 
 app = st.App(str(Path(__file__).with_name("app.py")),
-             middleware=[Middleware(OpenLinkedEpisode), Middleware(CachedWebFiles)], lifespan=_warm_at_start)
+             middleware=[Middleware(OpenLinkedEpisode), Middleware(CachedWebFiles), Middleware(BasePathHint)],
+             lifespan=_warm_at_start)

@@ -307,11 +307,11 @@ class CachedWebFiles:
             converted = web_dir() / path.rsplit("/", 1)[-1]  # only looked up among the conversions under way
             while converting(converted) and not converted.is_file():  # written whole (a rename): served at once
                 await asyncio.sleep(CONVERSION_POLL_S)
-        scope = {**scope, "headers": _without(scope.get("headers", []), b"accept-encoding")}
+        scope = {**scope, "headers": without_headers(scope.get("headers", []), b"accept-encoding")}
 
         async def send_cached(message):
             if message["type"] == "http.response.start" and message.get("status") == 200:
-                message = {**message, "headers": [*_without(message.get("headers", []), b"cache-control"),
+                message = {**message, "headers": [*without_headers(message.get("headers", []), b"cache-control"),
                                                   (b"cache-control", FOREVER)]}
             await send(message)
 
@@ -324,7 +324,7 @@ async def _revalidated(app, scope, receive, send) -> None:
     If-None-Match names that ETag. Any answer but a 200 is passed on as it came."""
     headers = scope.get("headers", [])
     asked = b",".join(v for k, v in headers if k.lower() == b"if-none-match")
-    scope = {**scope, "headers": _without(headers, b"accept-encoding", b"if-none-match")}
+    scope = {**scope, "headers": without_headers(headers, b"accept-encoding", b"if-none-match")}
     start: dict = {}
     body: list[bytes] = []
 
@@ -347,7 +347,7 @@ async def _answer(send, start: dict, content: bytes, asked: bytes) -> None:
         await send({"type": "http.response.body", "body": content})
         return
     etag = b'"%s"' % hashlib.blake2b(content, digest_size=16).hexdigest().encode()
-    kept = _without(start.get("headers", []), b"cache-control", b"etag")
+    kept = without_headers(start.get("headers", []), b"cache-control", b"etag")
     if etag in (t.strip().removeprefix(b"W/") for t in asked.split(b",")):
         await send({"type": "http.response.start", "status": 304,
                     "headers": [(b"etag", etag), (b"cache-control", REVALIDATE)]})
@@ -357,6 +357,6 @@ async def _answer(send, start: dict, content: bytes, asked: bytes) -> None:
     await send({"type": "http.response.body", "body": content})
 
 
-def _without(headers, *names: bytes) -> list:
+def without_headers(headers, *names: bytes) -> list:
     """ASGI `headers` ((name, value) pairs) without those named `names` (lower case)."""
     return [(k, v) for k, v in headers if k.lower() not in names]

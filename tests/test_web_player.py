@@ -256,7 +256,9 @@ def dashboard(tmp_path_factory):
 
 def test_detail_page_draws_a_webgl_canvas_and_steps_without_fetching_frames(dashboard, webgl_page):
     """The detail page of the demo store's worst SBU episode: the player draws with WebGL, and
-    30 steps by key move the picture without a single request for a frame or a scene file."""
+    30 steps by key move the picture without a single request for a frame or a scene file. The
+    direct link's frontend found the server at once (dashboard/base_path.py): one health check,
+    none at /detail/_stcore/health."""
     from dashboard_helpers import TIMELINE_IFRAME, timeline_attr, wait_timeline
 
     pg = webgl_page
@@ -265,6 +267,7 @@ def test_detail_page_draws_a_webgl_canvas_and_steps_without_fetching_frames(dash
     pg.on("request", lambda r: requests.append(r))
     pg.goto(f"{dashboard}/detail")
     wait_timeline(pg, "r.dataset.renderer === 'webgl' && r.dataset.firstDraw !== undefined", timeout=90)
+    assert [r.url for r in requests if "/_stcore/health" in r.url] == [f"{dashboard}/_stcore/health"]
     # the page's tables follow the first picture: its value "drawn" reruns the page, which draws them
     pg.get_by_text("Why each spec is active or inactive").wait_for(timeout=60_000)
     pg.get_by_text("follow the first frame").wait_for(state="detached", timeout=30_000)  # the run's stale caption goes
