@@ -5,9 +5,9 @@ Streamlit's frontend cannot tell from a path like `/detail` whether `detail` is 
 server's base path (`server.baseUrlPath`, or a proxy's prefix), so it asks
 `/detail/_stcore/health` first, is answered 404, waits its minimum retry period, and asks
 `/_stcore/health` (its `getPossibleBaseUris`: the path, then its parent). Every direct link to
-a page other than the first paid that before the page's script could start: 0.12 s of a bare
-two-page Streamlit app's 0.81 s to its component's first picture (benchmarks/streamlit_floor.py,
-docs/benchmarks.md).
+a page other than the first paid that before the page's script could start: 0.13 s of a bare
+two-page Streamlit app's 0.67-0.81 s to its component's first picture (its second page against
+its first, benchmarks/streamlit_floor.py, docs/benchmarks.md).
 
 The server knows which it is. For a page one segment past its base path, `BasePathHint` puts
 in the page's HTML, ahead of Streamlit's bundle, the frontend's own setting for where the server
