@@ -44,9 +44,11 @@ def renderer(pg) -> str:
 WINDOW_SETTLE_S = 2.0
 
 
-def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None, window: str = "new"):
-    """Seconds from navigating a new browser session to `url` until the player shows its first
-    frame; with `keep`, {"value_s", "page"} and the page is left open for the caller to close.
+def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None, window: str = "new",
+                 frame: str = PLAYER_IFRAME):
+    """Seconds from navigating a new browser session to `url` until the player (the component
+    in `frame`) shows its first frame; with `keep`, {"value_s", "page"} and the page is left
+    open for the caller to close.
     The session is a new browser context (empty HTTP cache), or with `tab_of` a new tab of that
     context (its HTTP cache holds what the context loaded before). `window`: "new" navigates as
     the context's window is made (its making is timed with the page), "open" once the window
@@ -58,7 +60,7 @@ def _first_frame(browser, url: str, *, keep: bool = False, tab_of=None, window: 
             time.sleep(WINDOW_SETTLE_S)
         t0 = time.perf_counter()
         pg.goto(url)
-        pg.wait_for_function(_DRAWN, arg=PLAYER_IFRAME, timeout=300_000)
+        pg.wait_for_function(_DRAWN, arg=frame, timeout=300_000)
         took = round(time.perf_counter() - t0, 3)
     except BaseException:
         close()

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from browser_timing import Server, remove_tree
 from dashboard_bench import summary
-from dashboard_frames import WINDOW_SETTLE_S, _DRAWN
+from dashboard_frames import _first_frame
 from dashboard_player import _BREAKDOWN
 
 FLOOR_APP = '''import pathlib
@@ -83,17 +82,12 @@ def _floor_app() -> Path:
 def _drawn_after(b, url: str) -> tuple[float, dict]:
     """Seconds from navigating a new session to `url`, once its window has settled, to the
     component's first draw; and where they went."""
-    pg = b.browser.page()
+    got = _first_frame(b.browser, url, keep=True, window="open", frame=FRAME)
     try:
-        time.sleep(WINDOW_SETTLE_S)
-        t0 = time.perf_counter()
-        pg.goto(url)
-        pg.wait_for_function(_DRAWN, arg=FRAME, timeout=120_000)
-        took = round(time.perf_counter() - t0, 3)
-        return took, {k: v for k, v in pg.evaluate(_BREAKDOWN, FRAME).items()
-                      if k not in ("files_from", "files", "scene_built")}
+        return got["value_s"], {k: v for k, v in got["page"].evaluate(_BREAKDOWN, FRAME).items()
+                                if k not in ("files_from", "files", "scene_built")}
     finally:
-        pg.context.close()
+        got["page"].context.close()
 
 
 def floor(b, code: Path, rounds: int = 3) -> dict:
