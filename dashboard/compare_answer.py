@@ -88,4 +88,4 @@ def unpaired_ui(c: C.Ctx, models: tuple, a: str, b: str, why: str) -> None:
     vocab.table(show, hide_index=True, width="stretch", key="cmp_unpaired_pairs", pinned=("metric",),
                 row_delta=("A - B", "metric"))
     st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_unpaired_pairs.md",
-                       mime="text/markdown", key="cmp_unpaired_md")
+                       mime="text/markdown", on_click="ignore", key="cmp_unpaired_md")

@@ -201,7 +201,7 @@ def tables_ui(c: C.Ctx, cmp, tables: dict, a: str, b: str) -> None:
                     row_delta=("A - B", "metric"),
                     first=("metric", "model A", "model B", "A - B", "95% CI", "p", "p (Holm)", "significant"))
         st.download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name="compare_pairs.md",
-                           mime="text/markdown", key="cmp_pairs_md")
+                           mime="text/markdown", on_click="ignore", key="cmp_pairs_md")
     with tabs[1]:
         caption, df = tables["compare_ranking"]
         st.caption(caption)
@@ -371,7 +371,8 @@ def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
     cols = st.columns([1, 1, 2])
     cols[0].download_button(
         "Download figure (PNG)", data=lambda: pair_media.pair_figure(c.data, c.key, rows, steps, c.items, caps, title=title),
-        file_name=f"{name}_step{step}.png", mime="image/png", key="cmp_fig", icon=":material/download:",
+        file_name=f"{name}_step{step}.png", mime="image/png", on_click="ignore", key="cmp_fig",
+        icon=":material/download:",
         help="both frames at this step side by side, with captions", width="stretch")
     labels = [f"{s['model']} · {s['outcome']}" for s in sides]
     clip = C.render_button_ui(
@@ -382,7 +383,7 @@ def export_ui(c: C.Ctx, sides: list[dict], key: str, step: int) -> None:
     if clip is not None:
         st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)
         cols[2].download_button("Download clip (MP4)", clip, file_name=f"{name}.mp4", mime="video/mp4",
-                                key="cmp_clip_dl")
+                                on_click="ignore", key="cmp_clip_dl")
 
 
 def render() -> None:

@@ -228,7 +228,8 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
         if clip is not None:
             st.video(clip, format="video/mp4", autoplay=True, muted=True, loop=True)
             name = C.file_safe(c.data.episodes["episode_id"].iat[i])
-            st.download_button("Download MP4", clip, file_name=f"{name}.mp4", mime="video/mp4", key="clip_dl")
+            st.download_button("Download MP4", clip, file_name=f"{name}.mp4", mime="video/mp4",
+                               on_click="ignore", key="clip_dl")
 
 
 def render() -> None:

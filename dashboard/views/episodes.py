@@ -136,7 +136,8 @@ def csv_ui(c: C.Ctx, mask, sort: str, columns: list[str]) -> None:
         return G.episodes_csv(table, [*columns, *(x for x in ("tags", "note") if x not in columns)])
 
     st.download_button("Download CSV", make, file_name="episodes.csv",
-                       mime="text/csv", icon=":material/download:", key="episodes_csv", width="stretch",
+                       mime="text/csv", icon=":material/download:", on_click="ignore", key="episodes_csv",
+                       width="stretch",
                        help=f"all {int(mask.sum()):,} filtered episodes (not only the rows shown), in this order, with the "
                             "chosen columns plus tags and note; headers are the store's column names")
 

@@ -85,7 +85,8 @@ def charts_section(c: C.Ctx) -> None:
         st.error(C.trajectory_problem(exc), icon=":material/block:")
         return
     st.download_button(f"Download {FORMATS[fmt]}", data=lambda: charts.chart_bytes(chart, fmt),
-                       file_name=f"safevla_{name}.{fmt}", mime=charts.EXPORT_FORMATS[fmt], key="x_chart_dl",
+                       file_name=f"safevla_{name}.{fmt}", mime=charts.EXPORT_FORMATS[fmt],
+                       on_click="ignore", key="x_chart_dl",
                        type="primary", icon=":material/download:")
     st.altair_chart(chart, width="content")
 
@@ -161,11 +162,11 @@ def tables_section(c: C.Ctx) -> None:
                     "init state, seed) where the variant's init states correspond to the base's")
     cols = st.columns(3)
     cols[0].download_button("CSV", df.to_csv(index=False), file_name=f"{name}.csv", mime="text/csv",
-                            key="x_csv", width="stretch")
+                            on_click="ignore", key="x_csv", width="stretch")
     cols[1].download_button("LaTeX", to_latex(df, caption), file_name=f"{name}.tex", mime="text/x-tex",
-                            key="x_tex", width="stretch")
+                            on_click="ignore", key="x_tex", width="stretch")
     cols[2].download_button("Markdown", f"{caption}\n\n{to_markdown(df)}\n", file_name=f"{name}.md",
-                            mime="text/markdown", key="x_md", width="stretch")
+                            mime="text/markdown", on_click="ignore", key="x_md", width="stretch")
     if name == "table4_main" and not ci:
         st.caption("VSI bootstrap CIs are off for this large store; compute them on the Overview page first.")
     vocab.table(df, hide_index=True, width="stretch")
@@ -218,7 +219,7 @@ def triptych_ui(c: C.Ctx, chosen: list[str]) -> None:
     if shown == "png":
         st.image(blob, width="stretch")
     st.download_button(f"Download triptych ({FORMATS[shown]})", blob, file_name=f"triptych.{shown}",
-                       mime=charts.EXPORT_FORMATS[shown], key=f"x_tri_dl_{shown}")
+                       mime=charts.EXPORT_FORMATS[shown], on_click="ignore", key=f"x_tri_dl_{shown}")
 
 
 def clips_ui(c: C.Ctx, chosen: list[str]) -> None:
@@ -232,7 +233,7 @@ def clips_ui(c: C.Ctx, chosen: list[str]) -> None:
             st.markdown(f"`{eid}`")
             st.video(blob, format="video/mp4", muted=True, loop=True)
             st.download_button(f"{eid}.mp4", blob, file_name=C.file_safe(eid) + ".mp4", mime="video/mp4",
-                               key=f"x_clip_{C.file_safe(eid)}")
+                               on_click="ignore", key=f"x_clip_{C.file_safe(eid)}")
 
 
 def _triptych(c: C.Ctx, chosen: list[str], fmt: str, progress) -> tuple[str, bytes]:
