@@ -69,10 +69,9 @@ def _load_other_store() -> None:
             del st.session_state[k]
 
 
-def sidebar_store(path: str, origin: str) -> None:
-    # the app's name above the navigation (a sidebar heading would sit below it)
-    st.logo(str(HERE / "static" / "logo.svg"), icon_image=str(HERE / "static" / "icon.svg"), size="large")
-    with st.sidebar:
+def sidebar_store(box, path: str, origin: str) -> None:
+    """The sidebar's store chooser, in `box` (a container at the sidebar's top)."""
+    with box:
         with st.expander("Run store", expanded=False):
             st.caption(stores.shown_caption(path, origin))
             others = stores.allowed_stores()
@@ -85,16 +84,34 @@ def sidebar_store(path: str, origin: str) -> None:
             st.button("Load store", on_click=_load_other_store, key="load_store", width="stretch")
 
 
+def sidebar_about(box, data, c) -> None:
+    """The store's size, its warnings and the what-if note, in `box`; and the history rule."""
+    with box:
+        n = len(data.episodes)
+        n_models, n_suites = data.episodes["model"].nunique(), data.episodes["suite"].nunique()
+        st.caption(f"{n:,} episode{'s' * (n != 1)} · {n_models} model{'s' * (n_models != 1)} · "
+                   f"{n_suites} suite{'s' * (n_suites != 1)}" + (" · **synthetic**" if data.synthetic else ""))
+        for w in data.warnings:
+            (st.caption if w.startswith("Synthetic") else st.warning)(w)
+        if c.overrides:
+            st.caption(":material/tune: What-if thresholds active (see What-if).")
+        L.history_ui()
+
+
 def main() -> None:
     st.session_state["_run_start"] = time.perf_counter()
     path, origin = stores.chosen_store()
-    sidebar_store(path, origin)
+    # the app's name above the navigation (a sidebar heading would sit below it)
+    st.logo(str(HERE / "static" / "logo.svg"), icon_image=str(HERE / "static" / "icon.svg"), size="large")
+    store_box, about_box = st.sidebar.container(), st.sidebar.container()  # the sidebar's top
     if not stores.store_allowed(path):
+        sidebar_store(store_box, path, origin)
         st.error(stores.NOT_AVAILABLE, icon=":material/block:")
         st.stop()
     try:
         data = stores.load_store(path)
     except StoreProblem as exc:
+        sidebar_store(store_box, path, origin)
         st.error(f"**This run store cannot be shown.** {exc}", icon=":material/block:")
         if origin == "bundled demo store":
             st.info("The bundled demo store is not installed here. Point the dashboard at a store: "
@@ -125,25 +142,31 @@ def main() -> None:
 
     c = C.make_ctx(data, page, store_param)
     st.session_state["_ctx"] = c
-    with st.sidebar:
-        n = len(data.episodes)
-        n_models, n_suites = data.episodes["model"].nunique(), data.episodes["suite"].nunique()
-        st.caption(f"{n:,} episode{'s' * (n != 1)} · {n_models} model{'s' * (n_models != 1)} · "
-                   f"{n_suites} suite{'s' * (n_suites != 1)}" + (" · **synthetic**" if data.synthetic else ""))
-        for w in data.warnings:
-            (st.caption if w.startswith("Synthetic") else st.warning)(w)
-        if c.overrides:
-            st.caption(":material/tune: What-if thresholds active (see What-if).")
-        L.history_ui()
     st.session_state["_switching"] = False
+    st.session_state.pop(S.FIRST_PICTURE_ALONE, None)
+
+    def draw_sidebar() -> None:
+        sidebar_store(store_box, path, origin)
+        sidebar_about(about_box, data, c)
+    # the detail page's first run in a session may send its first picture alone
+    # (`detail.first_picture_alone`): it draws the store chooser and summary itself unless so
+    if page == "detail" and not st.session_state.get("_timings"):
+        st.session_state[S.SIDEBAR_LATER] = draw_sidebar
+    else:
+        draw_sidebar()
     t0 = time.perf_counter()
     try:
         pg.run()
     finally:
+        alone = st.session_state.get(S.FIRST_PICTURE_ALONE)
+        if not alone:  # a page that ended before drawing them
+            S.sidebar_now()
+        st.session_state.pop(S.SIDEBAR_LATER, None)
         if not st.session_state.get("_switching"):
             C.sync_url(page, data, store_param=store_param)
-            with st.sidebar:  # after the page ran: the link holds what the page just chose
-                L.copy_link_ui(page, data, store_param=store_param)
+            if not alone:
+                with st.sidebar:  # after the page ran: the link holds what the page just chose
+                    L.copy_link_ui(page, data, store_param=store_param)
             cached.prewarm_overview(st.session_state.get("_ctx", c))  # What-if moved: the Overview next
             cached.prewarm_bootstrap(c)  # a big store: the CI button's library, once per server
         # script time of this run (app + page), for benchmarks/bench_dashboard.py

@@ -38,6 +38,17 @@ PAGE_PARAMS = {
     "export": ("ep",),
 }
 PAGES = tuple(PAGE_PARAMS)
+# set by a page run that sends its first picture alone (dashboard/views/detail.py): the app then
+# leaves the sidebar's store chooser, summary and links to the run that follows the picture
+FIRST_PICTURE_ALONE = "_first_picture_alone"
+SIDEBAR_LATER = "_sidebar_later"  # the sidebar's store chooser and summary, left to the page to draw
+
+
+def sidebar_now() -> None:
+    """Draws the sidebar's store chooser and summary where the app left them to the page."""
+    later = st.session_state.pop(SIDEBAR_LATER, None)
+    if later is not None:
+        later()
 DEFAULTS = {"models": [], "suites": [], "tasks": [], "specs": [], "outcomes": [], "tags": [], "pfams": [],
             "spec_mode": "violated",
             "vsi": (0.0, 1.0), "sort": "SBU first, then VSI", "ep": None, "step": None, "raw": False,

@@ -43,6 +43,15 @@ def heard_drawn(value: dict | None) -> bool:
     return False
 
 
+def draws_in_browser(c: C.Ctx, i: int) -> bool:
+    """Whether the player draws episode `i` in the browser (else the server's frames): replays
+    work here, this browser has WebGL, and the episode's web scene has not failed to convert."""
+    from dashboard import detail_timeline as DT
+
+    return (cached.replay_status()[0] and not uses_frames()
+            and st.session_state.get(SCENE_FAILED_KEY) != DT.episode_tag(c, i))
+
+
 def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: int, raw: bool, traces,
                    on_page: bool = False) -> bool:
     """The robustness chart and the replay player, drawn in the browser; the server-frame
@@ -54,9 +63,8 @@ def timeline_panel(c: C.Ctx, i: int, *, step: int, vstep: int | None, n_steps: i
     from dashboard import detail_timeline as DT
     from dashboard import player
 
-    ok, _ = cached.replay_status()
     tag = DT.episode_tag(c, i)
-    if not ok or uses_frames() or st.session_state.get(SCENE_FAILED_KEY) == tag:
+    if not draws_in_browser(c, i):
         return DT.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=raw, traces=traces,
                                  on_page=on_page)
     try:

@@ -2,9 +2,13 @@
 click moves it), jump to the violation, the timeline player (robustness over time per active
 spec, or raw signals, with the replay drawn in the browser: dashboard/web_timeline.py, or server
 frames where WebGL is missing: dashboard/detail_timeline.py), clip playback, the spec
-results and why each spec is active or inactive for the task."""
+results and why each spec is active or inactive for the task. A session's first run of the page
+sends the title and the player alone, and the rest follows the first picture
+(`first_picture_alone`)."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pandas as pd
@@ -19,10 +23,14 @@ from dashboard import state as S
 from dashboard import vocab
 from dashboard import web_timeline
 from dashboard.detail_timeline import TIMELINE_KEY, episode_tag, tables_on_page, timeline_value, value_step
+from dashboard.web_files import requests_wait_for_scenes
 
 CHART_KEY = "rob_chart"
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
+FIRST_PICTURE_WAIT_S = 8.0  # the page drawn whole without the player's first picture after this long
+ALONE_REFUSED_KEY = "_first_picture_alone_refused"  # the player needed a second run it did not start
+ABOVE_PLAYER_PX = 540  # the picker, the header, the tag editor and the controls (1440 px wide: 530-560)
 
 
 def clicked_step(selection) -> int | None:
@@ -47,10 +55,10 @@ def clicked_step(selection) -> int | None:
         return None
 
 
-def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
-    """The episode chooser: the filtered episodes (Episodes page filters) in its sort order.
-    Returns the chosen episode's row (None: none) and {"previous": id, "next": id} of its
-    neighbours in that list (None at either end)."""
+def _choose_episode(c: C.Ctx) -> tuple[str | None, list[str], dict[str, str]]:
+    """The episode to show and the picker's list: the filtered episodes (Episodes page
+    filters) in their sort order. Returns the chosen episode's id (None: none), the list and
+    its labels; draws nothing (`_picker_ui` does)."""
     data = c.data
     mask = AN.filtered_mask(c)
     table = C.D.episode_table(data, c.v, mask, sort=S.get("sort"), limit=PICKER_LIMIT)
@@ -73,7 +81,11 @@ def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
     meta = c.v.frame.set_index("episode_id").loc[options, ["outcome", "vsi"]] if options else None
     labels = {} if meta is None else {eid: f"{eid}   ·   {o}   ·   VSI {v:.2f}"
                                       for eid, o, v in zip(meta.index, meta["outcome"], meta["vsi"])}
+    return cur, options, labels
 
+
+def _picker_ui(c: C.Ctx, cur: str | None, options: list[str], labels: dict[str, str], around: dict) -> None:
+    """The episode chooser and the previous / next buttons of its list (`around`: `_neighbours`)."""
     key = "w.ep"
     if st.session_state.get(key) != cur:
         st.session_state[key] = cur
@@ -81,18 +93,14 @@ def _pick_episode(c: C.Ctx) -> tuple[int | None, dict[str, str | None]]:
     pick.selectbox(f"Episode ({len(options)} of the filtered episodes, Episodes-page order)", options, key=key,
                    format_func=labels.__getitem__, index=None, placeholder="choose an episode", on_change=_episode_changed,
                    args=(c,))
-    around = _neighbours(options, cur)
     for col, icon, name in ((back, ":material/chevron_left:", "previous"), (ahead, ":material/chevron_right:", "next")):
         to = around[name]
         col.button("", icon=icon, key=f"ep_{name}", disabled=to is None, on_click=_open_episode, args=(c, to),
                    help=f"the {name} episode in this list ({name[0]} in the player)" + (f": {to}" if to else ""),
                    width="stretch")
-    if cur is None:
-        return None, around
-    if st.session_state.get("_auto_ep") == cur:
+    if cur is not None and st.session_state.get("_auto_ep") == cur:
         st.caption(":material/auto_awesome: No episode was chosen, so this is the worst SBU episode of the current "
                    "Episodes filters (highest VSI, ties broken by the deepest violation relative to its threshold).")
-    return data.index_of(cur), around
 
 
 def _neighbours(options: list[str], cur: str | None) -> dict[str, str | None]:
@@ -232,6 +240,53 @@ def clip_panel(c: C.Ctx, i: int, vstep: int | None, n_steps: int) -> None:
                                on_click="ignore", key="clip_dl")
 
 
+def controls_ui(vstep: int | None, n_steps: int) -> bool:
+    """The step slider, jump to the violation and the raw-signals toggle; whether raw signals are shown."""
+    ctl = st.columns([4, 1.3, 1.2])
+    with ctl[0]:
+        step = st.slider("Step", 0, max(n_steps - 1, 1), key="w.step")
+        S.put("step", int(step))
+    with ctl[1]:
+        st.button("Jump to violation", icon=":material/skip_next:", key="jump", disabled=vstep is None, on_click=_jump,
+                  args=(vstep or 0,), help="move to the violating frame (the worst spec's worst step)", width="stretch")
+    with ctl[2]:
+        raw = st.toggle("Raw signals", key=S.widget_key("raw"),
+                        help="show each spec's raw signal with its threshold line")
+        S.put("raw", bool(raw))
+    return bool(raw)
+
+
+def first_picture_alone(c: C.Ctx, i: int) -> bool:
+    """True on the first run of a browser session (a link, a new tab, a reload) when episode `i`
+    is drawn by the player in the browser: that run sends the title and the player only, and
+    the rest (the picker, the header, the controls, the sidebar's store chooser and links)
+    follows the first picture, on the run its "drawn" starts, in the space kept for it. Each of
+    those widgets' code is a chunk of Streamlit's frontend, fetched when its first element
+    renders; taken in with the player, they held a link's picture back by ~0.8 s on this
+    machine (docs/benchmarks.md, 2026-12-02)."""
+    if st.session_state.get("_timings") or st.session_state.get(ALONE_REFUSED_KEY):
+        return False
+    # served by dashboard/server.py (what `safevla dashboard` runs), whose player always says
+    # "drawn"; not under `streamlit run dashboard/app.py` (and AppTest), which shows the page whole
+    if not requests_wait_for_scenes() or not web_timeline.draws_in_browser(c, i):
+        return False
+    try:
+        cached.episode_record(c.data, i)
+    except C.TRAJECTORY_ERRORS:
+        return False
+    return not cached.traces(c.data, c.key, i, c.items).empty
+
+
+@st.fragment(run_every=2.0)
+def _rest_without_a_picture(since: float) -> None:
+    """On a run that sent the player alone: the rest of the page once `FIRST_PICTURE_WAIT_S` have
+    passed without the player's "drawn" (a player that never loads would leave the page without
+    its picker and header); the run that "drawn" starts does not draw this, which ends its timer."""
+    if time.monotonic() - since > FIRST_PICTURE_WAIT_S:
+        st.session_state[ALONE_REFUSED_KEY] = True
+        st.rerun(scope="app")
+
+
 def render() -> None:
     c = C.ctx()
     data = c.data
@@ -239,8 +294,18 @@ def render() -> None:
     # the chosen episode (a link, the picker, ‹ ›, n / p): its scene opens while this script runs
     cached.open_replay(c, S.get("ep"))
     st.title("Episode detail")
-    C.thresholds_banner(c)
-    i, around = _pick_episode(c)
+    cur, options, labels = _choose_episode(c)
+    around = _neighbours(options, cur)
+    i = None if cur is None else data.index_of(cur)
+    alone = i is not None and first_picture_alone(c, i)
+    # the picker, the header and the controls; on a page load's first run, their space only
+    above = st.container(height=ABOVE_PLAYER_PX, border=False) if alone else st.container()
+    st.session_state[S.FIRST_PICTURE_ALONE] = alone
+    if not alone:
+        S.sidebar_now()
+        with above:
+            C.thresholds_banner(c)
+            _picker_ui(c, cur, options, labels, around)
     if i is None:
         st.info("No unsafe episode matches the Episodes filters. Choose an episode above, or widen the filters.")
         C.stop()
@@ -249,7 +314,7 @@ def render() -> None:
     if web_timeline.heard_no_webgl(value) or web_timeline.heard_drawn(value):  # no step moves
         value = None  # no WebGL: the server's frames from now on; drawn: the tables follow
     vstep = C.D.violating_frame(data, c.v, i)
-    head = st.container()  # the header and the tag editor, drawn after the player: its data leaves first
+    head = above.container()  # the header and the tag editor, drawn after the player: its data leaves first
 
     def draw_head() -> None:
         with head:
@@ -286,17 +351,10 @@ def render() -> None:
         explain(c, i)
         C.stop()
 
-    ctl = st.columns([4, 1.3, 1.2])
-    with ctl[0]:
-        step = st.slider("Step", 0, max(n_steps - 1, 1), key="w.step")
-        S.put("step", int(step))
-    with ctl[1]:
-        st.button("Jump to violation", icon=":material/skip_next:", key="jump", disabled=vstep is None, on_click=_jump, args=(vstep or 0,),
-                  help="move to the violating frame (the worst spec's worst step)", width="stretch")
-    with ctl[2]:
-        key = S.widget_key("raw")
-        raw = st.toggle("Raw signals", key=key, help="show each spec's raw signal with its threshold line")
-        S.put("raw", bool(raw))
+    raw = bool(st.session_state[S.widget_key("raw")])
+    if not alone:
+        with above:
+            raw = controls_ui(vstep, n_steps)
 
     tr = cached.traces(data, c.key, i, c.items)
     tables_wait = False
@@ -308,8 +366,14 @@ def render() -> None:
     else:
         tables_wait = web_timeline.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw),
                                                   traces=tr, on_page=on_page)
-    draw_head()
-    clip_panel(c, i, vstep, n_steps)
+    if alone and not tables_wait:  # the server's frames drew it, without a second run to follow: one now
+        st.session_state[ALONE_REFUSED_KEY] = True
+        st.rerun()
+    if alone:
+        _rest_without_a_picture(time.monotonic())
+    if not alone:
+        draw_head()
+        clip_panel(c, i, vstep, n_steps)
 
     # set here, not at the run's start: a run cut short by a rerun (a newer value from the browser) leaves the
     # browser's tables as they were
