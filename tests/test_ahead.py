@@ -145,7 +145,7 @@ def test_a_neighbours_poses_are_made_ahead_only_where_its_scene_is_converted(tmp
     assert sorted(p.name for p in folder.glob("scene-*.bin")) == [made["scene"].split("/")[-1]]
 
 
-def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched():
+def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched(monkeypatch):
     """`CachedWebFiles` in front of an ASGI app that gzips when asked and says "public": a web
     scene or poses file comes back as the app sent it without gzip, with an immutable cache
     header; the player's code without gzip, with an ETag of its content and "no-cache", and a
@@ -153,8 +153,13 @@ def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched()
     answer other than 200 and any path outside the player keep their headers."""
     import asyncio
 
+    import threading
+
+    from dashboard import web_files as WF
     from dashboard.web_files import FOREVER, PLAYER_PATH, REVALIDATE, WEB_PATH, CachedWebFiles
 
+    # the middleware marks its process as `safevla dashboard`'s server: not this test's process
+    monkeypatch.setattr(WF, "_SERVED_HERE", threading.Event())
     served = {"body": b"const three = 1;", "status": 200}
 
     async def inner(scope, receive, send):
