@@ -150,7 +150,7 @@ def main() -> None:
         sidebar_about(about_box, data, c)
     # the detail page's first run in a session may send its first picture alone
     # (`detail.first_picture_alone`): it draws the store chooser and summary itself unless so
-    if page == "detail" and not st.session_state.get("_timings"):
+    if page == "detail" and S.first_run_of_session():
         st.session_state[S.SIDEBAR_LATER] = draw_sidebar
     else:
         draw_sidebar()

@@ -44,6 +44,12 @@ FIRST_PICTURE_ALONE = "_first_picture_alone"
 SIDEBAR_LATER = "_sidebar_later"  # the sidebar's store chooser and summary, left to the page to draw
 
 
+def first_run_of_session() -> bool:
+    """True on a browser session's first script run (a link, a new tab, a reload): app.py
+    notes every run it ends, a rerun or a stopped page's too (`_timings`)."""
+    return not st.session_state.get("_timings")
+
+
 def sidebar_now() -> None:
     """Draws the sidebar's store chooser and summary where the app left them to the page."""
     later = st.session_state.pop(SIDEBAR_LATER, None)

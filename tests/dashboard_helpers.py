@@ -109,6 +109,7 @@ def streamlit_server(store: Path, log: Path, *, env: dict | None = None):
             proc.kill()
 
 
+WEBGL_ARGS = ["--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]  # chromium draws WebGL
 TIMELINE_IFRAME = 'iframe[title*="safevla_timeline"]'
 
 

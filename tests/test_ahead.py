@@ -152,7 +152,6 @@ def test_web_files_are_sent_unzipped_and_cached_for_good_other_files_untouched(m
     request naming that ETag gets "304 Not Modified" with no body, until the file changes; an
     answer other than 200 and any path outside the player keep their headers."""
     import asyncio
-
     import threading
 
     from dashboard import web_files as WF

@@ -17,12 +17,11 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-WEBGL_ARGS = ["--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: apt-get install -y chromium", allow_module_level=True)
 
 from dashboard.views.detail import FIRST_PICTURE_WAIT_S  # noqa: E402
-from dashboard_helpers import TIMELINE_IFRAME, streamlit_server, wait_timeline  # noqa: E402
+from dashboard_helpers import TIMELINE_IFRAME, WEBGL_ARGS, streamlit_server, wait_timeline  # noqa: E402
 
 # each element kind's first entry into the page, in ms since navigation
 _FIRSTS = """window.__firsts = {};

@@ -40,6 +40,7 @@ from replay.render.offscreen import OffscreenContext  # noqa: E402
 from replay.render.replayer import apply_state  # noqa: E402
 from replay.render.scene_models import replay_option, scene_model  # noqa: E402
 from scoring.records.io import load_record  # noqa: E402
+from dashboard_helpers import WEBGL_ARGS  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.render]
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -49,7 +50,6 @@ STATIC = ROOT / "dashboard" / "player_static"
 # how long the player holds an episode's chart back for its first picture at most
 CHART_WAIT_MS = int(re.search(r"const CHART_WAIT_MS = (\d+);", (STATIC / "player.js").read_text()).group(1))
 CHROMIUM = "/usr/bin/chromium"
-WEBGL_ARGS = ["--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
 EPISODE = ROOT / "assets" / "demo" / "archive" / "libero_object" / "task_0" / "scripted-careful" / "ep_000.npz"
 SIZE = (320, 240)
 STEPS = (0, 70, 143)

@@ -29,7 +29,6 @@ CHART_KEY = "rob_chart"
 PICKER_LIMIT = 400
 CLIP_WINDOW = 40
 FIRST_PICTURE_WAIT_S = 8.0  # the page drawn whole without the player's first picture after this long
-ALONE_REFUSED_KEY = "_first_picture_alone_refused"  # the player needed a second run it did not start
 ABOVE_PLAYER_PX = 540  # the picker, the header, the tag editor and the controls (1440 px wide: 530-560)
 
 
@@ -264,7 +263,7 @@ def first_picture_alone(c: C.Ctx, i: int) -> bool:
     those widgets' code is a chunk of Streamlit's frontend, fetched when its first element
     renders; taken in with the player, they held a link's picture back by ~0.8 s on this
     machine (docs/benchmarks.md, 2026-12-02)."""
-    if st.session_state.get("_timings") or st.session_state.get(ALONE_REFUSED_KEY):
+    if not S.first_run_of_session():
         return False
     # served by dashboard/server.py (what `safevla dashboard` runs), whose player always says
     # "drawn"; not under `streamlit run dashboard/app.py` (and AppTest), which shows the page whole
@@ -283,8 +282,7 @@ def _rest_without_a_picture(since: float) -> None:
     passed without the player's "drawn" (a player that never loads would leave the page without
     its picker and header); the run that "drawn" starts does not draw this, which ends its timer."""
     if time.monotonic() - since > FIRST_PICTURE_WAIT_S:
-        st.session_state[ALONE_REFUSED_KEY] = True
-        st.rerun(scope="app")
+        st.rerun(scope="app")  # no longer the session's first run: drawn whole
 
 
 def render() -> None:
@@ -367,11 +365,10 @@ def render() -> None:
         tables_wait = web_timeline.timeline_panel(c, i, step=step, vstep=vstep, n_steps=n_steps, raw=bool(raw),
                                                   traces=tr, on_page=on_page)
     if alone and not tables_wait:  # the server's frames drew it, without a second run to follow: one now
-        st.session_state[ALONE_REFUSED_KEY] = True
         st.rerun()
     if alone:
         _rest_without_a_picture(time.monotonic())
-    if not alone:
+    else:
         draw_head()
         clip_panel(c, i, vstep, n_steps)
 
